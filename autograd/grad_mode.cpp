@@ -1,0 +1,10 @@
+// Thread-local grad mode flag.
+#include "autograd/grad_mode.h"
+
+namespace dark {
+namespace {
+thread_local bool grad_mode = true;
+}
+bool grad_enabled() { return grad_mode; }
+void set_grad_enabled(bool enabled) { grad_mode = enabled; }
+}  // namespace dark

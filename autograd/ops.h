@@ -1,0 +1,106 @@
+// The differentiable ops: what models are written in. Each op checks shapes, dtypes and
+// devices (errors name them), dispatches to a device kernel, and records itself on the tape
+// when grad mode is on and an input requires grad. Ops are defined one file each in
+// autograd/ops/, beside their backward.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "core/kernels.h"
+#include "core/tensor.h"
+
+namespace dark {
+
+// ---- elementwise binary (numpy broadcasting) ----
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor maximum(const Tensor& a, const Tensor& b);  // gradient goes to a where a >= b
+Tensor minimum(const Tensor& a, const Tensor& b);  // gradient goes to a where a <= b
+Tensor pow(const Tensor& a, const Tensor& b);      // a > 0 wherever b's gradient is needed
+Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b);
+
+// ---- comparisons: 1 or 0 in the inputs' dtype, never differentiable ----
+Tensor eq(const Tensor& a, const Tensor& b);
+Tensor ne(const Tensor& a, const Tensor& b);
+Tensor lt(const Tensor& a, const Tensor& b);
+Tensor le(const Tensor& a, const Tensor& b);
+Tensor gt(const Tensor& a, const Tensor& b);
+Tensor ge(const Tensor& a, const Tensor& b);
+
+// ---- elementwise unary ----
+Tensor neg(const Tensor& x);
+Tensor exp(const Tensor& x);
+Tensor log(const Tensor& x);
+Tensor sqrt(const Tensor& x);
+Tensor rsqrt(const Tensor& x);
+Tensor tanh(const Tensor& x);
+Tensor sigmoid(const Tensor& x);
+Tensor silu(const Tensor& x);
+Tensor gelu(const Tensor& x);       // exact: x * Phi(x)
+Tensor gelu_tanh(const Tensor& x);  // tanh approximation
+Tensor relu(const Tensor& x);
+Tensor abs(const Tensor& x);
+Tensor square(const Tensor& x);
+Tensor sin(const Tensor& x);
+Tensor cos(const Tensor& x);
+Tensor reciprocal(const Tensor& x);
+Tensor add_scalar(const Tensor& x, double value);
+Tensor mul_scalar(const Tensor& x, double value);
+Tensor pow_scalar(const Tensor& x, double exponent);
+Tensor unary(UnaryOp op, const Tensor& x, double alpha = 0.0);
+
+// ---- reductions over axes (empty axes = all axes) ----
+Tensor sum(const Tensor& x, std::vector<int> axes = {}, bool keepdim = false);
+Tensor mean(const Tensor& x, std::vector<int> axes = {}, bool keepdim = false);
+Tensor max(const Tensor& x, std::vector<int> axes = {}, bool keepdim = false);  // ties share the gradient
+Tensor logsumexp(const Tensor& x, std::vector<int> axes = {}, bool keepdim = false);
+Tensor reduce(ReduceOp op, const Tensor& x, std::vector<int> axes, bool keepdim);
+// Sums x down to `shape` (the inverse of broadcasting): used by broadcasting backward.
+Tensor sum_to(const Tensor& x, const Shape& shape);
+
+// ---- softmax ----
+Tensor softmax(const Tensor& x, int axis = -1);
+Tensor log_softmax(const Tensor& x, int axis = -1);
+
+// ---- linear algebra ----
+// a: (..., m, k), b: (..., k, n) -> (..., m, n); batch axes broadcast; 1-D operands are
+// not promoted (use reshape). trans_a / trans_b transpose the last two axes first.
+Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false);
+
+// ---- views and layout (differentiable) ----
+Tensor reshape(const Tensor& x, Shape shape);
+Tensor permute(const Tensor& x, const std::vector<int>& order);
+Tensor transpose(const Tensor& x, int axis0, int axis1);
+Tensor slice(const Tensor& x, int axis, std::int64_t start, std::int64_t end, std::int64_t step = 1);
+Tensor expand(const Tensor& x, const Shape& shape);
+Tensor unsqueeze(const Tensor& x, int axis);
+Tensor squeeze(const Tensor& x, int axis);
+Tensor contiguous(const Tensor& x);
+Tensor to_dtype(const Tensor& x, DType dtype);
+
+// ---- indexing ----
+// weight: (V, D), ids: any shape of i32/i64 -> ids.shape + (D). Backward scatter-adds.
+Tensor embedding(const Tensor& weight, const Tensor& ids);
+// Selects entries of index (1-D, i32/i64) along axis.
+Tensor index_select(const Tensor& x, int axis, const Tensor& index);
+Tensor concat(const std::vector<Tensor>& parts, int axis);
+// Splits axis into pieces of the given sizes (which must add up to its length).
+std::vector<Tensor> split(const Tensor& x, const std::vector<std::int64_t>& sizes, int axis);
+// cond != 0 ? a : b, broadcasting all three. cond is not differentiated.
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+// x with `value` wherever mask != 0 (mask broadcasts to x).
+Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);
+Tensor cumsum(const Tensor& x, int axis);
+
+// ---- operators for readable model code ----
+inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
+inline Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+inline Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
+inline Tensor operator-(const Tensor& a) { return neg(a); }
+inline Tensor operator*(const Tensor& a, double s) { return mul_scalar(a, s); }
+inline Tensor operator+(const Tensor& a, double s) { return add_scalar(a, s); }
+
+}  // namespace dark

@@ -1,0 +1,45 @@
+// Indexing ops: embedding and index_select are gathers along one axis; their backward is
+// a deterministic scatter-add into zeros.
+#include "autograd/ops.h"
+#include "autograd/ops/op_util.h"
+
+namespace dark {
+
+Tensor index_select(const Tensor& x_in, int axis_in, const Tensor& index_in) {
+  ops_detail::check_defined("index_select", x_in);
+  ops_detail::check_index("index_select", index_in);
+  DARK_CHECK(index_in.dim() == 1, "index_select: index must be 1-D, got ", index_in.describe());
+  DARK_CHECK(index_in.device() == x_in.device(), "index_select: device mismatch: ", x_in.describe(), " vs index ",
+             index_in.describe());
+  const int axis = normalize_axis(axis_in, x_in.dim(), "index_select");
+  const Tensor x = x_in.contiguous();
+  const Tensor index = index_in.contiguous();
+  std::int64_t outer = 1, inner = 1;
+  for (int i = 0; i < axis; ++i) outer *= x.shape()[i];
+  for (std::size_t i = axis + 1; i < x.dim(); ++i) inner *= x.shape()[i];
+  const std::int64_t n = x.shape()[axis];
+  Shape out_shape = x.shape();
+  out_shape[axis] = index.numel();
+  Tensor out = Tensor::empty(out_shape, x.dtype(), x.device());
+  kernels::gather().get(x.device().type, x.dtype())(x, index, out, outer, n, inner);
+  if (should_record({&x_in})) {
+    record("index_select", {x_in}, {&out}, [shape = x.shape(), index, outer, n, inner](BackwardContext& g) {
+      const Tensor dout = g.out_grad().contiguous();
+      Tensor dx = Tensor::zeros(shape, dout.dtype(), dout.device());
+      kernels::scatter_add().get(dout.device().type, dout.dtype())(dout, index, dx, outer, n, inner);
+      g.set_input_grad(0, dx);
+    });
+  }
+  return out;
+}
+
+Tensor embedding(const Tensor& weight, const Tensor& ids) {
+  ops_detail::check_floating("embedding", weight);
+  ops_detail::check_index("embedding", ids);
+  DARK_CHECK(weight.dim() == 2, "embedding: weight must be (V, D), got ", weight.describe());
+  Shape out_shape = ids.shape();
+  out_shape.push_back(weight.shape()[1]);
+  return reshape(index_select(weight, 0, core::reshape(ids, {ids.numel()})), out_shape);
+}
+
+}  // namespace dark

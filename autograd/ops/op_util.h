@@ -1,0 +1,35 @@
+// Checks and helpers shared by the op files. Error messages name the op and describe the
+// tensors ("add: dtype mismatch: f32[2, 3] cpu vs f64[3] cpu").
+#pragma once
+#include "autograd/tape.h"
+#include "core/kernels.h"
+#include "core/tensor.h"
+
+namespace dark::ops_detail {
+
+inline void check_defined(const char* op, const Tensor& t) {
+  DARK_CHECK(t.defined(), op, ": input tensor is undefined");
+}
+
+inline void check_same(const char* op, const Tensor& a, const Tensor& b) {
+  check_defined(op, a);
+  check_defined(op, b);
+  DARK_CHECK(a.device() == b.device(), op, ": device mismatch: ", a.describe(), " vs ", b.describe());
+  DARK_CHECK(a.dtype() == b.dtype(), op, ": dtype mismatch: ", a.describe(), " vs ", b.describe());
+}
+
+inline void check_floating(const char* op, const Tensor& t) {
+  check_defined(op, t);
+  DARK_CHECK(is_floating(t.dtype()), op, ": expected a floating-point tensor, got ", t.describe());
+}
+
+inline void check_index(const char* op, const Tensor& index) {
+  check_defined(op, index);
+  DARK_CHECK(index.dtype() == DType::i32 || index.dtype() == DType::i64, op,
+             ": indices must be i32 or i64, got ", index.describe());
+}
+
+// Sorted, unique, normalised axes; empty input means every axis.
+std::vector<int> normalize_axes(const std::vector<int>& axes, std::size_t ndim, const char* op);
+
+}  // namespace dark::ops_detail

@@ -1,0 +1,144 @@
+// The tape and the reverse replay (see tape.h).
+#include "autograd/tape.h"
+
+#include <memory>
+
+#include "autograd/grad_mode.h"
+#include "autograd/ops.h"
+
+namespace dark {
+namespace {
+
+struct TapeEntry {
+  std::int64_t id = 0;
+  const char* op = "";
+  std::vector<std::shared_ptr<AutogradMeta>> inputs;  // null where no gradient is needed
+  std::vector<Shape> input_shapes;
+  std::vector<std::shared_ptr<AutogradMeta>> outputs;
+  std::vector<Tensor> output_templates;  // shape/dtype/device of each output (data not read)
+  BackwardFn backward;
+};
+
+struct Tape {
+  std::vector<TapeEntry> entries;
+  std::int64_t next_id = 0;
+};
+
+thread_local Tape tape;
+
+bool needs_grad(const Tensor& t) { return t.defined() && t.requires_grad(); }
+
+// Adds g into meta's gradient. Out of place, so a gradient tensor that several inputs
+// received (add passes dy through to both operands) is never modified through an alias.
+void accumulate(AutogradMeta& meta, const Tensor& g, bool leaf) {
+  Tensor g_acc = g.to(grad_dtype(g.dtype()));
+  if (!meta.grad) {
+    // Leaves keep their gradient after backward, where users may modify it in place.
+    meta.grad = std::make_shared<Tensor>(leaf ? g_acc.clone() : g_acc);
+  } else {
+    DARK_CHECK(meta.grad->shape() == g_acc.shape(), "backward: gradient of shape ", shape_str(g_acc.shape()),
+               " cannot accumulate into gradient of shape ", shape_str(meta.grad->shape()));
+    meta.grad = std::make_shared<Tensor>(add(*meta.grad, g_acc));
+  }
+}
+
+}  // namespace
+
+bool should_record(std::initializer_list<const Tensor*> inputs) {
+  if (!grad_enabled()) return false;
+  for (const Tensor* t : inputs)
+    if (needs_grad(*t)) return true;
+  return false;
+}
+
+bool should_record(const std::vector<Tensor>& inputs) {
+  if (!grad_enabled()) return false;
+  for (const Tensor& t : inputs)
+    if (needs_grad(t)) return true;
+  return false;
+}
+
+void record(const char* op, const std::vector<Tensor>& inputs, std::vector<Tensor*> outputs,
+            BackwardFn backward) {
+  TapeEntry entry;
+  entry.id = tape.next_id++;
+  entry.op = op;
+  for (const Tensor& t : inputs) {
+    entry.inputs.push_back(needs_grad(t) ? t.autograd_meta() : nullptr);
+    entry.input_shapes.push_back(t.defined() ? t.shape() : Shape{});
+  }
+  for (Tensor* out : outputs) {
+    auto meta = std::make_shared<AutogradMeta>();
+    meta->requires_grad = true;
+    meta->producer = entry.id;
+    out->mutable_autograd_meta() = meta;
+    entry.outputs.push_back(meta);
+    entry.output_templates.push_back(out->detach());
+  }
+  entry.backward = std::move(backward);
+  tape.entries.push_back(std::move(entry));
+}
+
+std::size_t tape_size() { return tape.entries.size(); }
+void clear_tape() { tape.entries.clear(); }
+
+void backward(const Tensor& output, const Tensor& grad) {
+  DARK_CHECK(output.defined(), "backward: output tensor is undefined");
+  DARK_CHECK(output.requires_grad(), "backward: ", output.describe(),
+             " does not require grad (no input of the ops that made it requires grad, or it was "
+             "computed under no_grad)");
+  Tensor seed = grad;
+  if (!seed.defined()) {
+    DARK_CHECK(output.numel() == 1, "backward: output of shape ", shape_str(output.shape()),
+               " is not a scalar; pass an explicit gradient of that shape");
+    seed = Tensor::ones(output.shape(), output.dtype(), output.device());
+  }
+  DARK_CHECK(seed.shape() == output.shape(), "backward: gradient of shape ", shape_str(seed.shape()),
+             " for an output of shape ", shape_str(output.shape()));
+  DARK_CHECK(seed.device() == output.device(), "backward: gradient on ", seed.device().to_string(),
+             " for an output on ", output.device().to_string());
+
+  NoGradGuard no_grad;
+  AutogradMeta& root = *output.autograd_meta();
+  if (root.producer < 0) {  // backward from a leaf: its gradient is the seed
+    accumulate(root, seed, true);
+    return;
+  }
+  std::int64_t start = -1;
+  for (std::int64_t i = static_cast<std::int64_t>(tape.entries.size()) - 1; i >= 0; --i)
+    if (tape.entries[i].id == root.producer) start = i;
+  DARK_CHECK(start >= 0, "backward: the ops that produced this tensor are no longer on the tape (an "
+                         "earlier backward consumed them, or clear_tape() was called); recompute the forward pass");
+  accumulate(root, seed, false);
+
+  for (std::int64_t i = start; i >= 0; --i) {
+    TapeEntry entry = std::move(tape.entries[i]);  // freed (with what it saved) at the end of this iteration
+    BackwardContext ctx;
+    bool any = false;
+    for (std::size_t o = 0; o < entry.outputs.size(); ++o) {
+      AutogradMeta& meta = *entry.outputs[o];
+      if (meta.grad) {
+        ctx.out_grads_.push_back(*meta.grad);
+        meta.grad.reset();  // a non-leaf's gradient lives only until its producer consumed it
+        any = true;
+      } else {
+        const Tensor& t = entry.output_templates[o];
+        ctx.out_grads_.push_back(Tensor::zeros(t.shape(), t.dtype(), t.device()));
+      }
+    }
+    if (!any) continue;
+    for (const auto& in : entry.inputs) ctx.needs_.push_back(in != nullptr);
+    ctx.in_grads_.resize(entry.inputs.size());
+    entry.backward(ctx);
+    for (std::size_t j = 0; j < entry.inputs.size(); ++j) {
+      if (!entry.inputs[j] || !ctx.in_grads_[j].defined()) continue;
+      const Tensor& g = ctx.in_grads_[j];
+      DARK_CHECK(g.shape() == entry.input_shapes[j], entry.op, " backward: gradient for input ", j, " has shape ",
+                 shape_str(g.shape()), " but the input has shape ", shape_str(entry.input_shapes[j]));
+      accumulate(*entry.inputs[j], g, entry.inputs[j]->producer < 0);
+    }
+  }
+  tape.entries.clear();
+}
+
+}  // namespace dark

@@ -1,0 +1,61 @@
+// The tape. Differentiable ops append an entry (op name, input and output autograd state,
+// backward closure) in execution order while grad mode is on and an input requires grad.
+// backward() replays the entries in reverse: each entry receives its outputs' gradients,
+// returns its inputs' gradients, which accumulate (in fp32 for bf16) into the inputs'
+// AutogradMeta; then the entry and everything it saved are freed. Leaves keep their
+// accumulated .grad() across backward calls until zero_grad().
+//
+// One tape per thread. backward() consumes the whole tape, so build one graph per
+// backward call (a later graph that shares recorded ops with a consumed one must be
+// recomputed).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace dark {
+
+// What a backward closure sees: gradients of the op's outputs (same shapes, always
+// defined) and which inputs need a gradient. It sets gradients for the inputs that do.
+class BackwardContext {
+ public:
+  const Tensor& out_grad(std::size_t i = 0) const { return out_grads_.at(i); }
+  bool needs_grad(std::size_t i) const { return needs_.at(i); }
+  void set_input_grad(std::size_t i, Tensor grad) { in_grads_.at(i) = std::move(grad); }
+
+  std::vector<Tensor> out_grads_;
+  std::vector<bool> needs_;
+  std::vector<Tensor> in_grads_;
+};
+
+using BackwardFn = std::function<void(BackwardContext&)>;
+
+// True when an op with these inputs must be recorded (grad mode on, an input requires grad).
+bool should_record(std::initializer_list<const Tensor*> inputs);
+bool should_record(const std::vector<Tensor>& inputs);
+
+// Records an op: marks the outputs as requiring grad and produced by this entry.
+// Call only when should_record(inputs) is true.
+void record(const char* op, const std::vector<Tensor>& inputs, std::vector<Tensor*> outputs,
+            BackwardFn backward);
+
+// Convenience for the common case; does nothing unless should_record.
+inline void record_if_needed(const char* op, std::initializer_list<Tensor> inputs,
+                             std::initializer_list<Tensor*> outputs, BackwardFn backward) {
+  std::vector<Tensor> in(inputs);
+  if (should_record(in)) record(op, in, std::vector<Tensor*>(outputs), std::move(backward));
+}
+
+// Backpropagates from `output`. Without `grad`, output must hold one element.
+void backward(const Tensor& output, const Tensor& grad = Tensor());
+
+// Number of entries currently recorded on this thread's tape (for tests and leak checks).
+std::size_t tape_size();
+// Drops every recorded entry without running it (e.g. after an evaluation forward pass
+// that accidentally ran with grad mode on).
+void clear_tape();
+
+}  // namespace dark

@@ -1,0 +1,56 @@
+// Caching allocator: one per device. Blocks freed by tensors go to per-size free lists
+// and are handed out again, so a training loop that repeats the same shapes performs no
+// system allocation after its first step. Sizes are rounded up (512 B granularity below
+// 1 MiB, then to 1/8 of the next power of two) so nearby sizes share blocks.
+#pragma once
+#include <cstddef>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "core/device.h"
+
+namespace dark {
+
+struct AllocatorStats {
+  std::size_t bytes_in_use = 0;     // held by live tensors
+  std::size_t bytes_cached = 0;     // free blocks kept for reuse
+  std::size_t peak_bytes_in_use = 0;
+  std::size_t system_allocs = 0;    // calls that reached the system allocator
+  std::size_t requests = 0;         // allocate() calls
+};
+
+// What the caching layer needs from a device: raw allocation and release.
+struct RawAllocator {
+  void* (*allocate)(std::size_t bytes, int device_index);
+  void (*release)(void* ptr, int device_index);
+};
+
+class CachingAllocator {
+ public:
+  CachingAllocator(RawAllocator raw, int device_index) : raw_(raw), device_index_(device_index) {}
+  ~CachingAllocator();
+  CachingAllocator(const CachingAllocator&) = delete;
+  CachingAllocator& operator=(const CachingAllocator&) = delete;
+
+  // Returns a block of at least `bytes` (64-byte aligned on the CPU); 0 bytes gives nullptr.
+  void* allocate(std::size_t bytes);
+  void release(void* ptr, std::size_t bytes);
+  // Returns every cached block to the system (e.g. before measuring peak memory).
+  void empty_cache();
+  AllocatorStats stats() const;
+
+  static std::size_t round_size(std::size_t bytes);
+
+ private:
+  RawAllocator raw_;
+  int device_index_;
+  mutable std::mutex mutex_;
+  std::map<std::size_t, std::vector<void*>> free_blocks_;  // rounded size -> blocks
+  AllocatorStats stats_;
+};
+
+// The allocator of a device (created on first use).
+CachingAllocator& allocator_for(Device device);
+
+}  // namespace dark

@@ -1,0 +1,58 @@
+// Backend registry: the built-in CPU backend, and the CUDA slot that core/cuda/ fills at
+// load time. Without the CUDA backend the slot holds a stub that reports no devices and
+// fails clearly when used.
+#include "core/backend.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace dark {
+namespace {
+
+class CpuBackend final : public DeviceBackend {
+ public:
+  RawAllocator raw_allocator() const override {
+    return {[](std::size_t bytes, int) -> void* {
+              // 64-byte alignment: a cache line and an AVX-512 register.
+              return std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+            },
+            [](void* p, int) { std::free(p); }};
+  }
+  int device_count() const override { return 1; }
+  void copy(void* dst, Device, const void* src, Device, std::size_t bytes) const override {
+    if (bytes) std::memcpy(dst, src, bytes);
+  }
+  void synchronize(int) const override {}
+};
+
+class MissingCudaBackend final : public DeviceBackend {
+ public:
+  [[noreturn]] static void fail() {
+    throw Error("CUDA device requested, but darkformer was built without CUDA (DARK_USE_CUDA=OFF)");
+  }
+  RawAllocator raw_allocator() const override {
+    return {[](std::size_t, int) -> void* { fail(); }, [](void*, int) { fail(); }};
+  }
+  int device_count() const override { return 0; }
+  void copy(void*, Device, const void*, Device, std::size_t) const override { fail(); }
+  void synchronize(int) const override { fail(); }
+};
+
+DeviceBackend*& slot(DeviceType type) {
+  static CpuBackend cpu;
+  static MissingCudaBackend missing_cuda;
+  static DeviceBackend* backends[kNumDeviceTypes] = {&cpu, &missing_cuda};
+  return backends[static_cast<int>(type)];
+}
+
+}  // namespace
+
+DeviceBackend& backend_for(DeviceType type) { return *slot(type); }
+void register_backend(DeviceType type, DeviceBackend* backend) { slot(type) = backend; }
+
+int cuda_device_count() { return backend_for(DeviceType::cuda).device_count(); }
+bool cuda_available() { return cuda_device_count() > 0; }
+
+}  // namespace dark

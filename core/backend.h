@@ -1,0 +1,32 @@
+// What core needs from a device beyond kernels: raw memory, copies to and from the host,
+// synchronisation and device discovery. The CPU backend is built in; the CUDA backend
+// registers itself from core/cuda/, and without it (DARK_USE_CUDA=OFF) a stub answers
+// "no device" to queries and fails clearly on use.
+#pragma once
+#include <cstddef>
+
+#include "core/allocator.h"
+#include "core/device.h"
+
+namespace dark {
+
+struct DeviceBackend {
+  virtual ~DeviceBackend() = default;
+  virtual RawAllocator raw_allocator() const = 0;
+  // Number of usable devices; 0 when the runtime or driver is missing.
+  virtual int device_count() const = 0;
+  // Copies bytes between two devices of which at least one is of this backend's type.
+  virtual void copy(void* dst, Device dst_device, const void* src, Device src_device,
+                    std::size_t bytes) const = 0;
+  virtual void synchronize(int device_index) const = 0;
+};
+
+DeviceBackend& backend_for(DeviceType type);
+void register_backend(DeviceType type, DeviceBackend* backend);
+
+// True when at least one CUDA device can run kernels. Reads "insufficient driver" and
+// "no device" as false, so GPU tests skip cleanly on machines without a GPU.
+bool cuda_available();
+int cuda_device_count();
+
+}  // namespace dark

@@ -1,0 +1,55 @@
+// Kernel dispatch: one table per kernel, keyed by device type and dtype. Kernel files
+// fill the tables through DARK_REGISTER_KERNEL at load time; a missing entry is an error
+// naming kernel, device and dtype. Nothing falls back or casts silently.
+#pragma once
+#include "core/device.h"
+#include "core/dtype.h"
+#include "core/error.h"
+
+namespace dark {
+
+template <class Fn>
+class KernelTable {
+ public:
+  explicit KernelTable(const char* name) : name_(name) {}
+
+  Fn* get(DeviceType device, DType dtype) const {
+    Fn* fn = table_[static_cast<int>(device)][static_cast<int>(dtype)];
+    DARK_CHECK(fn != nullptr, name_, ": no kernel for ", device_type_name(device), "/",
+               dtype_name(dtype));
+    return fn;
+  }
+  bool has(DeviceType device, DType dtype) const {
+    return table_[static_cast<int>(device)][static_cast<int>(dtype)] != nullptr;
+  }
+  void set(DeviceType device, DType dtype, Fn* fn) {
+    table_[static_cast<int>(device)][static_cast<int>(dtype)] = fn;
+  }
+  const char* name() const { return name_; }
+
+ private:
+  const char* name_;
+  Fn* table_[kNumDeviceTypes][kNumDTypes] = {};
+};
+
+}  // namespace dark
+
+// Declares `kernels::NAME()`, the table of kernel NAME with function type SIGNATURE.
+#define DARK_DECLARE_KERNEL(NAME, SIGNATURE)            \
+  namespace kernels {                                   \
+  using NAME##_fn = SIGNATURE;                          \
+  inline ::dark::KernelTable<NAME##_fn>& NAME() {       \
+    static ::dark::KernelTable<NAME##_fn> table(#NAME); \
+    return table;                                       \
+  }                                                     \
+  }
+
+#define DARK_CONCAT_INNER(a, b) a##b
+#define DARK_CONCAT(a, b) DARK_CONCAT_INNER(a, b)
+
+// Registers FN as kernel NAME for (DEVICE, DTYPE) when the library loads.
+#define DARK_REGISTER_KERNEL(NAME, DEVICE, DTYPE, FN)                                  \
+  static const bool DARK_CONCAT(dark_registered_, __COUNTER__) = [] {                  \
+    ::dark::kernels::NAME().set(::dark::DeviceType::DEVICE, ::dark::DType::DTYPE, FN); \
+    return true;                                                                       \
+  }()

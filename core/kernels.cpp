@@ -1,0 +1,24 @@
+// Printable names of the op enums (used in error messages and test names).
+#include "core/kernels.h"
+
+namespace dark {
+
+const char* binary_op_name(BinaryOp op) {
+  static const char* names[] = {"add", "sub", "mul", "div", "maximum", "minimum", "pow",
+                                "eq",  "ne",  "lt",  "le",  "gt",      "ge"};
+  return names[static_cast<int>(op)];
+}
+
+const char* unary_op_name(UnaryOp op) {
+  static const char* names[] = {"neg",  "exp",       "log",        "sqrt",       "rsqrt",     "tanh", "sigmoid",
+                                "silu", "gelu",      "gelu_tanh",  "relu",       "abs",       "square",
+                                "sin",  "cos",       "reciprocal", "add_scalar", "mul_scalar", "pow_scalar"};
+  return names[static_cast<int>(op)];
+}
+
+const char* reduce_op_name(ReduceOp op) {
+  static const char* names[] = {"sum", "mean", "max", "min", "logsumexp"};
+  return names[static_cast<int>(op)];
+}
+
+}  // namespace dark

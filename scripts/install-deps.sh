@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs the Debian packages darkformer needs to build, test and benchmark.
+# Idempotent: when every package is already present it only checks and returns.
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config
+  libdnnl-dev            # oneDNN: CPU matmul
+  nlohmann-json3-dev     # JSON configs
+  libspdlog-dev          # console logging
+  libsentencepiece-dev   # tokenizer (data/)
+  libopenmpi-dev openmpi-bin  # multi-process launcher and CPU all-reduce
+  libgtest-dev libgmock-dev   # unit tests
+  libbenchmark-dev       # bench/
+  python3-numpy          # reference-value scripts
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

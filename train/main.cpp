@@ -1,0 +1,91 @@
+// The darkformer command-line program. Subcommands are added by later issues
+// (prepare-data, train, eval, generate, ...); for now: --help, --version and demo-mlp.
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "core/backend.h"
+#include "core/error.h"
+#include "train/mlp_demo.h"
+
+namespace {
+
+constexpr const char* kUsage = R"(usage: darkformer <command> [options]
+
+commands:
+  demo-mlp      train a small MLP on a synthetic regression task with the autograd tape
+                  --steps N        optimizer steps (default 1000)
+                  --lr X           SGD learning rate (default 0.3)
+                  --batch-size N   examples per step (default 64)
+                  --seed N         Philox seed for weights and data (default 0)
+
+options:
+  --help        show this message
+  --version     print the version and the backends this build has
+)";
+
+int usage_error(const std::string& message) {
+  std::fprintf(stderr, "darkformer: %s\n\n%s", message.c_str(), kUsage);
+  return 2;
+}
+
+// Parses the value after a flag; throws dark::Error naming the flag on a bad number.
+double parse_number(const std::string& flag, const std::string& text) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  DARK_CHECK(!text.empty() && *end == '\0', "invalid value '", text, "' for ", flag);
+  return v;
+}
+
+int demo_mlp(const std::vector<std::string>& args) {
+  dark::MlpDemoConfig config;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& flag = args[i];
+    if (i + 1 >= args.size()) return usage_error("missing value for " + flag);
+    const double v = parse_number(flag, args[++i]);
+    if (flag == "--steps" && v >= 1) config.steps = static_cast<int>(v);
+    else if (flag == "--lr" && v > 0) config.learning_rate = v;
+    else if (flag == "--batch-size" && v >= 1) config.batch_size = static_cast<int>(v);
+    else if (flag == "--seed" && v >= 0) config.seed = static_cast<std::uint64_t>(v);
+    else return usage_error("unknown flag or out-of-range value: " + flag + " " + args[i]);
+  }
+  std::printf("demo-mlp: %d steps, batch %d, lr %g, seed %llu\n", config.steps, config.batch_size,
+              config.learning_rate, static_cast<unsigned long long>(config.seed));
+  const int every = std::max(1, config.steps / 15);
+  const auto result = dark::run_mlp_demo(config, [&](int step, double loss) {
+    if (step % every == 0 || step + 1 == config.steps) std::printf("step %5d/%d | loss %.6f\n", step + 1, config.steps, loss);
+  });
+  std::printf("held-out loss: %.6f before training, %.6f after (%.1fx lower)\n", result.initial_eval_loss,
+              result.final_eval_loss, result.initial_eval_loss / result.final_eval_loss);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty()) return usage_error("no command given");
+  const std::string& command = args[0];
+  try {
+    if (command == "--help" || command == "-h" || command == "help") {
+      std::printf("%s", kUsage);
+      return 0;
+    }
+    if (command == "--version") {
+      std::printf("darkformer %s (cpu: oneDNN%s)\n", DARK_VERSION,
+#ifdef DARK_WITH_CUDA
+                  dark::cuda_available() ? ", cuda: available" : ", cuda: built, no device"
+#else
+                  ", cuda: not built"
+#endif
+      );
+      return 0;
+    }
+    if (command == "demo-mlp") return demo_mlp({args.begin() + 1, args.end()});
+    return usage_error("unknown command '" + command + "'");
+  } catch (const dark::Error& e) {
+    std::fprintf(stderr, "darkformer: error: %s\n", e.what());
+    return 1;
+  }
+}
