@@ -15,7 +15,7 @@ constexpr const char* kUsage = R"(usage: darkformer <command> [options]
 
 commands:
   demo-mlp      train a small MLP on a synthetic regression task with the autograd tape
-                  --steps N        optimizer steps (default 1000)
+                  --steps N        optimizer steps (default 2000)
                   --lr X           SGD learning rate (default 0.3)
                   --batch-size N   examples per step (default 64)
                   --seed N         Philox seed for weights and data (default 0)

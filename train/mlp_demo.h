@@ -9,7 +9,7 @@
 namespace dark {
 
 struct MlpDemoConfig {
-  int steps = 1000;
+  int steps = 2000;
   int batch_size = 64;
   int input_dim = 8;
   int hidden_dim = 64;

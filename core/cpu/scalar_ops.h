@@ -50,7 +50,8 @@ DARK_INLINE C apply_unary(UnaryOp op, C x, C alpha) {
     case UnaryOp::silu: return x * vmath::sigmoid(x);
     case UnaryOp::gelu: return C(0.5) * x * vmath::erfc(-x * C(kSqrtHalf));
     case UnaryOp::gelu_tanh:
-      return C(0.5) * x * (C(1) + vmath::tanh(C(kSqrt2OverPi) * (x + C(kGeluTanhCubic) * x * x * x)));
+      // 0.5 x (1 + tanh(u)) written as x sigmoid(2u): no cancellation in the negative tail.
+      return x * vmath::sigmoid(C(2 * kSqrt2OverPi) * (x + C(kGeluTanhCubic) * x * x * x));
     case UnaryOp::relu: return x > C(0) ? x : C(0);
     case UnaryOp::abs: return std::fabs(x);
     case UnaryOp::square: return x * x;
@@ -85,10 +86,10 @@ DARK_INLINE C apply_unary_backward(UnaryOp op, C x, C y, C dy, C alpha) {
       return dy * (cdf + x * pdf);
     }
     case UnaryOp::gelu_tanh: {
-      const C inner = C(kSqrt2OverPi) * (x + C(kGeluTanhCubic) * x * x * x);
-      const C t = vmath::tanh(inner);
-      const C d_inner = C(kSqrt2OverPi) * (C(1) + C(3 * kGeluTanhCubic) * x * x);
-      return dy * (C(0.5) * (C(1) + t) + C(0.5) * x * (C(1) - t * t) * d_inner);
+      // y = x s(2u) with s the sigmoid: y' = s + x s (1 - s) 2u'.
+      const C s = vmath::sigmoid(C(2 * kSqrt2OverPi) * (x + C(kGeluTanhCubic) * x * x * x));
+      const C du = C(kSqrt2OverPi) * (C(1) + C(3 * kGeluTanhCubic) * x * x);
+      return dy * (s + x * s * (C(1) - s) * C(2) * du);
     }
     case UnaryOp::relu: return x > C(0) ? dy : C(0);
     case UnaryOp::abs: return x > C(0) ? dy : (x < C(0) ? -dy : C(0));

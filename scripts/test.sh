@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs what the build needs, builds darkformer with its tests, and runs every test
+# with CTest. Usage: scripts/test.sh [--sanitize] [extra ctest arguments]
+#   --sanitize   build in build-sanitize/ with AddressSanitizer + UndefinedBehaviorSanitizer
+# Environment: DARK_USE_CUDA=ON|OFF (default: ON when nvcc is found), JOBS (default: nproc).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+build_dir=build
+cmake_args=(-DCMAKE_BUILD_TYPE=Release -DDARK_BUILD_TESTS=ON)
+if [[ "${1:-}" == "--sanitize" ]]; then
+  shift
+  build_dir=build-sanitize
+  # CUDA objects are not instrumented; the sanitizer build checks the host code only.
+  cmake_args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DDARK_BUILD_TESTS=ON -DDARK_SANITIZE=ON -DDARK_USE_CUDA=OFF -DDARK_BUILD_BENCH=OFF)
+  export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
+  export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+fi
+if [[ -n "${DARK_USE_CUDA:-}" ]]; then cmake_args+=(-DDARK_USE_CUDA="$DARK_USE_CUDA"); fi
+[[ -x /usr/local/cuda/bin/nvcc ]] && export PATH="/usr/local/cuda/bin:$PATH"
+
+scripts/install-deps.sh
+cmake -S . -B "$build_dir" "${cmake_args[@]}"
+cmake --build "$build_dir" -j "${JOBS:-$(nproc)}"
+ctest --test-dir "$build_dir" --output-on-failure -j "${JOBS:-$(nproc)}" "$@"

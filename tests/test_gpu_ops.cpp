@@ -1,0 +1,131 @@
+// The op registry (tests/op_cases.h) on CUDA in float32 and bfloat16, forward and
+// gradients, against the CPU in float64. Skips (visibly) when no GPU can run kernels:
+// "insufficient driver" and "no device" both count as no GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "autograd/tape.h"
+#include "core/backend.h"
+#include "tests/op_cases.h"
+
+namespace dark::testing {
+namespace {
+
+#define DARK_REQUIRE_GPU() \
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device (or driver) on this machine"
+
+struct Tolerance {
+  double rtol, atol;
+};
+
+std::string compare(const Tensor& got, const Tensor& want, Tolerance tol) {
+  const auto g = got.to(Device::cpu()).to(DType::f64).to_vector<double>();
+  const auto w = want.to(DType::f64).to_vector<double>();
+  if (g.size() != w.size()) return "size mismatch";
+  double max_abs = 0;
+  std::string first;
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    const double err = std::fabs(g[i] - w[i]);
+    max_abs = std::max(max_abs, err);
+    if (!(err <= tol.atol + tol.rtol * std::fabs(w[i])) && first.empty())
+      first = str("element ", i, ": gpu ", g[i], " cpu-f64 ", w[i]);
+  }
+  return first.empty() ? "" : first + str(" (max abs err ", max_abs, ")");
+}
+
+// Forward output and input gradients of one case on (device, dtype). With `reference`,
+// the inputs are drawn in dtype (so bf16 rounding of the inputs is shared) and then
+// computed in float64 on the CPU.
+std::vector<Tensor> run_case(const OpCase& c, DType dtype, Device device, bool reference = false) {
+  std::vector<Tensor> inputs = make_inputs(c, dtype, device);
+  if (reference)
+    for (Tensor& x : inputs) x = x.to(DType::f64), dtype = DType::f64;
+  for (std::size_t i = 0; i < inputs.size(); ++i)
+    if (c.inputs[i].differentiable) inputs[i].set_requires_grad(true);
+  Tensor out = c.fn(inputs);
+  const Tensor dout = Tensor::randn(out.shape(), 99, 0, DType::f64).to(dtype).to(device);
+  backward(out, dout);
+  std::vector<Tensor> results = {out.detach()};
+  for (const Tensor& x : inputs) results.push_back(x.grad());
+  return results;
+}
+
+class GpuOps : public ::testing::TestWithParam<std::tuple<OpCase, DType>> {};
+
+TEST_P(GpuOps, MatchesCpuFloat64) {
+  DARK_REQUIRE_GPU();
+  const auto& [c, dtype] = GetParam();
+  if (!c.gpu) GTEST_SKIP() << c.name << " has no CUDA kernel yet";
+  const std::vector<Tensor> want = run_case(c, dtype, Device::cpu(), true);
+  const std::vector<Tensor> got = run_case(c, dtype, Device::cuda(0));
+  // bf16 keeps 8 significant bits: errors of a few 2^-8 relative per rounding step.
+  const Tolerance tol = dtype == DType::f32 ? Tolerance{1e-4, 1e-5} : Tolerance{5e-2, 5e-2};
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    if (!want[i].defined()) continue;
+    ASSERT_TRUE(got[i].defined()) << c.name << " result " << i << " missing on the GPU";
+    EXPECT_EQ(got[i].device(), Device::cuda(0));
+    const std::string err = compare(got[i], want[i], tol);
+    EXPECT_TRUE(err.empty()) << c.name << " " << dtype_name(dtype) << (i == 0 ? " output: " : " grad of input ") << (i == 0 ? "" : std::to_string(i - 1)) << " " << err;
+  }
+}
+
+std::string case_name(const ::testing::TestParamInfo<std::tuple<OpCase, DType>>& info) {
+  std::string s;
+  for (char ch : std::get<0>(info.param).name) s += std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
+  return s + "_" + dtype_name(std::get<1>(info.param)) + "_" + std::to_string(info.index);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllOps, GpuOps,
+                         ::testing::Combine(::testing::ValuesIn(op_cases()), ::testing::Values(DType::f32, DType::bf16)),
+                         case_name);
+
+TEST(Gpu, PhiloxGivesTheSameBitsAsTheCpu) {
+  DARK_REQUIRE_GPU();
+  for (DType dt : {DType::f32, DType::f64}) {
+    const Tensor cpu = Tensor::randn({4099}, 17, 5, dt);
+    const Tensor gpu = Tensor::randn({4099}, 17, 5, dt, Device::cuda(0)).to(Device::cpu());
+    EXPECT_EQ(compare(gpu, cpu, {0, 0}), "") << dtype_name(dt) << " normal";
+    const Tensor ucpu = Tensor::rand({4099}, 17, 5, dt);
+    const Tensor ugpu = Tensor::rand({4099}, 17, 5, dt, Device::cuda(0)).to(Device::cpu());
+    EXPECT_EQ(compare(ugpu, ucpu, {0, 0}), "") << dtype_name(dt) << " uniform";
+  }
+}
+
+TEST(Gpu, LargeMatmulMatchesCpu) {
+  DARK_REQUIRE_GPU();
+  const Tensor a = Tensor::randn({257, 513}, 1), b = Tensor::randn({513, 129}, 2);
+  const Tensor want = matmul(a.to(DType::f64), b.to(DType::f64));
+  EXPECT_EQ(compare(matmul(a.to(Device::cuda(0)), b.to(Device::cuda(0))), want, {1e-4, 1e-4}), "");
+  EXPECT_EQ(compare(matmul(a.to(DType::bf16).to(Device::cuda(0)), b.to(DType::bf16).to(Device::cuda(0)), false, false).to(DType::f32),
+                    want, {5e-2, 0.5}), "");
+}
+
+TEST(Gpu, DeviceMismatchIsAClearError) {
+  DARK_REQUIRE_GPU();
+  try {
+    add(Tensor::zeros({2, 3}), Tensor::zeros({2, 3}, DType::f32, Device::cuda(0)));
+    FAIL() << "no exception";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("device mismatch"), std::string::npos) << m;
+    EXPECT_NE(m.find("cuda:0"), std::string::npos) << m;
+  }
+}
+
+TEST(Gpu, AllocatorReusesDeviceMemory) {
+  DARK_REQUIRE_GPU();
+  { Tensor warm = Tensor::empty({1000, 1000}, DType::f32, Device::cuda(0)); }
+  const auto before = allocator_for(Device::cuda(0)).stats();
+  for (int i = 0; i < 50; ++i) Tensor t = Tensor::empty({1000, 1000}, DType::f32, Device::cuda(0));
+  EXPECT_EQ(allocator_for(Device::cuda(0)).stats().system_allocs, before.system_allocs);
+}
+
+TEST(Gpu, NoDeviceIsReportedAsUnavailableNotAsACrash) {
+  // Runs everywhere: on a machine without a driver this must be false, not throw.
+  EXPECT_NO_THROW(cuda_available());
+  if (!cuda_available()) EXPECT_EQ(cuda_device_count(), 0);
+}
+
+}  // namespace
+}  // namespace dark::testing

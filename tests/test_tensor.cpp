@@ -1,0 +1,114 @@
+// Tensor metadata, views, conversions, printing, and the caching allocator.
+#include <gtest/gtest.h>
+
+#include "autograd/ops.h"
+#include "core/allocator.h"
+#include "core/tensor.h"
+#include "train/mlp_demo.h"
+
+namespace dark {
+namespace {
+
+std::vector<double> values(const Tensor& t) { return t.to(DType::f64).to_vector<double>(); }
+
+TEST(Tensor, CreationAndMetadata) {
+  const Tensor t = Tensor::zeros({2, 3, 4});
+  EXPECT_EQ(t.numel(), 24);
+  EXPECT_EQ(t.strides(), (Strides{12, 4, 1}));
+  EXPECT_TRUE(t.is_contiguous());
+  EXPECT_EQ(t.describe(), "f32[2, 3, 4] cpu");
+  EXPECT_EQ(Tensor::full({2}, 2.5, DType::f64).to_vector<double>(), (std::vector<double>{2.5, 2.5}));
+  EXPECT_EQ(Tensor::arange(4, DType::i64).to_vector<std::int64_t>(), (std::vector<std::int64_t>{0, 1, 2, 3}));
+  EXPECT_EQ(Tensor::scalar(3.0).item(), 3.0);
+  EXPECT_FALSE(Tensor().defined());
+  EXPECT_THROW(Tensor::from_vector<float>({1, 2, 3}, {2, 2}), Error);
+  EXPECT_THROW(Tensor::zeros({2}).data<double>(), Error);
+}
+
+TEST(Tensor, ViewsShareStorageAndIndexCorrectly) {
+  const Tensor t = core::reshape(Tensor::arange(24), {2, 3, 4});
+  const Tensor p = core::permute(t, {2, 0, 1});  // [4, 2, 3]
+  EXPECT_TRUE(p.shares_storage(t));
+  EXPECT_FALSE(p.is_contiguous());
+  EXPECT_EQ(p.shape(), (Shape{4, 2, 3}));
+  // p[i][j][k] = t[j][k][i] = 12 j + 4 k + i
+  const auto pv = values(p);
+  EXPECT_EQ(pv[1 * 6 + 1 * 3 + 2], 12 + 8 + 1);
+  const Tensor s = core::slice(t, 2, 1, 4, 2);  // elements 1 and 3 of the last axis
+  EXPECT_EQ(values(s), (std::vector<double>{1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23}));
+  const Tensor neg = core::slice(t, 1, -1, 3);
+  EXPECT_EQ(neg.shape(), (Shape{2, 1, 4}));
+  const Tensor e = core::expand(Tensor::arange(3), {2, 3});
+  EXPECT_EQ(e.strides(), (Strides{0, 1}));
+  EXPECT_EQ(values(e), (std::vector<double>{0, 1, 2, 0, 1, 2}));
+  EXPECT_EQ(core::unsqueeze(Tensor::arange(3), 0).shape(), (Shape{1, 3}));
+  EXPECT_EQ(core::squeeze(core::unsqueeze(Tensor::arange(3), 1), 1).shape(), (Shape{3}));
+  EXPECT_EQ(core::reshape(t, {-1, 4}).shape(), (Shape{6, 4}));
+  // reshape of a non-contiguous view copies into the right order
+  EXPECT_EQ(values(core::reshape(core::transpose(core::reshape(Tensor::arange(6), {2, 3}), 0, 1), {6})),
+            (std::vector<double>{0, 3, 1, 4, 2, 5}));
+}
+
+TEST(Tensor, ErrorsNameTheShapes) {
+  const Tensor t = Tensor::zeros({2, 3});
+  try {
+    core::reshape(t, {4, 2});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("f32[2, 3]"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("[4, 2]"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(core::expand(t, {3, 3}), Error);
+  EXPECT_THROW(core::permute(t, {0, 0}), Error);
+  EXPECT_THROW(core::squeeze(t, 0), Error);
+  EXPECT_THROW(core::slice(t, 5, 0, 1), Error);
+  EXPECT_THROW(Device::parse("gpu"), Error);
+  EXPECT_EQ(Device::parse("cuda:3").index, 3);
+}
+
+TEST(Tensor, DtypeConversionsRoundCorrectly) {
+  const Tensor x = Tensor::from_vector<double>({1.0, 1.00390625, 1.01171875, -2.5, 3.7}, {5});
+  // bfloat16 keeps 8 significant bits and rounds to nearest even.
+  EXPECT_EQ(values(x.to(DType::bf16)), (std::vector<double>{1.0, 1.0, 1.015625, -2.5, 3.703125}));
+  EXPECT_EQ(x.to(DType::i32).to_vector<std::int32_t>(), (std::vector<std::int32_t>{1, 1, 1, -2, 3}));
+  EXPECT_EQ(values(x.to(DType::f32)), (std::vector<double>{1.0, 1.00390625, 1.01171875, -2.5, static_cast<float>(3.7)}));
+}
+
+TEST(Tensor, CopyAndPrinting) {
+  Tensor dst = Tensor::zeros({2, 3});
+  Tensor view = core::transpose(dst, 0, 1);  // write through a strided view
+  view.copy_(core::reshape(Tensor::arange(6), {3, 2}));
+  EXPECT_EQ(values(dst), (std::vector<double>{0, 2, 4, 1, 3, 5}));
+  const std::string s = core::reshape(Tensor::arange(6), {2, 3}).to_string();
+  EXPECT_NE(s.find("Tensor(f32[2, 3] cpu)"), std::string::npos) << s;
+  EXPECT_NE(s.find("[[0, 1, 2],"), std::string::npos) << s;
+  const std::string big = Tensor::arange(100).to_string();
+  EXPECT_NE(big.find("..."), std::string::npos) << big;
+}
+
+TEST(Allocator, ReusesFreedBlocks) {
+  CachingAllocator& a = allocator_for(Device::cpu());
+  { Tensor warm = Tensor::empty({1000, 37}); }
+  const auto before = a.stats();
+  for (int i = 0; i < 100; ++i) Tensor t = Tensor::empty({1000, 37});
+  EXPECT_EQ(a.stats().system_allocs, before.system_allocs);
+  EXPECT_EQ(CachingAllocator::round_size(1), 512u);
+  EXPECT_EQ(CachingAllocator::round_size(3u << 20), 3u << 20);
+  EXPECT_GE(CachingAllocator::round_size((3u << 20) + 1), (3u << 20) + 1);
+}
+
+TEST(Allocator, TrainingLoopMakesNoSystemAllocationsAfterWarmup) {
+  CachingAllocator& a = allocator_for(Device::cpu());
+  MlpDemoConfig config;
+  config.steps = 5;
+  run_mlp_demo(config);  // warm-up: fills the cache with every size the loop uses
+  const auto before = a.stats();
+  config.steps = 50;
+  run_mlp_demo(config);
+  const auto after = a.stats();
+  EXPECT_GT(after.requests - before.requests, 1000u);
+  EXPECT_EQ(after.system_allocs, before.system_allocs) << "a training step reached the system allocator";
+}
+
+}  // namespace
+}  // namespace dark
