@@ -118,7 +118,8 @@ void backward(const Tensor& output, const Tensor& grad) {
     for (std::size_t o = 0; o < entry.outputs.size(); ++o) {
       AutogradMeta& meta = *entry.outputs[o];
       if (meta.grad) {
-        ctx.out_grads_.push_back(*meta.grad);
+        // Gradients accumulate in fp32, but an op's backward works in its output's dtype.
+        ctx.out_grads_.push_back(meta.grad->to(entry.output_templates[o].dtype()));
         meta.grad.reset();  // a non-leaf's gradient lives only until its producer consumed it
         any = true;
       } else {

@@ -26,7 +26,6 @@ struct OpCase {
   std::string name;
   std::vector<InputSpec> inputs;
   std::function<Tensor(const std::vector<Tensor>&)> fn;
-  bool gpu = true;  // false where the op has no CUDA kernel yet
 };
 
 // gtest prints parameters with this (instead of raw bytes).
@@ -61,8 +60,9 @@ inline std::vector<Tensor> make_inputs(const OpCase& c, DType dtype, Device devi
 inline std::vector<OpCase> op_cases() {
   using S = InputSpec;
   std::vector<OpCase> cases;
-  auto add_case = [&](std::string name, std::vector<InputSpec> inputs, std::function<Tensor(const std::vector<Tensor>&)> fn,
-                      bool gpu = true) { cases.push_back({std::move(name), std::move(inputs), std::move(fn), gpu}); };
+  auto add_case = [&](std::string name, std::vector<InputSpec> inputs, std::function<Tensor(const std::vector<Tensor>&)> fn) {
+    cases.push_back({std::move(name), std::move(inputs), std::move(fn)});
+  };
   // binary, with broadcasting and non-contiguous operands
   add_case("add[3,5]+[5]", {{{3, 5}}, {{5}}}, [](auto& x) { return add(x[0], x[1]); });
   add_case("add[4,1,3]+[2,3]", {{{4, 1, 3}}, {{2, 3}}}, [](auto& x) { return add(x[0], x[1]); });
@@ -104,7 +104,7 @@ inline std::vector<OpCase> op_cases() {
   add_case("log_softmax[4,6]T", {{{4, 6}, S::normal, true}}, [](auto& x) { return log_softmax(x[0], -1); });
   // matmul
   add_case("matmul[5,7]x[7,3]", {{{5, 7}}, {{7, 3}}}, [](auto& x) { return matmul(x[0], x[1]); });
-  add_case("matmul[7,5]^Tx[7,3]", {{{7, 5}}, {{7, 3}}}, [](auto& x) { return matmul(x[0], x[1], true, false); });
+  add_case("matmul[7,5]^Tx[7,3]", {{{7, 5}}, {{7, 3}}}, [](auto& x) { return matmul(x[0], x[1], true);  });
   add_case("matmul[5,7]x[3,7]^T", {{{5, 7}}, {{3, 7}}}, [](auto& x) { return matmul(x[0], x[1], false, true); });
   add_case("matmul[7,5]^Tx[3,7]^T", {{{7, 5}}, {{3, 7}}}, [](auto& x) { return matmul(x[0], x[1], true, true); });
   add_case("matmul[2,5,7]Tx[7,3]", {{{2, 5, 7}, S::normal, true}, {{7, 3}}}, [](auto& x) { return matmul(x[0], x[1]); });
@@ -119,8 +119,8 @@ inline std::vector<OpCase> op_cases() {
     auto parts = split(x[0], {2, 5}, 1);
     return concat({square(parts[1]), parts[0]}, 1);
   });
-  add_case("cumsum[4,6]ax1", {{{4, 6}}}, [](auto& x) { return cumsum(x[0], 1); }, false);
-  add_case("cumsum[5,3,2]ax0", {{{5, 3, 2}}}, [](auto& x) { return cumsum(x[0], 0); }, false);
+  add_case("cumsum[4,6]ax1", {{{4, 6}}}, [](auto& x) { return cumsum(x[0], 1); });
+  add_case("cumsum[5,3,2]ax0", {{{5, 3, 2}}}, [](auto& x) { return cumsum(x[0], 0); });
   add_case("where[3,4]", {{{3, 4}}, {{3, 4}}, {{4}}}, [](auto& x) { return where(gt(x[0], x[1]), x[0], x[2]); });
   add_case("masked_fill[3,5]", {{{3, 5}}}, [](auto& x) {
     return masked_fill(x[0], lt(x[0], Tensor::scalar(0.0, x[0].dtype(), x[0].device())), -3.0);
@@ -128,11 +128,11 @@ inline std::vector<OpCase> op_cases() {
   add_case("embedding[7,5]", {{{7, 5}}}, [](auto& x) {
     const Tensor ids = Tensor::from_vector<std::int64_t>({3, 0, 6, 3, 3, 1}, {2, 3}).to(x[0].device());
     return embedding(x[0], ids);
-  }, false);
+  });
   add_case("index_select[4,6,3]ax1", {{{4, 6, 3}}}, [](auto& x) {
     const Tensor idx = Tensor::from_vector<std::int32_t>({5, 0, 5, 2}, {4}).to(x[0].device());
     return index_select(x[0], 1, idx);
-  }, false);
+  });
   // a composite: a two-layer MLP with a softmax cross-entropy written in small ops
   add_case("mlp+cross_entropy", {{{6, 5}}, {{5, 7}}, {{7}}, {{7, 4}}}, [](auto& x) {
     const Tensor h = gelu(add(matmul(x[0], x[1]), x[2]));

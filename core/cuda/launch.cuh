@@ -1,0 +1,70 @@
+// Shared helpers of the CUDA kernel files: launch sizes for grid-stride loops, the
+// accumulation type of each storage type (bf16 computes in float) and value conversions
+// that round exactly as the CPU does (BFloat16's own round-to-nearest-even).
+// Kernels use 64-bit indices everywhere and launch on the legacy default stream (0).
+#pragma once
+#include <cstdint>
+#include <initializer_list>
+#include <type_traits>
+#include <utility>
+
+#include "core/bfloat16.h"
+#include "core/cuda/cuda_check.h"
+
+namespace dark::cuda {
+
+inline constexpr int kThreads = 256;          // threads per block of elementwise kernels
+inline constexpr std::int64_t kMaxBlocks = 8192;  // grid-stride loops cover the rest
+
+// Blocks for a grid-stride loop over n items with `threads` threads per block (n > 0).
+inline unsigned grid_for(std::int64_t n, int threads = kThreads) {
+  const std::int64_t blocks = (n + threads - 1) / threads;
+  return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > kMaxBlocks ? kMaxBlocks : blocks));
+}
+
+__device__ __forceinline__ std::int64_t global_thread() {
+  return static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ __forceinline__ std::int64_t grid_threads() {
+  return static_cast<std::int64_t>(blockDim.x) * gridDim.x;
+}
+
+// The type arithmetic runs in: float for bf16 and f32, double for f64.
+template <class T> struct AccOf { using type = T; };
+template <> struct AccOf<BFloat16> { using type = float; };
+template <class T> using acc_t = typename AccOf<T>::type;
+
+// Value conversion between any two storage types; bf16 goes through float on both sides.
+template <class To, class From>
+__host__ __device__ __forceinline__ To convert(From x) {
+  if constexpr (std::is_same_v<To, From>) {
+    return x;
+  } else if constexpr (std::is_same_v<To, BFloat16>) {
+    if constexpr (std::is_same_v<From, BFloat16>) return x;
+    else return BFloat16(static_cast<float>(x));
+  } else if constexpr (std::is_same_v<From, BFloat16>) {
+    return static_cast<To>(static_cast<float>(x));
+  } else {
+    return static_cast<To>(x);
+  }
+}
+
+// Throws naming kernel and role unless every tensor holds T (the dispatched dtype).
+template <class T>
+void check_dtype(const char* kernel, std::initializer_list<std::pair<const char*, const Tensor*>> tensors) {
+  for (const auto& [role, t] : tensors)
+    DARK_CHECK(t->dtype() == dtype_of<T>::value, kernel, ": ", role, " ", t->describe(),
+               " is not ", dtype_name(dtype_of<T>::value), " like the other operands");
+}
+
+// Loads an element as its accumulation type / stores an accumulation value rounded.
+template <class T>
+__device__ __forceinline__ acc_t<T> load(const T* p, std::int64_t i) {
+  return convert<acc_t<T>>(p[i]);
+}
+template <class T>
+__device__ __forceinline__ void store(T* p, std::int64_t i, acc_t<T> v) {
+  p[i] = convert<T>(v);
+}
+
+}  // namespace dark::cuda
