@@ -6,6 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake pkg-config
   libdnnl-dev            # oneDNN: CPU matmul
+  ocl-icd-opencl-dev opencl-c-headers  # required by Debian's oneDNN CMake config
   nlohmann-json3-dev     # JSON configs
   libspdlog-dev          # console logging
   libsentencepiece-dev   # tokenizer (data/)

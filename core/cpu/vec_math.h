@@ -13,11 +13,13 @@
 
 namespace dark::cpu::vmath {
 
-DARK_INLINE float exp(float x) {
+// exp for x in [-87.5, 88.72] (callers clamp or know their range); NaN propagates.
+// kNonPositive: the caller guarantees x <= 0, which skips the n = 128 case (faster).
+template <bool kNonPositive = false>
+DARK_INLINE float exp_in_range(float x) {
   constexpr float kLog2e = 1.44269504088896341f;
-  const float xc = x < -87.5f ? -87.5f : (x > 88.5f ? 88.5f : x);
-  const float n = std::floor(xc * kLog2e + 0.5f);
-  const float r = xc - n * 0.693359375f - n * -2.12194440e-4f;  // ln 2 split hi/lo
+  const float n = std::floor(x * kLog2e + 0.5f);
+  const float r = x - n * 0.693359375f - n * -2.12194440e-4f;  // ln 2 split hi/lo
   float p = 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
   p = p * r + 8.3334519073e-3f;
@@ -25,10 +27,16 @@ DARK_INLINE float exp(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   const float y = p * r * r + r + 1.0f;
+  if constexpr (kNonPositive) return y * std::bit_cast<float>((static_cast<std::int32_t>(n) + 127) << 23);
   // 2^n, with n = 128 (x just below ln FLT_MAX) taken as 2^127 * 2 to stay finite.
   const float n_low = n > 127.0f ? 127.0f : n;
   const float scale = std::bit_cast<float>((static_cast<std::int32_t>(n_low) + 127) << 23);
-  const float result = y * scale * (1.0f + (n - n_low));
+  return y * scale * (1.0f + (n - n_low));
+}
+
+DARK_INLINE float exp(float x) {
+  const float xc = x < -87.5f ? -87.5f : (x > 88.5f ? 88.5f : x);
+  const float result = exp_in_range(xc);
   const float big = x > 88.72283935546875f ? std::numeric_limits<float>::infinity() : result;
   const float small = x < -87.5f ? 0.0f : big;
   return x != x ? x : small;
@@ -94,7 +102,9 @@ DARK_INLINE float erfc(float x) {
   p = p * t + 0.37409196f;
   p = p * t + 1.00002368f;
   p = p * t - 1.26551223f;
-  const float ans = t * exp(-z * z + p);
+  // The exponent is below 0 for every z >= 0, and below -87.5 erfc underflows to 0.
+  const float e = -z * z + p;
+  const float ans = e < -87.5f ? 0.0f : t * exp_in_range<true>(e);
   return x >= 0.0f ? ans : 2.0f - ans;
 }
 
