@@ -55,6 +55,7 @@ Tensor unary(UnaryOp op, const Tensor& x, double alpha = 0.0);
 Tensor sum(const Tensor& x, std::vector<int> axes = {}, bool keepdim = false);
 Tensor mean(const Tensor& x, std::vector<int> axes = {}, bool keepdim = false);
 Tensor max(const Tensor& x, std::vector<int> axes = {}, bool keepdim = false);  // ties share the gradient
+Tensor min(const Tensor& x, std::vector<int> axes = {}, bool keepdim = false);  // ties share the gradient
 Tensor logsumexp(const Tensor& x, std::vector<int> axes = {}, bool keepdim = false);
 Tensor reduce(ReduceOp op, const Tensor& x, std::vector<int> axes, bool keepdim);
 // Sums x down to `shape` (the inverse of broadcasting): used by broadcasting backward.

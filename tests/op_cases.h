@@ -94,6 +94,7 @@ inline std::vector<OpCase> op_cases() {
   add_case("sum[3,5,7]ax0,2keep", {{{3, 5, 7}}}, [](auto& x) { return sum(x[0], {0, 2}, true); });
   add_case("mean[4,9]T ax-1", {{{4, 9}, S::normal, true}}, [](auto& x) { return mean(x[0], {-1}); });
   add_case("max[5,7]ax1", {{{5, 7}, S::distinct}}, [](auto& x) { return max(x[0], {1}); });
+  add_case("min[6,5]ax0keep", {{{6, 5}, S::distinct}}, [](auto& x) { return min(x[0], {0}, true); });
   add_case("max[3,4,5]ax0,1", {{{3, 4, 5}, S::distinct}}, [](auto& x) { return max(x[0], {0, 1}); });
   add_case("logsumexp[6,33]ax1", {{{6, 33}}}, [](auto& x) { return logsumexp(x[0], {1}); });
   add_case("logsumexp[4,3,5]ax0keep", {{{4, 3, 5}}}, [](auto& x) { return logsumexp(x[0], {0}, true); });

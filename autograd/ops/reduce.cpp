@@ -103,6 +103,7 @@ Tensor reduce(ReduceOp op, const Tensor& x, std::vector<int> axes_in, bool keepd
 Tensor sum(const Tensor& x, std::vector<int> axes, bool keepdim) { return reduce(ReduceOp::sum, x, std::move(axes), keepdim); }
 Tensor mean(const Tensor& x, std::vector<int> axes, bool keepdim) { return reduce(ReduceOp::mean, x, std::move(axes), keepdim); }
 Tensor max(const Tensor& x, std::vector<int> axes, bool keepdim) { return reduce(ReduceOp::max, x, std::move(axes), keepdim); }
+Tensor min(const Tensor& x, std::vector<int> axes, bool keepdim) { return reduce(ReduceOp::min, x, std::move(axes), keepdim); }
 Tensor logsumexp(const Tensor& x, std::vector<int> axes, bool keepdim) {
   return reduce(ReduceOp::logsumexp, x, std::move(axes), keepdim);
 }
