@@ -95,6 +95,32 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);
 Tensor cumsum(const Tensor& x, int axis);
 
+// ---- fused ops (one tape entry each, hand-written backward; Llama-style models) ----
+// RMSNorm over the last axis: x: (..., D), weight: (D) -> x * rsqrt(mean(x^2) + eps) * weight.
+Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps);
+// Rotary position embedding, Hugging Face Llama convention (rotate_half): x: (B, T, H, D),
+// D even; pairs (i, i + D/2) rotate by angle (t + position_offset) * theta^(-2i/D):
+// out[i] = x[i] cos - x[i + D/2] sin, out[i + D/2] = x[i + D/2] cos + x[i] sin.
+// Angles, cos and sin are computed in double (then rounded to x's dtype) and cached per
+// (T, D, theta, offset, dtype, device).
+Tensor rope(const Tensor& x, double theta, std::int64_t position_offset = 0);
+// softmax(q k^T * scale + mask) v without the (T, S) matrix: tiled online softmax forward,
+// FlashAttention-2 backward (recomputes probabilities per tile; deterministic).
+// q: (B, T, Hq, D), k and v: (B, S, Hkv, D) with Hq % Hkv == 0 (grouped-query attention:
+// query head h uses kv head h / (Hq / Hkv)) -> (B, T, Hq, D). Any strides (inputs without
+// unit stride on D are copied first). causal: query t sees keys s <= t + (S - T), so the
+// usual mask when T == S and the cached-prefix mask when T < S. A query that sees no key
+// (possible only when causal and T > S: rows t < T - S) outputs 0 and gets zero gradient.
+Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale);
+// Mean over rows whose target != ignore_index of logsumexp(logits[n]) - logits[n, target[n]];
+// 0 (and zero gradient) when every row is ignored. logits: (N, V) float, targets: (N) i32 / i64,
+// gradient flows to logits only. The (N, V) softmax is never stored: backward rebuilds it
+// from the saved per-row logsumexp.
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, std::int64_t ignore_index = -100);
+// silu(gate) * up and gelu(gate) * up (exact gelu), elementwise on same-shape tensors.
+Tensor swiglu(const Tensor& gate, const Tensor& up);
+Tensor geglu(const Tensor& gate, const Tensor& up);
+
 // ---- operators for readable model code ----
 inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
 inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }

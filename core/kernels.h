@@ -92,4 +92,66 @@ DARK_DECLARE_KERNEL(fill_normal, void(Tensor& out, std::uint64_t seed, std::uint
 DARK_DECLARE_KERNEL(fill_uniform, void(Tensor& out, std::uint64_t seed, std::uint64_t stream,
                                        std::uint64_t offset, double low, double high))
 
+// ---- fused ops (autograd/ops/{rms_norm,rope,flash_attention,cross_entropy,glu}.cpp) ----
+// Per-row statistics (rstd, lse) are held in grad_dtype(x): f32 for f32 and bf16, f64 for f64.
+
+// RMSNorm over the last axis: y = x * rstd * weight, rstd = 1 / sqrt(mean(x^2) + eps).
+// x, y: (R, D), weight: (D), rstd: (R); all contiguous.
+DARK_DECLARE_KERNEL(rms_norm_forward, void(const Tensor& x, const Tensor& weight, Tensor& y, Tensor& rstd,
+                                           double eps))
+// dx: (R, D) and dweight: (D) are written (not accumulated); either may be undefined, and
+// is then not computed. dweight is summed over rows in a fixed order (deterministic).
+DARK_DECLARE_KERNEL(rms_norm_backward, void(const Tensor& x, const Tensor& weight, const Tensor& rstd,
+                                            const Tensor& dy, Tensor& dx, Tensor& dweight))
+
+// Rotary embedding, rotate-half convention: for each (b, t, h) row of x: (B, T, H, D),
+// pairs (i, i + D/2) rotate by the angle whose cos / sin are cos[t, i], sin[t, i]
+// (tables (T, D/2) in grad_dtype(x)). inverse = true rotates by the negative angle (the
+// backward). x, y contiguous.
+DARK_DECLARE_KERNEL(rope, void(const Tensor& x, const Tensor& cos, const Tensor& sin, Tensor& y, bool inverse))
+
+// Flash attention with grouped-query heads (query head h reads kv head h / (Hq / Hkv)).
+// q: (B, T, Hq, D); k, v: (B, S, Hkv, D); each with unit stride on D and a stride >= D on
+// the sequence axis (other strides arbitrary). causal: query t sees keys s <= t + S - T.
+// out: (B, T, Hq, D) and lse: (B, Hq, T) contiguous; a query row that sees no key gets
+// out = 0 and lse = -inf.
+DARK_DECLARE_KERNEL(flash_attention_forward, void(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
+                                                  Tensor& lse, bool causal, double scale))
+// out, lse from the forward; dout: (B, T, Hq, D) contiguous. dq, dk, dv contiguous with
+// q's, k's and v's shapes, written (not accumulated). Deterministic: fixed summation order,
+// independent of the thread count.
+DARK_DECLARE_KERNEL(flash_attention_backward, void(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                   const Tensor& out, const Tensor& lse, const Tensor& dout,
+                                                   Tensor& dq, Tensor& dk, Tensor& dv, bool causal, double scale))
+
+// Cross entropy over rows of logits: (N, V) with targets: (N) (i32 / i64, read from the
+// tensor) contiguous. lse: (N) gets each row's logsumexp (0 for ignored rows); loss (one
+// element, logits' dtype) the mean of lse - logit[target] over rows whose target is not
+// ignore_index (0 when all are ignored). A target outside [0, V) is an error.
+DARK_DECLARE_KERNEL(cross_entropy_forward, void(const Tensor& logits, const Tensor& targets, Tensor& lse,
+                                                Tensor& loss, std::int64_t ignore_index))
+// dlogits: (N, V) = (softmax - onehot(target)) * dloss / count on counted rows, 0 on
+// ignored rows; dloss holds one element.
+DARK_DECLARE_KERNEL(cross_entropy_backward, void(const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                                                 const Tensor& dloss, Tensor& dlogits, std::int64_t ignore_index))
+
+// Gated activations of the feed-forward block: out = act(gate) * up, elementwise on
+// same-shape contiguous tensors (swiglu: act = silu; geglu: act = exact gelu).
+enum class GluOp : std::uint8_t { swiglu, geglu };
+DARK_DECLARE_KERNEL(glu_forward, void(GluOp op, const Tensor& gate, const Tensor& up, Tensor& out))
+// dgate = dout * up * act'(gate), dup = dout * act(gate); either may be undefined (skipped).
+DARK_DECLARE_KERNEL(glu_backward, void(GluOp op, const Tensor& gate, const Tensor& up, const Tensor& dout,
+                                       Tensor& dgate, Tensor& dup))
+
+// One AdamW step over contiguous float32 buffers of equal size (decoupled weight decay):
+//   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
+//   p -= lr * (m / c1 / (sqrt(v / c2) + eps) + weight_decay * p)
+// with bias corrections c1 = 1 - b1^t, c2 = 1 - b2^t passed in.
+struct AdamWParams {
+  double lr = 0, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0;
+  double bias_correction1 = 1, bias_correction2 = 1;
+};
+DARK_DECLARE_KERNEL(adamw_step, void(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
+                                     const AdamWParams& p))
+
 }  // namespace dark

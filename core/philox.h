@@ -58,9 +58,10 @@ DARK_HOST_DEVICE double normal(const Block& b, int lane) {
   // (u + 1) / 2^32 lies in (0, 1], so the log is finite.
   const double u1 = (static_cast<double>(b.v[pair]) + 1.0) * (1.0 / 4294967296.0);
   const double u2 = static_cast<double>(b.v[pair + 1]) * (1.0 / 4294967296.0);
-  const double radius = sqrt(-2.0 * log(u1));
+  // Global (C) math: unqualified names would find dark:: tensor ops when ops.h is included.
+  const double radius = ::sqrt(-2.0 * ::log(u1));
   const double angle = 6.283185307179586476925 * u2;
-  return (lane & 1) ? radius * sin(angle) : radius * cos(angle);
+  return (lane & 1) ? radius * ::sin(angle) : radius * ::cos(angle);
 }
 
 }  // namespace dark::philox

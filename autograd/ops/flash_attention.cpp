@@ -1,0 +1,64 @@
+// Flash attention, fused: softmax(q k^T * scale + causal mask) v for grouped-query heads
+// as one tape entry. The forward saves only the output and the per-row logsumexp
+// (B, Hq, T); the backward kernel recomputes the probabilities tile by tile
+// (FlashAttention-2), so no (T, S) matrix ever exists for the whole sequence.
+#include "autograd/ops.h"
+#include "autograd/ops/op_util.h"
+
+namespace dark {
+namespace {
+
+// The kernels read (B, L, H, D) tensors through their strides but need unit stride on D
+// and a sequence stride of at least D (a row-major matrix of L rows per head); anything
+// else (e.g. a transposed or expanded view) is copied first.
+Tensor attention_layout(const Tensor& x) {
+  const std::int64_t d = x.shape()[3];
+  const bool ok = (x.stride(3) == 1 || d == 1) && x.stride(1) >= d && x.stride(0) >= 0 && x.stride(2) >= 0;
+  return ok ? x : x.contiguous();
+}
+
+}  // namespace
+
+Tensor flash_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, bool causal, double scale) {
+  const char* name = "flash_attention";
+  ops_detail::check_floating(name, q_in);
+  ops_detail::check_same(name, q_in, k_in);
+  ops_detail::check_same(name, q_in, v_in);
+  DARK_CHECK(q_in.dim() == 4 && k_in.dim() == 4 && v_in.dim() == 4, name,
+             ": q must be (B, T, Hq, D) and k, v (B, S, Hkv, D), got q ", q_in.describe(), ", k ", k_in.describe(),
+             ", v ", v_in.describe());
+  DARK_CHECK(k_in.shape() == v_in.shape(), name, ": k and v must have the same shape, got k ", k_in.describe(),
+             ", v ", v_in.describe());
+  const std::int64_t batch = q_in.shape()[0], hq = q_in.shape()[2], d = q_in.shape()[3];
+  const std::int64_t hkv = k_in.shape()[2];
+  DARK_CHECK(k_in.shape()[0] == batch && k_in.shape()[3] == d, name,
+             ": k and v must share q's batch size and head dimension, got q ", q_in.describe(), ", k ",
+             k_in.describe());
+  DARK_CHECK(d > 0, name, ": head dimension must be positive, got q ", q_in.describe());
+  DARK_CHECK(hkv > 0 && hq % hkv == 0, name, ": query heads (", hq, ") must be a multiple of key/value heads (",
+             hkv, "), got q ", q_in.describe(), ", k ", k_in.describe());
+  const Tensor q = attention_layout(q_in);
+  const Tensor k = attention_layout(k_in);
+  const Tensor v = attention_layout(v_in);
+  Tensor out = Tensor::empty(q.shape(), q.dtype(), q.device());
+  Tensor lse = Tensor::empty({batch, hq, q.shape()[1]}, grad_dtype(q.dtype()), q.device());
+  kernels::flash_attention_forward().get(q.device().type, q.dtype())(q, k, v, out, lse, causal, scale);
+  if (should_record({&q_in, &k_in, &v_in})) {
+    record(name, {q_in, k_in, v_in}, {&out},
+           [q = q.detach(), k = k.detach(), v = v.detach(), out = out.detach(), lse, causal,
+            scale](BackwardContext& g) {
+             const Tensor dout = g.out_grad().contiguous();
+             Tensor dq = Tensor::empty(q.shape(), q.dtype(), q.device());
+             Tensor dk = Tensor::empty(k.shape(), k.dtype(), k.device());
+             Tensor dv = Tensor::empty(v.shape(), v.dtype(), v.device());
+             kernels::flash_attention_backward().get(q.device().type, q.dtype())(q, k, v, out, lse, dout, dq, dk, dv,
+                                                                                 causal, scale);
+             if (g.needs_grad(0)) g.set_input_grad(0, dq);
+             if (g.needs_grad(1)) g.set_input_grad(1, dk);
+             if (g.needs_grad(2)) g.set_input_grad(2, dv);
+           });
+  }
+  return out;
+}
+
+}  // namespace dark

@@ -1,0 +1,38 @@
+// Gated activations of the feed-forward block, fused: swiglu = silu(gate) * up and
+// geglu = gelu(gate) * up (exact gelu). One tape entry; the backward kernel recomputes the
+// activation from gate, so only the inputs are saved.
+#include "autograd/ops.h"
+#include "autograd/ops/op_util.h"
+
+namespace dark {
+namespace {
+
+Tensor glu(GluOp op, const char* name, const Tensor& gate_in, const Tensor& up_in) {
+  ops_detail::check_floating(name, gate_in);
+  ops_detail::check_same(name, gate_in, up_in);
+  DARK_CHECK(gate_in.shape() == up_in.shape(), name, ": gate and up must have the same shape, got ",
+             gate_in.describe(), " and ", up_in.describe());
+  const Tensor gate = gate_in.contiguous();
+  const Tensor up = up_in.contiguous();
+  Tensor out = Tensor::empty(gate.shape(), gate.dtype(), gate.device());
+  kernels::glu_forward().get(gate.device().type, gate.dtype())(op, gate, up, out);
+  if (should_record({&gate_in, &up_in})) {
+    record(name, {gate_in, up_in}, {&out}, [op, gate = gate.detach(), up = up.detach()](BackwardContext& g) {
+      const Tensor dout = g.out_grad().contiguous();
+      Tensor dgate, dup;
+      if (g.needs_grad(0)) dgate = Tensor::empty(gate.shape(), gate.dtype(), gate.device());
+      if (g.needs_grad(1)) dup = Tensor::empty(up.shape(), up.dtype(), up.device());
+      kernels::glu_backward().get(gate.device().type, gate.dtype())(op, gate, up, dout, dgate, dup);
+      if (dgate.defined()) g.set_input_grad(0, dgate);
+      if (dup.defined()) g.set_input_grad(1, dup);
+    });
+  }
+  return out;
+}
+
+}  // namespace
+
+Tensor swiglu(const Tensor& gate, const Tensor& up) { return glu(GluOp::swiglu, "swiglu", gate, up); }
+Tensor geglu(const Tensor& gate, const Tensor& up) { return glu(GluOp::geglu, "geglu", gate, up); }
+
+}  // namespace dark

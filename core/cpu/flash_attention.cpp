@@ -1,0 +1,472 @@
+// CPU flash attention for grouped-query heads, forward and backward.
+//
+// Forward (FlashAttention-2): one task per (batch, query head, tile of kFwdBlockQ queries).
+// It walks the tiles of kFwdBlockK keys the queries can see, keeps a running row max m,
+// row sum l and unnormalised output (online softmax), and at the end writes
+// out = acc / l and lse = m + log(l). Per thread only O(kFwdBlockQ * (kFwdBlockK + D)) scratch.
+//
+// Backward: D_i = rowsum(dO * O) first; then, tile pair by tile pair, P = exp(S - lse) is
+// recomputed and
+//   dV += P^T dO,  dS = P * (dO V^T - D_i),  dK += scale dS^T Q,  dQ += scale dS K.
+// Each of dK, dV (per key tile) and dQ (per query tile) is owned by one task at a time and
+// accumulated in a fixed order (see use_fused_schedule for the two schedules, which do the
+// same arithmetic). Nothing is atomic, so the result is bitwise the same for any number
+// of threads. Extra memory: D_i (B, Hq, T) and per-thread tiles.
+//
+// Matrix products on tiles go to oneDNN's sgemm (float32; single-threaded inside our
+// parallel region) or a plain loop (float64, used for gradchecks). The tile loops over
+// float32 rows are compiled for several instruction sets (as in core/cpu/elementwise.cpp).
+#include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include "core/cpu/parallel.h"
+#include "core/cpu/vec_math.h"
+#include "core/kernels.h"
+
+namespace dark::cpu {
+namespace {
+
+#define DARK_CPU_CLONES __attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4")))
+
+// Tile sizes (queries x keys), tuned on AVX-512 with D = 64: the forward favours wide key
+// tiles, the backward tall query tiles.
+constexpr std::int64_t kFwdBlockQ = 64, kFwdBlockK = 128;
+constexpr std::int64_t kBwdBlockQ = 128, kBwdBlockK = 64;
+
+// Row-major C = alpha * op(A) op(B) + beta * C, op = transpose for 'T'.
+bool gemm(char ta, char tb, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,
+          std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c, std::int64_t ldc) {
+  return dnnl_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) == dnnl_success;
+}
+
+bool gemm(char ta, char tb, std::int64_t m, std::int64_t n, std::int64_t k, double alpha, const double* a,
+          std::int64_t lda, const double* b, std::int64_t ldb, double beta, double* c, std::int64_t ldc) {
+  for (std::int64_t i = 0; i < m; ++i)
+    for (std::int64_t j = 0; j < n; ++j) {
+      double acc = 0;
+      for (std::int64_t p = 0; p < k; ++p)
+        acc += (ta == 'T' ? a[p * lda + i] : a[i * lda + p]) * (tb == 'T' ? b[j * ldb + p] : b[p * ldb + j]);
+      c[i * ldc + j] = alpha * acc + (beta == 0 ? 0.0 : beta * c[i * ldc + j]);
+    }
+  return true;
+}
+
+// Shapes, strides and the causal geometry of one call.
+struct Geometry {
+  std::int64_t batch, t, s, hq, hkv, d, group;
+  std::int64_t q_strides[3], k_strides[3], v_strides[3];  // batch, sequence, head (D has stride 1)
+  bool causal;
+
+  Geometry(const Tensor& q, const Tensor& k, const Tensor& v, bool causal_)
+      : batch(q.shape()[0]), t(q.shape()[1]), s(k.shape()[1]), hq(q.shape()[2]), hkv(k.shape()[2]),
+        d(q.shape()[3]), group(q.shape()[2] / k.shape()[2]), causal(causal_) {
+    for (int i = 0; i < 3; ++i) {
+      q_strides[i] = q.stride(i);
+      k_strides[i] = k.stride(i);
+      v_strides[i] = v.stride(i);
+    }
+  }
+  // Keys [0, key_end(t)) are visible to query t (may be <= 0: none).
+  std::int64_t key_end(std::int64_t tq) const { return causal ? std::min(s, tq + (s - t) + 1) : s; }
+  // The first query that sees key sk.
+  std::int64_t query_begin(std::int64_t sk) const { return causal ? std::max<std::int64_t>(0, sk - (s - t)) : 0; }
+};
+
+template <class T>
+T neg_inf() {
+  return -std::numeric_limits<T>::infinity();
+}
+
+// ---- row loops on tiles (row stride ld) ----
+
+// Online-softmax update of rows [0, rows) of the score tile: row r has visible[r] leading
+// valid columns of cols. Turns scores into exp(score - new max) (0 where masked), updates
+// m and l, and returns in alpha[r] the factor the accumulated output row must be scaled by.
+template <class T>
+DARK_INLINE void online_softmax_rows(T* tile, std::int64_t ld, std::int64_t rows, std::int64_t cols,
+                                     const std::int64_t* visible, T* m, T* l, T* alpha) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    T* row = tile + r * ld;
+    const std::int64_t n = visible[r];
+    T mx = neg_inf<T>();
+#pragma omp simd reduction(max : mx)
+    for (std::int64_t c = 0; c < n; ++c) mx = row[c] > mx ? row[c] : mx;
+    const T m_new = mx > m[r] ? mx : m[r];
+    if (m_new == neg_inf<T>()) {  // nothing visible yet
+      for (std::int64_t c = 0; c < cols; ++c) row[c] = 0;
+      alpha[r] = 1;
+      continue;
+    }
+    T sum = 0;
+#pragma omp simd reduction(+ : sum)
+    for (std::int64_t c = 0; c < n; ++c) {
+      const T p = vmath::exp(row[c] - m_new);
+      row[c] = p;
+      sum += p;
+    }
+    for (std::int64_t c = n; c < cols; ++c) row[c] = 0;
+    alpha[r] = m[r] == neg_inf<T>() ? T(0) : vmath::exp(m[r] - m_new);
+    l[r] = l[r] * alpha[r] + sum;
+    m[r] = m_new;
+  }
+}
+
+// P = exp(S - lse) on the visible columns, 0 elsewhere.
+template <class T>
+DARK_INLINE void probabilities_rows(T* tile, std::int64_t ld, std::int64_t rows, std::int64_t cols,
+                                    const std::int64_t* visible, const T* lse) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    T* row = tile + r * ld;
+    const std::int64_t n = visible[r];
+    const T shift = lse[r];
+#pragma omp simd
+    for (std::int64_t c = 0; c < n; ++c) row[c] = vmath::exp(row[c] - shift);
+    for (std::int64_t c = n; c < cols; ++c) row[c] = 0;
+  }
+}
+
+// dS = P * (dP - D_i), written over dP.
+template <class T>
+DARK_INLINE void score_grad_rows(const T* p, T* dp, std::int64_t ld, std::int64_t rows, std::int64_t cols,
+                                 const T* di) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const T* pr = p + r * ld;
+    T* dr = dp + r * ld;
+    const T dd = di[r];
+#pragma omp simd
+    for (std::int64_t c = 0; c < cols; ++c) dr[c] = pr[c] * (dr[c] - dd);
+  }
+}
+
+DARK_CPU_CLONES void online_softmax_rows_f32(float* tile, std::int64_t ld, std::int64_t rows, std::int64_t cols,
+                                             const std::int64_t* visible, float* m, float* l, float* alpha) {
+  online_softmax_rows(tile, ld, rows, cols, visible, m, l, alpha);
+}
+DARK_CPU_CLONES void probabilities_rows_f32(float* tile, std::int64_t ld, std::int64_t rows, std::int64_t cols,
+                                            const std::int64_t* visible, const float* lse) {
+  probabilities_rows(tile, ld, rows, cols, visible, lse);
+}
+DARK_CPU_CLONES void score_grad_rows_f32(const float* p, float* dp, std::int64_t ld, std::int64_t rows,
+                                         std::int64_t cols, const float* di) {
+  score_grad_rows(p, dp, ld, rows, cols, di);
+}
+
+template <class T>
+void online_softmax(T* tile, std::int64_t ld, std::int64_t rows, std::int64_t cols, const std::int64_t* visible, T* m,
+                    T* l, T* alpha) {
+  if constexpr (std::is_same_v<T, float>) online_softmax_rows_f32(tile, ld, rows, cols, visible, m, l, alpha);
+  else online_softmax_rows(tile, ld, rows, cols, visible, m, l, alpha);
+}
+template <class T>
+void probabilities(T* tile, std::int64_t ld, std::int64_t rows, std::int64_t cols, const std::int64_t* visible,
+                   const T* lse) {
+  if constexpr (std::is_same_v<T, float>) probabilities_rows_f32(tile, ld, rows, cols, visible, lse);
+  else probabilities_rows(tile, ld, rows, cols, visible, lse);
+}
+template <class T>
+void score_grad(const T* p, T* dp, std::int64_t ld, std::int64_t rows, std::int64_t cols, const T* di) {
+  if constexpr (std::is_same_v<T, float>) score_grad_rows_f32(p, dp, ld, rows, cols, di);
+  else score_grad_rows(p, dp, ld, rows, cols, di);
+}
+
+// Number of visible columns of key block [s0, s0 + cols) for queries t0 .. t0 + rows - 1.
+void visible_columns(const Geometry& g, std::int64_t t0, std::int64_t rows, std::int64_t s0, std::int64_t cols,
+                     std::int64_t* visible) {
+  for (std::int64_t r = 0; r < rows; ++r)
+    visible[r] = std::clamp<std::int64_t>(g.key_end(t0 + r) - s0, 0, cols);
+}
+
+// Runs task(i, scratch) for i in [0, n) on the OpenMP threads, each with its own scratch.
+// Dynamic scheduling balances causal tiles of unequal cost; every task writes disjoint
+// outputs in a fixed order, so the schedule never changes a result. Inside, the thread
+// count ICV is set to 1 so that oneDNN's sgemm always runs single-threaded (the same
+// arithmetic whatever the team size). Returns false if any task failed.
+template <class Scratch, class MakeScratch, class Task>
+bool run_tasks(std::int64_t n, MakeScratch&& make_scratch, Task&& task) {
+  if (n <= 0) return true;
+  std::atomic<bool> ok{true};
+  const int threads = omp_in_parallel() ? 1 : static_cast<int>(std::min<std::int64_t>(omp_get_max_threads(), n));
+#pragma omp parallel num_threads(threads)
+  {
+    omp_set_num_threads(1);  // this thread's nested regions only
+    Scratch scratch = make_scratch();
+#pragma omp for schedule(dynamic, 1)
+    for (std::int64_t i = 0; i < n; ++i)
+      if (ok.load(std::memory_order_relaxed) && !task(i, scratch)) ok.store(false, std::memory_order_relaxed);
+  }
+  return ok.load();
+}
+
+// A 64-byte aligned scratch array (tiles get the same alignment in every task).
+template <class T>
+class AlignedBuffer {
+ public:
+  AlignedBuffer() = default;
+  explicit AlignedBuffer(std::size_t n)
+      : data_(static_cast<T*>(std::aligned_alloc(64, (n * sizeof(T) + 63) / 64 * 64))) {
+    DARK_CHECK(data_ != nullptr, "flash_attention: cannot allocate ", n * sizeof(T), " bytes of scratch");
+  }
+  T* data() const { return data_.get(); }
+
+ private:
+  struct Free {
+    void operator()(T* p) const { std::free(p); }
+  };
+  std::unique_ptr<T[], Free> data_;
+};
+
+template <class T>
+struct ForwardScratch {
+  AlignedBuffer<T> tile, acc;
+  std::vector<T> m, l, alpha;
+  std::vector<std::int64_t> visible;
+};
+
+template <class T>
+void flash_attention_forward_kernel(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out, Tensor& lse,
+                                    bool causal, double scale_d) {
+  const Geometry g(q, k, v, causal);
+  const T scale = static_cast<T>(scale_d);
+  const T* pq = q.data<T>();
+  const T* pk = k.data<T>();
+  const T* pv = v.data<T>();
+  T* po = out.data<T>();
+  T* plse = lse.data<T>();
+  const std::int64_t q_blocks = (g.t + kFwdBlockQ - 1) / kFwdBlockQ;
+  const std::int64_t d = g.d;
+  auto make_scratch = [&] {
+    ForwardScratch<T> s;
+    s.tile = AlignedBuffer<T>(kFwdBlockQ * kFwdBlockK);
+    s.acc = AlignedBuffer<T>(kFwdBlockQ * d);
+    s.m.resize(kFwdBlockQ);
+    s.l.resize(kFwdBlockQ);
+    s.alpha.resize(kFwdBlockQ);
+    s.visible.resize(kFwdBlockQ);
+    return s;
+  };
+  auto task = [&](std::int64_t i, ForwardScratch<T>& s) {
+    const std::int64_t qb = i % q_blocks, h = (i / q_blocks) % g.hq, b = i / (q_blocks * g.hq);
+    const std::int64_t kv = h / g.group;
+    const std::int64_t t0 = qb * kFwdBlockQ, rows = std::min(g.t, t0 + kFwdBlockQ) - t0;
+    const T* qt = pq + b * g.q_strides[0] + t0 * g.q_strides[1] + h * g.q_strides[2];
+    const T* kh = pk + b * g.k_strides[0] + kv * g.k_strides[2];
+    const T* vh = pv + b * g.v_strides[0] + kv * g.v_strides[2];
+    std::fill(s.m.begin(), s.m.begin() + rows, neg_inf<T>());
+    std::fill(s.l.begin(), s.l.begin() + rows, T(0));
+    std::fill(s.acc.data(), s.acc.data() + rows * d, T(0));
+    const std::int64_t key_end = std::max<std::int64_t>(0, g.key_end(t0 + rows - 1));
+    for (std::int64_t s0 = 0; s0 < key_end; s0 += kFwdBlockK) {
+      const std::int64_t cols = std::min(key_end, s0 + kFwdBlockK) - s0;
+      if (!gemm('N', 'T', rows, cols, d, scale, qt, g.q_strides[1], kh + s0 * g.k_strides[1], g.k_strides[1], T(0),
+                s.tile.data(), kFwdBlockK))
+        return false;
+      visible_columns(g, t0, rows, s0, cols, s.visible.data());
+      online_softmax(s.tile.data(), kFwdBlockK, rows, cols, s.visible.data(), s.m.data(), s.l.data(), s.alpha.data());
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const T a = s.alpha[r];
+        if (a == T(1)) continue;
+        T* acc = s.acc.data() + r * d;
+#pragma omp simd
+        for (std::int64_t j = 0; j < d; ++j) acc[j] *= a;
+      }
+      if (!gemm('N', 'N', rows, d, cols, T(1), s.tile.data(), kFwdBlockK, vh + s0 * g.v_strides[1], g.v_strides[1], T(1),
+                s.acc.data(), d))
+        return false;
+    }
+    for (std::int64_t r = 0; r < rows; ++r) {
+      T* o = po + ((b * g.t + t0 + r) * g.hq + h) * d;
+      const T* acc = s.acc.data() + r * d;
+      T& row_lse = plse[(b * g.hq + h) * g.t + t0 + r];
+      if (s.l[r] > T(0)) {
+        const T inv = T(1) / s.l[r];
+#pragma omp simd
+        for (std::int64_t j = 0; j < d; ++j) o[j] = acc[j] * inv;
+        row_lse = s.m[r] + vmath::log(s.l[r]);
+      } else {  // the row sees no key
+        std::fill(o, o + d, T(0));
+        row_lse = neg_inf<T>();
+      }
+    }
+    return true;
+  };
+  const bool ok = run_tasks<ForwardScratch<T>>(g.batch * g.hq * q_blocks, make_scratch, task);
+  DARK_CHECK(ok, "flash_attention: dnnl_sgemm failed on a tile (D = ", d, ")");
+}
+
+template <class T>
+struct BackwardScratch {
+  AlignedBuffer<T> p, ds;
+  std::vector<std::int64_t> visible;
+};
+
+// Everything a backward tile step reads.
+template <class T>
+struct BackwardArgs {
+  const Geometry* g;
+  T scale;
+  const T *q, *k, *v, *lse, *di, *dout;
+  T *dq, *dk, *dv;
+};
+
+// One (query tile of head h, key tile of kv head) step: P = exp(scale Q K^T - lse) into
+// s.p and dS = P * (dO V^T - D_i) into s.ds; with want_dkv also dV += P^T dO and
+// dK += scale dS^T Q into the key tile's rows of dk and dv.
+template <class T>
+bool backward_tile(const BackwardArgs<T>& a, std::int64_t b, std::int64_t h, std::int64_t t0, std::int64_t s0,
+                   bool want_dkv, BackwardScratch<T>& s) {
+  const Geometry& g = *a.g;
+  const std::int64_t d = g.d, kv = h / g.group;
+  const std::int64_t rows = std::min(g.t, t0 + kBwdBlockQ) - t0, cols = std::min(g.s, s0 + kBwdBlockK) - s0;
+  const T* qt = a.q + b * g.q_strides[0] + t0 * g.q_strides[1] + h * g.q_strides[2];
+  const T* kt = a.k + b * g.k_strides[0] + s0 * g.k_strides[1] + kv * g.k_strides[2];
+  const T* vt = a.v + b * g.v_strides[0] + s0 * g.v_strides[1] + kv * g.v_strides[2];
+  const T* dot = a.dout + ((b * g.t + t0) * g.hq + h) * d;
+  const std::int64_t ldo = g.hq * d, ldkv = g.hkv * d;
+  if (!gemm('N', 'T', rows, cols, d, a.scale, qt, g.q_strides[1], kt, g.k_strides[1], T(0), s.p.data(), kBwdBlockK))
+    return false;
+  visible_columns(g, t0, rows, s0, cols, s.visible.data());
+  probabilities(s.p.data(), kBwdBlockK, rows, cols, s.visible.data(), a.lse + (b * g.hq + h) * g.t + t0);
+  if (want_dkv &&
+      !gemm('T', 'N', cols, d, rows, T(1), s.p.data(), kBwdBlockK, dot, ldo, T(1),
+            a.dv + ((b * g.s + s0) * g.hkv + kv) * d, ldkv))
+    return false;
+  if (!gemm('N', 'T', rows, cols, d, T(1), dot, ldo, vt, g.v_strides[1], T(0), s.ds.data(), kBwdBlockK)) return false;
+  score_grad(s.p.data(), s.ds.data(), kBwdBlockK, rows, cols, a.di + (b * g.hq + h) * g.t + t0);
+  if (want_dkv &&
+      !gemm('T', 'N', cols, d, rows, a.scale, s.ds.data(), kBwdBlockK, qt, g.q_strides[1], T(1),
+            a.dk + ((b * g.s + s0) * g.hkv + kv) * d, ldkv))
+    return false;
+  return true;
+}
+
+// dQ rows of (b, h, query tile t0) += scale dS K for the key tile s0.
+template <class T>
+bool backward_tile_dq(const BackwardArgs<T>& a, std::int64_t b, std::int64_t h, std::int64_t t0, std::int64_t s0,
+                      BackwardScratch<T>& s) {
+  const Geometry& g = *a.g;
+  const std::int64_t d = g.d, kv = h / g.group;
+  const std::int64_t rows = std::min(g.t, t0 + kBwdBlockQ) - t0, cols = std::min(g.s, s0 + kBwdBlockK) - s0;
+  const T* kt = a.k + b * g.k_strides[0] + s0 * g.k_strides[1] + kv * g.k_strides[2];
+  return gemm('N', 'N', rows, d, cols, a.scale, s.ds.data(), kBwdBlockK, kt, g.k_strides[1], T(1),
+              a.dq + ((b * g.t + t0) * g.hq + h) * d, g.hq * d);
+}
+
+// Zeroes the dk and dv rows of key tile s0 of (b, kv).
+template <class T>
+void zero_key_tile(const BackwardArgs<T>& a, std::int64_t b, std::int64_t kv, std::int64_t s0) {
+  const Geometry& g = *a.g;
+  const std::int64_t cols = std::min(g.s, s0 + kBwdBlockK) - s0, ldkv = g.hkv * g.d;
+  T* dk = a.dk + ((b * g.s + s0) * g.hkv + kv) * g.d;
+  T* dv = a.dv + ((b * g.s + s0) * g.hkv + kv) * g.d;
+  for (std::int64_t r = 0; r < cols; ++r) {
+    std::fill(dk + r * ldkv, dk + r * ldkv + g.d, T(0));
+    std::fill(dv + r * ldkv, dv + r * ldkv + g.d, T(0));
+  }
+}
+
+// The backward runs one of two schedules with identical arithmetic (the same tile
+// products, each output accumulated in the same order), so the choice never changes a bit:
+//  - fused: one task per (b, kv head) sweeps key tiles (outer), its query heads and their
+//    query tiles, and accumulates dK, dV and dQ in one pass (5 tile products per tile pair);
+//  - split: tasks per (b, kv head, key tile) accumulate dK and dV, then tasks per (b, query
+//    head, query tile) recompute P and dS and accumulate dQ over the key tiles in order
+//    (7 products per tile pair, but B * Hq * T / kBwdBlockQ parallel tasks).
+// fused is used when there are enough (b, kv head) tasks to keep the threads evenly busy.
+bool use_fused_schedule(const Geometry& g) {
+  const std::int64_t tasks = g.batch * g.hkv;
+  const std::int64_t threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  const std::int64_t rounds = (tasks + threads - 1) / threads;
+  return 4 * tasks >= 3 * rounds * threads;  // thread utilisation >= 75% (split costs ~1.4x)
+}
+
+template <class T>
+void flash_attention_backward_kernel(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                                     const Tensor& lse, const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv,
+                                     bool causal, double scale_d) {
+  const Geometry g(q, k, v, causal);
+  const std::int64_t d = g.d;
+  const T* po = out.data<T>();
+  const T* pdo = dout.data<T>();
+
+  // D_i = rowsum(dO * O), laid out like lse: (B, Hq, T).
+  Tensor di = Tensor::empty(lse.shape(), lse.dtype(), lse.device());
+  T* pdi = di.data<T>();
+  parallel_for(g.batch * g.t * g.hq, std::max<std::int64_t>(1, kGrainCheap / d), [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t row = begin; row < end; ++row) {  // row = (b * T + t) * Hq + h
+      const T* o = po + row * d;
+      const T* dor = pdo + row * d;
+      T acc = 0;
+#pragma omp simd reduction(+ : acc)
+      for (std::int64_t j = 0; j < d; ++j) acc += o[j] * dor[j];
+      const std::int64_t h = row % g.hq, bt = row / g.hq;
+      pdi[(bt / g.t * g.hq + h) * g.t + bt % g.t] = acc;
+    }
+  });
+
+  dq.fill_(0.0);
+  const BackwardArgs<T> a{&g, static_cast<T>(scale_d), q.data<T>(), k.data<T>(), v.data<T>(), lse.data<T>(), pdi, pdo,
+                          dq.data<T>(), dk.data<T>(), dv.data<T>()};
+  const std::int64_t key_tiles = (g.s + kBwdBlockK - 1) / kBwdBlockK, query_tiles = (g.t + kBwdBlockQ - 1) / kBwdBlockQ;
+  auto make_scratch = [&] {
+    BackwardScratch<T> s;
+    s.p = AlignedBuffer<T>(kBwdBlockQ * kBwdBlockK);
+    s.ds = AlignedBuffer<T>(kBwdBlockQ * kBwdBlockK);
+    s.visible.resize(kBwdBlockQ);
+    return s;
+  };
+  // The query tiles that see key tile s0 start at this one.
+  auto first_query_tile = [&](std::int64_t s0) { return g.query_begin(s0) / kBwdBlockQ * kBwdBlockQ; };
+  bool ok = true;
+  if (use_fused_schedule(g)) {
+    ok = run_tasks<BackwardScratch<T>>(g.batch * g.hkv, make_scratch, [&](std::int64_t i, BackwardScratch<T>& s) {
+      const std::int64_t kv = i % g.hkv, b = i / g.hkv;
+      for (std::int64_t s0 = 0; s0 < g.s; s0 += kBwdBlockK) {
+        zero_key_tile(a, b, kv, s0);
+        for (std::int64_t h = kv * g.group; h < (kv + 1) * g.group; ++h)
+          for (std::int64_t t0 = first_query_tile(s0); t0 < g.t; t0 += kBwdBlockQ)
+            if (!backward_tile(a, b, h, t0, s0, true, s) || !backward_tile_dq(a, b, h, t0, s0, s)) return false;
+      }
+      return true;
+    });
+  } else {
+    ok = run_tasks<BackwardScratch<T>>(g.batch * g.hkv * key_tiles, make_scratch,
+                                       [&](std::int64_t i, BackwardScratch<T>& s) {
+                                         const std::int64_t s0 = i % key_tiles * kBwdBlockK, kv = i / key_tiles % g.hkv,
+                                                            b = i / (key_tiles * g.hkv);
+                                         zero_key_tile(a, b, kv, s0);
+                                         for (std::int64_t h = kv * g.group; h < (kv + 1) * g.group; ++h)
+                                           for (std::int64_t t0 = first_query_tile(s0); t0 < g.t; t0 += kBwdBlockQ)
+                                             if (!backward_tile(a, b, h, t0, s0, true, s)) return false;
+                                         return true;
+                                       }) &&
+         run_tasks<BackwardScratch<T>>(g.batch * g.hq * query_tiles, make_scratch,
+                                       [&](std::int64_t i, BackwardScratch<T>& s) {
+                                         const std::int64_t t0 = i % query_tiles * kBwdBlockQ, h = i / query_tiles % g.hq,
+                                                            b = i / (query_tiles * g.hq);
+                                         const std::int64_t rows = std::min(g.t, t0 + kBwdBlockQ) - t0;
+                                         const std::int64_t key_end = g.key_end(t0 + rows - 1);
+                                         for (std::int64_t s0 = 0; s0 < key_end; s0 += kBwdBlockK)
+                                           if (!backward_tile(a, b, h, t0, s0, false, s) ||
+                                               !backward_tile_dq(a, b, h, t0, s0, s))
+                                             return false;
+                                         return true;
+                                       });
+  }
+  DARK_CHECK(ok, "flash_attention backward: dnnl_sgemm failed on a tile (D = ", d, ")");
+}
+
+DARK_REGISTER_KERNEL(flash_attention_forward, cpu, f32, flash_attention_forward_kernel<float>);
+DARK_REGISTER_KERNEL(flash_attention_forward, cpu, f64, flash_attention_forward_kernel<double>);
+DARK_REGISTER_KERNEL(flash_attention_backward, cpu, f32, flash_attention_backward_kernel<float>);
+DARK_REGISTER_KERNEL(flash_attention_backward, cpu, f64, flash_attention_backward_kernel<double>);
+
+}  // namespace
+}  // namespace dark::cpu

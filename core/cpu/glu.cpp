@@ -1,0 +1,121 @@
+// CPU kernels of the gated activations swiglu (silu(gate) * up) and geglu (exact
+// gelu(gate) * up), forward and backward. The float32 loops are compiled for several
+// instruction sets like core/cpu/elementwise.cpp and use the vectorisable vmath functions;
+// float64 (for gradchecks) uses libm through the same scalar formulas.
+#include <cstdint>
+
+#include "core/cpu/parallel.h"
+#include "core/cpu/scalar_ops.h"
+#include "core/kernels.h"
+
+namespace dark::cpu {
+namespace {
+
+#define DARK_CPU_CLONES __attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4")))
+
+// act(g) and act'(g) for one element.
+template <GluOp Op, class C>
+DARK_INLINE C glu_act(C g) {
+  if constexpr (Op == GluOp::swiglu) return g * vmath::sigmoid(g);
+  else return C(0.5) * g * vmath::erfc(-g * C(kSqrtHalf));
+}
+
+template <GluOp Op, class C>
+DARK_INLINE void glu_act_and_slope(C g, C& act, C& slope) {
+  if constexpr (Op == GluOp::swiglu) {
+    const C s = vmath::sigmoid(g);
+    act = g * s;
+    slope = s * (C(1) + g * (C(1) - s));
+  } else {
+    const C cdf = C(0.5) * vmath::erfc(-g * C(kSqrtHalf));
+    const C pdf = C(kInvSqrt2Pi) * vmath::exp(C(-0.5) * g * g);
+    act = g * cdf;
+    slope = cdf + g * pdf;
+  }
+}
+
+template <GluOp Op, class C>
+DARK_INLINE void glu_forward_loop(const C* gate, const C* up, C* out, std::int64_t n) {
+#pragma omp simd
+  for (std::int64_t i = 0; i < n; ++i) out[i] = glu_act<Op>(gate[i]) * up[i];
+}
+
+// dgate and dup may be null (not needed); the loops are specialised so that none branches.
+template <GluOp Op, class C>
+DARK_INLINE void glu_backward_loop(const C* gate, const C* up, const C* dout, C* dgate, C* dup, std::int64_t n) {
+  if (dgate && dup) {
+#pragma omp simd
+    for (std::int64_t i = 0; i < n; ++i) {
+      C act, slope;
+      glu_act_and_slope<Op>(gate[i], act, slope);
+      dgate[i] = dout[i] * up[i] * slope;
+      dup[i] = dout[i] * act;
+    }
+  } else if (dgate) {
+#pragma omp simd
+    for (std::int64_t i = 0; i < n; ++i) {
+      C act, slope;
+      glu_act_and_slope<Op>(gate[i], act, slope);
+      dgate[i] = dout[i] * up[i] * slope;
+    }
+  } else if (dup) {
+#pragma omp simd
+    for (std::int64_t i = 0; i < n; ++i) dup[i] = dout[i] * glu_act<Op>(gate[i]);
+  }
+}
+
+DARK_CPU_CLONES void glu_forward_f32(GluOp op, const float* gate, const float* up, float* out, std::int64_t n) {
+  if (op == GluOp::swiglu) glu_forward_loop<GluOp::swiglu>(gate, up, out, n);
+  else glu_forward_loop<GluOp::geglu>(gate, up, out, n);
+}
+
+DARK_CPU_CLONES void glu_backward_f32(GluOp op, const float* gate, const float* up, const float* dout, float* dgate,
+                                      float* dup, std::int64_t n) {
+  if (op == GluOp::swiglu) glu_backward_loop<GluOp::swiglu>(gate, up, dout, dgate, dup, n);
+  else glu_backward_loop<GluOp::geglu>(gate, up, dout, dgate, dup, n);
+}
+
+template <class T>
+void glu_forward_kernel(GluOp op, const Tensor& gate, const Tensor& up, Tensor& out) {
+  const T* pg = gate.data<T>();
+  const T* pu = up.data<T>();
+  T* po = out.data<T>();
+  parallel_for(out.numel(), kGrainHeavy, [&](std::int64_t begin, std::int64_t end) {
+    if constexpr (std::is_same_v<T, float>) {
+      glu_forward_f32(op, pg + begin, pu + begin, po + begin, end - begin);
+    } else if (op == GluOp::swiglu) {
+      glu_forward_loop<GluOp::swiglu>(pg + begin, pu + begin, po + begin, end - begin);
+    } else {
+      glu_forward_loop<GluOp::geglu>(pg + begin, pu + begin, po + begin, end - begin);
+    }
+  });
+}
+
+template <class T>
+void glu_backward_kernel(GluOp op, const Tensor& gate, const Tensor& up, const Tensor& dout, Tensor& dgate,
+                         Tensor& dup) {
+  const T* pg = gate.data<T>();
+  const T* pu = up.data<T>();
+  const T* pd = dout.data<T>();
+  T* pdg = dgate.defined() ? dgate.data<T>() : nullptr;
+  T* pdu = dup.defined() ? dup.data<T>() : nullptr;
+  parallel_for(gate.numel(), kGrainHeavy, [&](std::int64_t begin, std::int64_t end) {
+    T* dg = pdg ? pdg + begin : nullptr;
+    T* du = pdu ? pdu + begin : nullptr;
+    if constexpr (std::is_same_v<T, float>) {
+      glu_backward_f32(op, pg + begin, pu + begin, pd + begin, dg, du, end - begin);
+    } else if (op == GluOp::swiglu) {
+      glu_backward_loop<GluOp::swiglu>(pg + begin, pu + begin, pd + begin, dg, du, end - begin);
+    } else {
+      glu_backward_loop<GluOp::geglu>(pg + begin, pu + begin, pd + begin, dg, du, end - begin);
+    }
+  });
+}
+
+DARK_REGISTER_KERNEL(glu_forward, cpu, f32, glu_forward_kernel<float>);
+DARK_REGISTER_KERNEL(glu_forward, cpu, f64, glu_forward_kernel<double>);
+DARK_REGISTER_KERNEL(glu_backward, cpu, f32, glu_backward_kernel<float>);
+DARK_REGISTER_KERNEL(glu_backward, cpu, f64, glu_backward_kernel<double>);
+
+}  // namespace
+}  // namespace dark::cpu

@@ -1,0 +1,511 @@
+// The fused ops (rms_norm, rope, flash_attention, cross_entropy, swiglu, geglu): float64
+// gradchecks, and forward values AND gradients against naive compositions of the small ops
+// (within 1e-10 in float64 and ~1e-5 in float32), odd sizes, several tiles, strided inputs.
+// Also: flash attention's backward is bitwise reproducible across runs and thread counts,
+// its memory stays O(T) at T = S = 2048, and a timing line against the naive composition
+// (printed, not asserted).
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <iostream>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "autograd/grad_mode.h"
+#include "autograd/gradcheck.h"
+#include "autograd/ops.h"
+#include "autograd/tape.h"
+#include "core/allocator.h"
+
+namespace dark {
+namespace {
+
+using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
+
+std::vector<double> values(const Tensor& t) { return t.to(DType::f64).to_vector<double>(); }
+
+// |got - want| <= atol + rtol |want| everywhere; reports the worst element and the first bad ones.
+void expect_close(const Tensor& got, const Tensor& want, double atol, double rtol, const std::string& what) {
+  ASSERT_TRUE(got.defined()) << what << ": result undefined";
+  ASSERT_TRUE(want.defined()) << what << ": reference undefined";
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  const std::vector<double> g = values(got), w = values(want);
+  double worst = 0;
+  int bad = 0;
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    const double err = std::fabs(g[i] - w[i]);
+    worst = std::max(worst, err);
+    if (!(err <= atol + rtol * std::fabs(w[i])) && bad++ < 5)
+      ADD_FAILURE() << what << " element " << i << ": got " << g[i] << " want " << w[i] << " (abs err " << err << ")";
+  }
+  if (bad) ADD_FAILURE() << what << ": " << bad << " bad elements, max abs err " << worst;
+}
+
+Tensor randn(const Shape& shape, std::uint64_t stream, DType dtype) {
+  return Tensor::randn(shape, 2024, stream, DType::f64).to(dtype);
+}
+
+// Output and input gradients of fn on fresh leaves viewing `inputs` (strides kept), after
+// backward with a fixed random upstream gradient.
+struct GradRun {
+  Tensor out;
+  std::vector<Tensor> grads;  // undefined where the input is not differentiated
+};
+
+GradRun run_with_grad(const Fn& fn, const std::vector<Tensor>& inputs, const std::vector<bool>& differentiable) {
+  std::vector<Tensor> leaves;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    Tensor leaf = inputs[i].detach();
+    if (differentiable[i]) leaf.set_requires_grad(true);
+    leaves.push_back(leaf);
+  }
+  GradRun r;
+  r.out = fn(leaves);
+  const Tensor dout = Tensor::randn(r.out.shape(), 99, 0, DType::f64).to(r.out.dtype());
+  backward(r.out, dout);
+  for (std::size_t i = 0; i < leaves.size(); ++i) r.grads.push_back(differentiable[i] ? leaves[i].grad() : Tensor());
+  EXPECT_EQ(tape_size(), 0u);
+  return r;
+}
+
+// The fused op against the naive composition: forward and every gradient.
+void expect_matches_naive(const Fn& fused, const Fn& naive, const std::vector<Tensor>& inputs,
+                          std::vector<bool> differentiable, const std::string& what) {
+  if (differentiable.empty()) differentiable.assign(inputs.size(), true);
+  const bool f64 = inputs[0].dtype() == DType::f64;
+  const double atol = f64 ? 1e-10 : 1e-5, rtol = f64 ? 1e-10 : 1e-4;
+  const GradRun a = run_with_grad(fused, inputs, differentiable);
+  const GradRun b = run_with_grad(naive, inputs, differentiable);
+  const std::string tag = what + " (" + dtype_name(inputs[0].dtype()) + ")";
+  expect_close(a.out, b.out, atol, rtol, tag + " forward");
+  for (std::size_t i = 0; i < inputs.size(); ++i)
+    if (differentiable[i]) expect_close(a.grads[i], b.grads[i], atol, rtol, tag + " grad of input " + std::to_string(i));
+}
+
+void expect_gradcheck(const Fn& fn, std::vector<Tensor> inputs, const std::vector<bool>& differentiable,
+                      const std::string& what) {
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    inputs[i] = inputs[i].detach();
+    if (differentiable[i]) inputs[i].set_requires_grad(true);
+  }
+  const GradcheckResult r = gradcheck(fn, inputs);
+  EXPECT_TRUE(r.ok) << what << ": max abs error " << r.max_abs_error << ", max rel error " << r.max_rel_error << "\n"
+                    << r.report;
+  EXPECT_EQ(tape_size(), 0u);
+}
+
+// ---------------------------------------------------------------------------------------
+// rms_norm
+
+Tensor naive_rms_norm(const Tensor& x, const Tensor& w, double eps) {
+  return mul(mul(x, rsqrt(add_scalar(mean(square(x), {-1}, true), eps))), w);
+}
+
+TEST(FusedRmsNorm, Gradcheck) {
+  const double eps = 1e-5;
+  const Fn fn = [eps](const std::vector<Tensor>& in) { return rms_norm(in[0], in[1], eps); };
+  expect_gradcheck(fn, {randn({3, 5, 7}, 1, DType::f64), randn({7}, 2, DType::f64)}, {true, true}, "rms_norm[3,5,7]");
+  expect_gradcheck(fn, {randn({1, 13}, 3, DType::f64), randn({13}, 4, DType::f64)}, {true, true}, "rms_norm[1,13]");
+  // a transposed (non-contiguous) x; and 70 rows (several weight-gradient chunks)
+  expect_gradcheck(fn, {core::transpose(randn({9, 4}, 5, DType::f64), 0, 1), randn({9}, 6, DType::f64)}, {true, true},
+                   "rms_norm[4,9]T");
+  expect_gradcheck(fn, {randn({70, 3}, 7, DType::f64), randn({3}, 8, DType::f64)}, {true, true}, "rms_norm[70,3]");
+}
+
+TEST(FusedRmsNorm, MatchesNaive) {
+  for (DType dt : {DType::f64, DType::f32}) {
+    const double eps = 1e-6;
+    const Fn fused = [eps](const std::vector<Tensor>& in) { return rms_norm(in[0], in[1], eps); };
+    const Fn naive = [eps](const std::vector<Tensor>& in) { return naive_rms_norm(in[0], in[1], eps); };
+    expect_matches_naive(fused, naive, {randn({2, 9, 33}, 1, dt), randn({33}, 2, dt)}, {}, "rms_norm[2,9,33]");
+    expect_matches_naive(fused, naive, {randn({600, 96}, 3, dt), randn({96}, 4, dt)}, {}, "rms_norm[600,96]");
+    expect_matches_naive(fused, naive, {randn({5, 17}, 5, dt), randn({17}, 6, dt)}, {true, false},
+                         "rms_norm[5,17] x only");
+    expect_matches_naive(fused, naive, {randn({5, 17}, 5, dt), randn({17}, 6, dt)}, {false, true},
+                         "rms_norm[5,17] weight only");
+  }
+}
+
+TEST(FusedRmsNorm, WeightGradientIsDeterministic) {
+  const Tensor x = randn({333, 64}, 1, DType::f32), w = randn({64}, 2, DType::f32);
+  const int saved = omp_get_max_threads();
+  std::vector<std::vector<float>> dw;
+  for (int threads : {1, 3, 2}) {
+    omp_set_num_threads(threads);
+    const GradRun r = run_with_grad([](const std::vector<Tensor>& in) { return rms_norm(in[0], in[1], 1e-5); }, {x, w},
+                                {true, true});
+    dw.push_back(r.grads[1].to_vector<float>());
+  }
+  omp_set_num_threads(saved);
+  for (std::size_t i = 1; i < dw.size(); ++i) EXPECT_EQ(std::memcmp(dw[0].data(), dw[i].data(), dw[0].size() * 4), 0);
+}
+
+TEST(FusedRmsNorm, Errors) {
+  EXPECT_THROW(rms_norm(randn({3, 4}, 1, DType::f32), randn({5}, 2, DType::f32), 1e-5), Error);
+  EXPECT_THROW(rms_norm(randn({3, 4}, 1, DType::f32), randn({4}, 2, DType::f64), 1e-5), Error);
+}
+
+// ---------------------------------------------------------------------------------------
+// rope
+
+// cos / sin tables (1, T, 1, D/2) computed here in double, independently of the op.
+Tensor rope_table(std::int64_t t_len, std::int64_t d, double theta, std::int64_t offset, bool sine, DType dtype) {
+  std::vector<double> v;
+  for (std::int64_t t = 0; t < t_len; ++t)
+    for (std::int64_t i = 0; i < d / 2; ++i) {
+      const double angle = static_cast<double>(t + offset) / std::pow(theta, 2.0 * i / d);
+      v.push_back(sine ? std::sin(angle) : std::cos(angle));
+    }
+  return Tensor::from_vector(v, {1, t_len, 1, d / 2}).to(dtype);
+}
+
+Tensor naive_rope(const Tensor& x, double theta, std::int64_t offset) {
+  const std::int64_t t_len = x.shape()[1], d = x.shape()[3];
+  const Tensor c = rope_table(t_len, d, theta, offset, false, x.dtype());
+  const Tensor s = rope_table(t_len, d, theta, offset, true, x.dtype());
+  const Tensor x1 = slice(x, 3, 0, d / 2), x2 = slice(x, 3, d / 2, d);
+  return concat({sub(mul(x1, c), mul(x2, s)), add(mul(x2, c), mul(x1, s))}, 3);
+}
+
+TEST(FusedRope, Gradcheck) {
+  expect_gradcheck([](const std::vector<Tensor>& in) { return rope(in[0], 10000.0); }, {randn({2, 5, 3, 8}, 1, DType::f64)},
+                   {true}, "rope[2,5,3,8]");
+  expect_gradcheck([](const std::vector<Tensor>& in) { return rope(in[0], 500.0, 3); },
+                   {core::permute(randn({1, 2, 7, 6}, 2, DType::f64), {0, 2, 1, 3})}, {true},
+                   "rope[1,7,2,6] offset 3, permuted");
+}
+
+TEST(FusedRope, MatchesNaive) {
+  for (DType dt : {DType::f64, DType::f32}) {
+    for (std::int64_t offset : {0, 5, 1000}) {
+      const Fn fused = [offset](const std::vector<Tensor>& in) { return rope(in[0], 10000.0, offset); };
+      const Fn naive = [offset](const std::vector<Tensor>& in) { return naive_rope(in[0], 10000.0, offset); };
+      expect_matches_naive(fused, naive, {randn({2, 13, 3, 16}, 1, dt)}, {}, "rope[2,13,3,16] offset " + std::to_string(offset));
+    }
+    const Fn fused = [](const std::vector<Tensor>& in) { return rope(in[0], 500000.0); };
+    const Fn naive = [](const std::vector<Tensor>& in) { return naive_rope(in[0], 500000.0, 0); };
+    expect_matches_naive(fused, naive, {randn({1, 70, 2, 64}, 2, dt)}, {}, "rope[1,70,2,64] theta 5e5");
+  }
+}
+
+TEST(FusedRope, PositionZeroIsIdentityAndErrors) {
+  const Tensor x = randn({1, 1, 2, 8}, 1, DType::f32);
+  EXPECT_EQ(values(rope(x, 10000.0)), values(x));
+  EXPECT_THROW(rope(randn({1, 3, 2, 7}, 1, DType::f32), 10000.0), Error);  // odd D
+  EXPECT_THROW(rope(randn({3, 2, 8}, 1, DType::f32), 10000.0), Error);     // not 4-D
+}
+
+// ---------------------------------------------------------------------------------------
+// flash_attention
+
+// softmax(q k^T * scale + mask) v with the kv heads expanded for grouped-query attention.
+Tensor naive_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale) {
+  const std::int64_t b = q.shape()[0], t = q.shape()[1], hq = q.shape()[2], d = q.shape()[3];
+  const std::int64_t s = k.shape()[1], hkv = k.shape()[2], group = hq / hkv;
+  const Tensor qh = permute(q, {0, 2, 1, 3});  // (B, Hq, T, D)
+  Tensor kh = permute(k, {0, 2, 1, 3});        // (B, Hkv, S, D)
+  Tensor vh = permute(v, {0, 2, 1, 3});
+  if (group > 1) {
+    kh = reshape(expand(unsqueeze(kh, 2), {b, hkv, group, s, d}), {b, hq, s, d});
+    vh = reshape(expand(unsqueeze(vh, 2), {b, hkv, group, s, d}), {b, hq, s, d});
+  }
+  Tensor scores = mul_scalar(matmul(qh, kh, false, true), scale);  // (B, Hq, T, S)
+  if (causal) {
+    std::vector<double> mask;
+    for (std::int64_t i = 0; i < t; ++i)
+      for (std::int64_t j = 0; j < s; ++j) mask.push_back(j > i + (s - t) ? 1.0 : 0.0);
+    scores = masked_fill(scores, Tensor::from_vector(mask, {t, s}).to(q.dtype()), -INFINITY);
+  }
+  return permute(matmul(softmax(scores, -1), vh), {0, 2, 1, 3});
+}
+
+struct AttentionCase {
+  std::int64_t b, t, s, hq, hkv, d;
+  bool causal;
+  std::string name() const {
+    return "attention[B" + std::to_string(b) + " T" + std::to_string(t) + " S" + std::to_string(s) + " Hq" +
+           std::to_string(hq) + " Hkv" + std::to_string(hkv) + " D" + std::to_string(d) + (causal ? " causal]" : "]");
+  }
+  std::vector<Tensor> inputs(DType dt, std::uint64_t stream = 1) const {
+    return {randn({b, t, hq, d}, stream, dt), randn({b, s, hkv, d}, stream + 1, dt), randn({b, s, hkv, d}, stream + 2, dt)};
+  }
+};
+
+Fn fused_attention_fn(bool causal, double scale) {
+  return [=](const std::vector<Tensor>& in) { return flash_attention(in[0], in[1], in[2], causal, scale); };
+}
+Fn naive_attention_fn(bool causal, double scale) {
+  return [=](const std::vector<Tensor>& in) { return naive_attention(in[0], in[1], in[2], causal, scale); };
+}
+
+TEST(FusedFlashAttention, Gradcheck) {
+  const std::vector<AttentionCase> cases = {
+      {1, 13, 13, 4, 2, 8, false}, {1, 13, 13, 4, 2, 8, true},  // GQA, odd sizes
+      {1, 70, 70, 2, 1, 4, true},                                // two query and two key tiles
+      {2, 5, 13, 2, 2, 8, true},   {1, 5, 13, 2, 1, 8, false},   // T < S (cached prefix)
+      {1, 9, 4, 2, 1, 4, true},                                  // T > S: rows 0..4 see no key
+  };
+  for (const AttentionCase& c : cases)
+    expect_gradcheck(fused_attention_fn(c.causal, 0.37), c.inputs(DType::f64), {true, true, true}, c.name());
+  // strided q (heads-major storage viewed as (B, T, H, D)) and k with non-unit stride on D
+  const Tensor q = core::permute(randn({1, 2, 11, 8}, 7, DType::f64), {0, 2, 1, 3});
+  const Tensor k = core::transpose(randn({1, 11, 8, 2}, 8, DType::f64), 2, 3);
+  expect_gradcheck(fused_attention_fn(true, 0.5), {q, k, randn({1, 11, 2, 8}, 9, DType::f64)}, {true, true, true},
+                   "attention strided q, k");
+}
+
+TEST(FusedFlashAttention, MatchesNaive) {
+  const std::vector<AttentionCase> cases = {
+      {2, 13, 13, 4, 2, 8, false}, {2, 13, 13, 4, 2, 8, true},   {1, 70, 70, 2, 1, 16, true},
+      {1, 70, 130, 4, 2, 8, true}, {1, 70, 130, 4, 2, 8, false}, {2, 129, 129, 2, 2, 32, true},
+      {1, 1, 65, 2, 1, 8, true},  // one query (decoding step) against a cache
+  };
+  for (DType dt : {DType::f64, DType::f32})
+    for (const AttentionCase& c : cases) {
+      const double scale = 1.0 / std::sqrt(static_cast<double>(c.d));
+      expect_matches_naive(fused_attention_fn(c.causal, scale), naive_attention_fn(c.causal, scale), c.inputs(dt), {},
+                           c.name());
+    }
+  // Only q differentiated (the backward skips nothing it needs).
+  const AttentionCase c{1, 20, 20, 2, 1, 8, true};
+  expect_matches_naive(fused_attention_fn(true, 0.3), naive_attention_fn(true, 0.3), c.inputs(DType::f64),
+                       {true, false, false}, c.name() + " q only");
+}
+
+// q, k, v as views of one fused projection output (B, T, (Hq + 2 Hkv) * D), reshaped to
+// (B, T, Hq + 2 Hkv, D) and sliced along the head axis: the kernel reads them in place.
+TEST(FusedFlashAttention, FusedProjectionViews) {
+  for (DType dt : {DType::f64, DType::f32}) {
+    const std::int64_t b = 2, t = 37, hq = 4, hkv = 2, d = 16;
+    const Tensor qkv = randn({b, t, (hq + 2 * hkv) * d}, 3, dt);
+    const auto split_then = [=](const Fn& attention) {
+      return Fn([=](const std::vector<Tensor>& in) {
+        const Tensor heads = reshape(in[0], {b, t, hq + 2 * hkv, d});
+        return attention({slice(heads, 2, 0, hq), slice(heads, 2, hq, hq + hkv), slice(heads, 2, hq + hkv, hq + 2 * hkv)});
+      });
+    };
+    {
+      NoGradGuard no_grad;
+      const Tensor q = core::slice(core::reshape(qkv, {b, t, hq + 2 * hkv, d}), 2, 0, hq);
+      EXPECT_FALSE(q.is_contiguous());
+      EXPECT_TRUE(q.shares_storage(qkv));  // a view: the op reads it without a copy
+    }
+    expect_matches_naive(split_then(fused_attention_fn(true, 0.25)), split_then(naive_attention_fn(true, 0.25)), {qkv},
+                         {}, "attention from qkv views");
+  }
+}
+
+// T > S with the causal mask: rows t < T - S see no key and give 0 (zero gradient); the
+// other rows equal causal attention of q[T - S:] against all keys.
+TEST(FusedFlashAttention, RowsWithoutKeys) {
+  const std::int64_t t = 9, s = 4;
+  const std::vector<Tensor> in = AttentionCase{1, t, s, 2, 1, 8, true}.inputs(DType::f64);
+  const GradRun fused = run_with_grad(fused_attention_fn(true, 0.4), in, {true, true, true});
+  const std::vector<double> out = values(fused.out), dq = values(fused.grads[0]);
+  for (std::int64_t i = 0; i < (t - s) * 2 * 8; ++i) {
+    EXPECT_EQ(out[i], 0.0);
+    EXPECT_EQ(dq[i], 0.0);
+  }
+  const Tensor tail = naive_attention(slice(in[0], 1, t - s, t), in[1], in[2], true, 0.4);
+  expect_close(slice(fused.out, 1, t - s, t), tail, 1e-12, 1e-12, "rows that see keys");
+}
+
+TEST(FusedFlashAttention, Errors) {
+  const Tensor q = randn({1, 4, 3, 8}, 1, DType::f32), k = randn({1, 4, 2, 8}, 2, DType::f32);
+  EXPECT_THROW(flash_attention(q, k, k, false, 1.0), Error);  // 3 % 2 != 0
+  EXPECT_THROW(flash_attention(q, randn({1, 4, 3, 4}, 2, DType::f32), randn({1, 4, 3, 4}, 2, DType::f32), false, 1.0),
+               Error);  // D mismatch
+  EXPECT_THROW(flash_attention(q, randn({1, 4, 1, 8}, 2, DType::f32), randn({1, 5, 1, 8}, 2, DType::f32), false, 1.0),
+               Error);  // k / v shapes
+}
+
+// Same bits for dq, dk, dv across runs and thread counts (3 threads take the split schedule
+// for these 4 (batch, kv head) tasks, 1 and 4 threads the fused one).
+TEST(FusedFlashAttention, BackwardDeterministic) {
+  const std::vector<Tensor> in = AttentionCase{2, 200, 200, 4, 2, 32, true}.inputs(DType::f32);
+  const int saved = omp_get_max_threads();
+  std::vector<std::vector<float>> runs;
+  for (int threads : {3, 3, 1, 4}) {
+    omp_set_num_threads(threads);
+    const GradRun r = run_with_grad(fused_attention_fn(true, 0.125), in, {true, true, true});
+    std::vector<float> bits = r.out.to_vector<float>();
+    for (const Tensor& g : r.grads) {
+      const std::vector<float> gv = g.to_vector<float>();
+      bits.insert(bits.end(), gv.begin(), gv.end());
+    }
+    runs.push_back(bits);
+  }
+  omp_set_num_threads(saved);
+  for (std::size_t i = 1; i < runs.size(); ++i) {
+    ASSERT_EQ(runs[i].size(), runs[0].size());
+    EXPECT_EQ(std::memcmp(runs[0].data(), runs[i].data(), runs[0].size() * sizeof(float)), 0) << "run " << i;
+  }
+}
+
+// Peak CPU allocator bytes during forward + backward at T = S = 2048, D = 64, one head.
+// Everything the op allocates is a small multiple of T * D (output, logsumexp, D_i, dq, dk,
+// dv, and the tape's copies of the gradients into the leaves' .grad); the bound asserted is
+// 10 * T * D * 4 bytes = 5 MiB, while a single T x S float32 score matrix is 16 MiB.
+TEST(FusedFlashAttention, MemoryIsLinearInSequenceLength) {
+  const std::int64_t t = 2048, d = 64;
+  for (bool causal : {false, true}) {
+    const std::vector<Tensor> in = AttentionCase{1, t, t, 1, 1, d, causal}.inputs(DType::f32);
+    std::vector<Tensor> leaves;
+    for (const Tensor& x : in) leaves.push_back(x.detach().set_requires_grad(true));
+    const Tensor dout = randn({1, t, 1, d}, 9, DType::f32);
+    CachingAllocator& alloc = allocator_for(Device::cpu());
+    // Ballast: make bytes in use equal the peak so far, so any new peak is our increase.
+    const AllocatorStats before = alloc.stats();
+    const std::size_t gap = before.peak_bytes_in_use - before.bytes_in_use;
+    Tensor ballast = gap > 0 ? Tensor::empty({static_cast<std::int64_t>(gap / 4 + 1)}, DType::f32) : Tensor();
+    const std::size_t base = alloc.stats().peak_bytes_in_use;
+    ASSERT_EQ(base, alloc.stats().bytes_in_use);
+    {
+      Tensor out = flash_attention(leaves[0], leaves[1], leaves[2], causal, 0.125);
+      backward(out, dout);
+    }
+    const std::size_t increase = alloc.stats().peak_bytes_in_use - base;
+    const std::size_t bound = 10 * t * d * 4, scores = t * t * 4;
+    std::cout << "[ memory   ] flash_attention fwd+bwd T=S=" << t << " D=" << d << (causal ? " causal" : "")
+              << ": peak increase " << increase / 1024 << " KiB (bound " << bound / 1024 << " KiB; one T x S f32 matrix "
+              << scores / 1024 << " KiB)\n";
+    EXPECT_LT(increase, bound);
+    for (const Tensor& x : leaves) EXPECT_TRUE(x.grad().defined());
+  }
+}
+
+// Speed, printed only (scripts/bench.sh is where speed is measured): fwd + bwd of the
+// fused op against the naive composition at B=4, T=256, H=4, D=64, float32, causal.
+TEST(FusedFlashAttention, TimingAgainstNaive) {
+  const std::vector<Tensor> in = AttentionCase{4, 256, 256, 4, 4, 64, true}.inputs(DType::f32);
+  std::vector<Tensor> leaves;
+  for (const Tensor& x : in) leaves.push_back(x.detach().set_requires_grad(true));
+  const Tensor dout = randn(in[0].shape(), 9, DType::f32);
+  auto time_ms = [&](const Fn& fn) {
+    double best = 1e30;
+    for (int rep = 0; rep < 6; ++rep) {
+      for (Tensor& x : leaves) x.zero_grad();
+      const auto start = std::chrono::steady_clock::now();
+      backward(fn(leaves), dout);
+      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+      if (rep > 0) best = std::min(best, ms);  // the first run warms caches and the allocator
+    }
+    return best;
+  };
+  const double fused = time_ms(fused_attention_fn(true, 0.125));
+  const double naive = time_ms(naive_attention_fn(true, 0.125));
+  std::cout << "[ timing   ] flash_attention fwd+bwd B=4 T=256 H=4 D=64 f32 causal, " << omp_get_max_threads()
+            << " threads: fused " << fused << " ms, naive " << naive << " ms, speed-up " << naive / fused << "x\n";
+}
+
+// ---------------------------------------------------------------------------------------
+// cross_entropy
+
+// -mean over counted rows of log_softmax(logits)[n, target[n]], picked with index_select.
+Tensor naive_cross_entropy(const Tensor& logits, const std::vector<std::int64_t>& targets, std::int64_t ignore_index) {
+  const std::int64_t n = logits.shape()[0], v = logits.shape()[1];
+  std::vector<std::int64_t> flat;
+  for (std::int64_t r = 0; r < n; ++r)
+    if (targets[r] != ignore_index) flat.push_back(r * v + targets[r]);
+  const Tensor picked = index_select(reshape(log_softmax(logits, -1), {n * v}), 0,
+                                     Tensor::from_vector(flat, {static_cast<std::int64_t>(flat.size())}));
+  return neg(mean(picked));
+}
+
+std::vector<std::int64_t> draw_targets(std::int64_t n, std::int64_t v, std::int64_t ignore_every, std::int64_t ignore) {
+  std::vector<std::int64_t> t;
+  for (std::int64_t r = 0; r < n; ++r) t.push_back(ignore_every > 0 && r % ignore_every == 1 ? ignore : (r * 7919 + 3) % v);
+  return t;
+}
+
+Tensor targets_tensor(const std::vector<std::int64_t>& t, DType dtype) {
+  if (dtype == DType::i64) return Tensor::from_vector(t, {static_cast<std::int64_t>(t.size())});
+  return Tensor::from_vector(std::vector<std::int32_t>(t.begin(), t.end()), {static_cast<std::int64_t>(t.size())});
+}
+
+TEST(FusedCrossEntropy, Gradcheck) {
+  struct Case {
+    std::int64_t n, v, ignore_every, ignore;
+    DType index;
+  };
+  for (const Case& c : {Case{7, 11, 3, -100, DType::i64}, Case{5, 3, 0, -100, DType::i32}, Case{6, 13, 0, 2, DType::i64}}) {
+    const Tensor targets = targets_tensor(draw_targets(c.n, c.v, c.ignore_every, c.ignore), c.index);
+    expect_gradcheck([&](const std::vector<Tensor>& in) { return cross_entropy(in[0], targets, c.ignore); },
+                     {randn({c.n, c.v}, 1, DType::f64)}, {true},
+                     "cross_entropy[" + std::to_string(c.n) + "," + std::to_string(c.v) + "]");
+  }
+}
+
+TEST(FusedCrossEntropy, MatchesNaive) {
+  for (DType dt : {DType::f64, DType::f32}) {
+    for (const auto& [n, v, every] : std::vector<std::tuple<std::int64_t, std::int64_t, std::int64_t>>{
+             {37, 101, 4}, {16, 32000, 5}, {3, 2, 0}}) {
+      const std::vector<std::int64_t> t = draw_targets(n, v, every, -100);
+      const Tensor targets = targets_tensor(t, DType::i32);
+      expect_matches_naive([&](const std::vector<Tensor>& in) { return cross_entropy(in[0], targets); },
+                           [&](const std::vector<Tensor>& in) { return naive_cross_entropy(in[0], t, -100); },
+                           {mul_scalar(randn({n, v}, 2, dt), 3.0)}, {},
+                           "cross_entropy[" + std::to_string(n) + "," + std::to_string(v) + "]");
+    }
+  }
+}
+
+TEST(FusedCrossEntropy, AllIgnoredGivesZeroLossAndGradient) {
+  for (DType dt : {DType::f64, DType::f32}) {
+    const Tensor targets = targets_tensor({-100, -100, -100}, DType::i64);
+    const GradRun r = run_with_grad([&](const std::vector<Tensor>& in) { return cross_entropy(in[0], targets); },
+                                {randn({3, 5}, 1, dt)}, {true});
+    EXPECT_EQ(r.out.item(), 0.0);
+    for (double g : values(r.grads[0])) EXPECT_EQ(g, 0.0);
+  }
+}
+
+TEST(FusedCrossEntropy, OutOfRangeTargetNamesRowAndValue) {
+  const Tensor logits = randn({5, 11}, 1, DType::f32);
+  try {
+    cross_entropy(logits, targets_tensor({0, 1, -100, 11, 2}, DType::i64));
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("target 11"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("row 3"), std::string::npos) << msg;
+  }
+  EXPECT_THROW(cross_entropy(logits, targets_tensor({0, 1, 2, -1, 2}, DType::i32)), Error);
+  EXPECT_THROW(cross_entropy(logits, targets_tensor({0, 1, 2}, DType::i32)), Error);  // wrong N
+}
+
+// ---------------------------------------------------------------------------------------
+// swiglu / geglu
+
+TEST(FusedGlu, Gradcheck) {
+  for (const bool gelu_gate : {false, true}) {
+    const Fn fn = [gelu_gate](const std::vector<Tensor>& in) { return gelu_gate ? geglu(in[0], in[1]) : swiglu(in[0], in[1]); };
+    const std::string name = gelu_gate ? "geglu" : "swiglu";
+    expect_gradcheck(fn, {randn({3, 17}, 1, DType::f64), randn({3, 17}, 2, DType::f64)}, {true, true}, name + "[3,17]");
+    expect_gradcheck(fn, {core::transpose(randn({5, 4}, 3, DType::f64), 0, 1), randn({4, 5}, 4, DType::f64)},
+                     {true, true}, name + "[4,5]T");
+  }
+}
+
+TEST(FusedGlu, MatchesNaive) {
+  for (DType dt : {DType::f64, DType::f32}) {
+    const Tensor gate = mul_scalar(randn({2, 9, 333}, 1, dt), 3.0), up = randn({2, 9, 333}, 2, dt);
+    const Fn sw = [](const std::vector<Tensor>& in) { return swiglu(in[0], in[1]); };
+    const Fn sw_naive = [](const std::vector<Tensor>& in) { return mul(silu(in[0]), in[1]); };
+    const Fn ge = [](const std::vector<Tensor>& in) { return geglu(in[0], in[1]); };
+    const Fn ge_naive = [](const std::vector<Tensor>& in) { return mul(gelu(in[0]), in[1]); };
+    expect_matches_naive(sw, sw_naive, {gate, up}, {}, "swiglu");
+    expect_matches_naive(ge, ge_naive, {gate, up}, {}, "geglu");
+    expect_matches_naive(sw, sw_naive, {gate, up}, {false, true}, "swiglu up only");
+    expect_matches_naive(ge, ge_naive, {gate, up}, {true, false}, "geglu gate only");
+  }
+  EXPECT_THROW(swiglu(randn({3, 4}, 1, DType::f32), randn({4}, 2, DType::f32)), Error);
+}
+
+}  // namespace
+}  // namespace dark
