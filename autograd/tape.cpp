@@ -32,6 +32,13 @@ bool needs_grad(const Tensor& t) { return t.defined() && t.requires_grad(); }
 // received (add passes dy through to both operands) is never modified through an alias.
 void accumulate(AutogradMeta& meta, const Tensor& g, bool leaf) {
   Tensor g_acc = g.to(grad_dtype(g.dtype()));
+  if (meta.grad_in_buffer) {  // a parameter whose gradient lives in a flat buffer
+    Tensor& buffer = *meta.grad;
+    DARK_CHECK(buffer.shape() == g_acc.shape(), "backward: gradient of shape ", shape_str(g_acc.shape()),
+               " for a parameter of shape ", shape_str(buffer.shape()));
+    kernels::binary().get(buffer.device().type, buffer.dtype())(BinaryOp::add, buffer, g_acc, buffer);
+    return;
+  }
   if (!meta.grad) {
     // Leaves keep their gradient after backward, where users may modify it in place.
     meta.grad = std::make_shared<Tensor>(leaf ? g_acc.clone() : g_acc);

@@ -160,7 +160,9 @@ Tensor Tensor::grad() const {
 }
 
 void Tensor::zero_grad() {
-  if (autograd_) autograd_->grad.reset();
+  if (!autograd_) return;
+  if (autograd_->grad_in_buffer) autograd_->grad->fill_(0.0);
+  else autograd_->grad.reset();
 }
 
 Tensor Tensor::detach() const { return Tensor(storage_, shape_, strides_, offset_, dtype_); }

@@ -32,6 +32,9 @@ struct AutogradMeta {
   // Accumulated gradient (fp32 for bf16 tensors). For non-leaves it only lives during
   // backward, until the producing op has consumed it.
   std::shared_ptr<Tensor> grad;
+  // Set when `grad` is a view into a flat gradient buffer (nn::ParameterBuffer): backward
+  // then adds into it in place and zero_grad() fills it with zeros instead of dropping it.
+  bool grad_in_buffer = false;
 };
 
 // C++ type <-> DType.

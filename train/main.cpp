@@ -1,5 +1,5 @@
-// The darkformer command-line program. Subcommands are added by later issues
-// (prepare-data, train, eval, generate, ...); for now: --help, --version and demo-mlp.
+// The darkformer command-line program: dispatches to the subcommands in train/commands.h
+// (and the autograd demo) and turns errors into a message and a non-zero exit code.
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -7,6 +7,7 @@
 
 #include "core/backend.h"
 #include "core/error.h"
+#include "train/commands.h"
 #include "train/mlp_demo.h"
 
 namespace {
@@ -14,11 +15,18 @@ namespace {
 constexpr const char* kUsage = R"(usage: darkformer <command> [options]
 
 commands:
+  prepare-data  build the tokenizer and token shards of a config's corpus (once; reused after)
+  train         train a model:  darkformer train --config FILE [--set KEY=VALUE ...] [--resume]
+  eval          validation loss, perplexity and accuracy:  darkformer eval --checkpoint PATH
+  generate      sample text:  darkformer generate --checkpoint PATH --prompt TEXT [--max-tokens N]
+  export-hf     write a Hugging Face LlamaForCausalLM folder:  darkformer export-hf --checkpoint PATH --out DIR
   demo-mlp      train a small MLP on a synthetic regression task with the autograd tape
                   --steps N        optimizer steps (default 2000)
                   --lr X           SGD learning rate (default 0.3)
                   --batch-size N   examples per step (default 64)
                   --seed N         Philox seed for weights and data (default 0)
+
+`darkformer COMMAND --help` lists each command's options and defaults.
 
 options:
   --help        show this message
@@ -82,9 +90,15 @@ int main(int argc, char** argv) {
       );
       return 0;
     }
-    if (command == "demo-mlp") return demo_mlp({args.begin() + 1, args.end()});
+    const std::vector<std::string> rest(args.begin() + 1, args.end());
+    if (command == "demo-mlp") return demo_mlp(rest);
+    if (command == "prepare-data") return dark::train::prepare_data_command(rest);
+    if (command == "train") return dark::train::train_command(rest);
+    if (command == "eval") return dark::train::eval_command(rest);
+    if (command == "generate") return dark::train::generate_command(rest);
+    if (command == "export-hf") return dark::train::export_hf_command(rest);
     return usage_error("unknown command '" + command + "'");
-  } catch (const dark::Error& e) {
+  } catch (const std::exception& e) {
     std::fprintf(stderr, "darkformer: error: %s\n", e.what());
     return 1;
   }

@@ -1,0 +1,259 @@
+// Durable file I/O: atomic writes, whole-file reads, memory maps, SHA-256. See file_io.h.
+#include "core/file_io.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <system_error>
+
+namespace dark {
+
+namespace fs = std::filesystem;
+
+namespace detail {
+void throw_io_error(const char* call, const fs::path& path, int error, const char* file, int line) {
+  // Keep the source location short: "train/file_io.cpp" rather than the build's full path.
+  const fs::path source(file);
+  const std::string where = (source.parent_path().filename() / source.filename()).string();
+  throw Error(str(call, "(", path.string(), "): ", std::strerror(error), " (", where, ":", line, ")"));
+}
+}  // namespace detail
+
+namespace {
+
+fs::path directory_of(const fs::path& path) {
+  const fs::path parent = path.parent_path();
+  return parent.empty() ? fs::path(".") : parent;
+}
+
+void close_quietly(int fd) {
+  if (fd >= 0) ::close(fd);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- atomic writes
+AtomicFileWriter::AtomicFileWriter(fs::path path) : path_(std::move(path)) {
+  temp_ = path_;
+  temp_ += ".tmp-" + std::to_string(::getpid());
+  fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  DARK_IO_CHECK(fd_ >= 0, "open", temp_);
+}
+
+AtomicFileWriter::~AtomicFileWriter() {
+  if (committed_) return;
+  close_quietly(fd_);
+  ::unlink(temp_.c_str());
+}
+
+void AtomicFileWriter::write(const void* data, std::size_t size) {
+  DARK_CHECK(!committed_ && fd_ >= 0, "AtomicFileWriter: write after commit to ", path_.string());
+  const char* p = static_cast<const char*>(data);
+  while (size > 0) {
+    const ssize_t n = ::write(fd_, p, size);
+    if (n < 0 && errno == EINTR) continue;
+    DARK_IO_CHECK(n > 0, "write", temp_);
+    p += n;
+    size -= static_cast<std::size_t>(n);
+  }
+}
+
+void AtomicFileWriter::write_at(const void* data, std::size_t size, std::uint64_t offset) {
+  DARK_CHECK(!committed_ && fd_ >= 0, "AtomicFileWriter: write after commit to ", path_.string());
+  const char* p = static_cast<const char*>(data);
+  while (size > 0) {
+    const ssize_t n = ::pwrite(fd_, p, size, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    DARK_IO_CHECK(n > 0, "pwrite", temp_);
+    p += n, offset += static_cast<std::uint64_t>(n);
+    size -= static_cast<std::size_t>(n);
+  }
+}
+
+void AtomicFileWriter::commit() {
+  DARK_CHECK(!committed_, "AtomicFileWriter: ", path_.string(), " committed twice");
+  DARK_IO_CHECK(::fsync(fd_) == 0, "fsync", temp_);
+  const int fd = fd_;
+  fd_ = -1;
+  DARK_IO_CHECK(::close(fd) == 0, "close", temp_);
+  DARK_IO_CHECK(::rename(temp_.c_str(), path_.c_str()) == 0, "rename", temp_);
+  committed_ = true;
+  fsync_directory(directory_of(path_));
+}
+
+void write_file_atomic(const fs::path& path, std::string_view bytes) {
+  AtomicFileWriter writer(path);
+  writer.write(bytes);
+  writer.commit();
+}
+
+std::string read_file(const fs::path& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  DARK_IO_CHECK(fd >= 0, "open", path);
+  std::string out;
+  char buffer[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int error = errno;
+      close_quietly(fd);
+      detail::throw_io_error("read", path, error, __FILE__, __LINE__);
+    }
+    if (n == 0) break;
+    out.append(buffer, static_cast<std::size_t>(n));
+  }
+  close_quietly(fd);
+  return out;
+}
+
+void fsync_directory(const fs::path& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  DARK_IO_CHECK(fd >= 0, "open", dir);
+  const int rc = ::fsync(fd);
+  const int error = errno;
+  close_quietly(fd);
+  if (rc != 0) detail::throw_io_error("fsync", dir, error, __FILE__, __LINE__);
+}
+
+// ---------------------------------------------------------------- memory maps
+MappedFile::MappedFile(const fs::path& path) : path_(path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  DARK_IO_CHECK(fd >= 0, "open", path);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int error = errno;
+    close_quietly(fd);
+    detail::throw_io_error("fstat", path, error, __FILE__, __LINE__);
+  }
+  size_ = static_cast<std::size_t>(st.st_size);
+  if (size_ > 0) {
+    void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    const int error = errno;
+    close_quietly(fd);
+    if (p == MAP_FAILED) detail::throw_io_error("mmap", path, error, __FILE__, __LINE__);
+    data_ = static_cast<const std::uint8_t*>(p);
+  } else {
+    close_quietly(fd);
+  }
+}
+
+MappedFile::~MappedFile() {
+  if (data_ != nullptr) ::munmap(const_cast<std::uint8_t*>(data_), size_);
+}
+
+// ---------------------------------------------------------------- SHA-256
+namespace {
+
+constexpr std::array<std::uint32_t, 64> kSha256Rounds = {
+    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
+    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
+    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
+    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
+    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
+    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
+    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
+
+constexpr std::uint32_t rotr(std::uint32_t x, int n) {
+  return (x >> n) | (x << (32 - n));
+}
+
+}  // namespace
+
+Sha256::Sha256()
+    : state_{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19} {
+}
+
+void Sha256::compress(const std::uint8_t* block) {
+  std::uint32_t w[64];
+  for (int i = 0; i < 16; ++i) {
+    w[i] = (std::uint32_t{block[4 * i]} << 24) | (std::uint32_t{block[4 * i + 1]} << 16) |
+           (std::uint32_t{block[4 * i + 2]} << 8) | std::uint32_t{block[4 * i + 3]};
+  }
+  for (int i = 16; i < 64; ++i) {
+    const std::uint32_t s0 = rotr(w[i - 15], 7) ^ rotr(w[i - 15], 18) ^ (w[i - 15] >> 3);
+    const std::uint32_t s1 = rotr(w[i - 2], 17) ^ rotr(w[i - 2], 19) ^ (w[i - 2] >> 10);
+    w[i] = w[i - 16] + s0 + w[i - 7] + s1;
+  }
+  std::uint32_t a = state_[0], b = state_[1], c = state_[2], d = state_[3];
+  std::uint32_t e = state_[4], f = state_[5], g = state_[6], h = state_[7];
+  for (int i = 0; i < 64; ++i) {
+    const std::uint32_t s1 = rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25);
+    const std::uint32_t ch = (e & f) ^ (~e & g);
+    const std::uint32_t t1 = h + s1 + ch + kSha256Rounds[i] + w[i];
+    const std::uint32_t s0 = rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22);
+    const std::uint32_t maj = (a & b) ^ (a & c) ^ (b & c);
+    const std::uint32_t t2 = s0 + maj;
+    h = g;
+    g = f;
+    f = e;
+    e = d + t1;
+    d = c;
+    c = b;
+    b = a;
+    a = t1 + t2;
+  }
+  state_[0] += a;
+  state_[1] += b;
+  state_[2] += c;
+  state_[3] += d;
+  state_[4] += e;
+  state_[5] += f;
+  state_[6] += g;
+  state_[7] += h;
+}
+
+void Sha256::update(const void* data, std::size_t size) {
+  if (size == 0) return;
+  const auto* p = static_cast<const std::uint8_t*>(data);
+  total_bytes_ += size;
+  if (buffered_ > 0) {
+    const std::size_t take = std::min(size, 64 - buffered_);
+    std::memcpy(buffer_.data() + buffered_, p, take);
+    buffered_ += take;
+    p += take;
+    size -= take;
+    if (buffered_ < 64) return;
+    compress(buffer_.data());
+    buffered_ = 0;
+  }
+  for (; size >= 64; p += 64, size -= 64) compress(p);
+  std::memcpy(buffer_.data(), p, size);
+  buffered_ = size;
+}
+
+std::string Sha256::hex_digest() {
+  const std::uint64_t bit_length = total_bytes_ * 8;
+  const std::uint8_t pad_start = 0x80;
+  update(&pad_start, 1);
+  const std::uint8_t zero = 0;
+  while (buffered_ != 56) update(&zero, 1);
+  std::uint8_t length_bytes[8];
+  for (int i = 0; i < 8; ++i) length_bytes[i] = static_cast<std::uint8_t>(bit_length >> (56 - 8 * i));
+  update(length_bytes, 8);
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(64);
+  for (const std::uint32_t word : state_) {
+    for (int shift = 28; shift >= 0; shift -= 4) out.push_back(kHex[(word >> shift) & 0xf]);
+  }
+  return out;
+}
+
+std::string sha256_hex(const void* data, std::size_t size) {
+  Sha256 hash;
+  hash.update(data, size);
+  return hash.hex_digest();
+}
+
+std::string sha256_file(const fs::path& path) {
+  const MappedFile file(path);
+  return sha256_hex(file.data(), file.size());
+}
+
+}  // namespace dark

@@ -1,0 +1,97 @@
+// TrainLoader (Philox-permuted windows split across ranks) and ValidationSet.
+#include "data/loader.h"
+
+#include <numeric>
+
+#include "core/error.h"
+#include "data/hash.h"
+
+namespace dark::data {
+namespace {
+
+void check_shape(const TokenShard& shard, std::int64_t batch_size, std::int64_t seq_len, const char* who) {
+  DARK_CHECK(batch_size > 0, who, ": batch_size must be positive, got ", batch_size);
+  DARK_CHECK(seq_len > 0, who, ": seq_len must be positive, got ", seq_len);
+  DARK_CHECK(shard.size() >= seq_len + 1, who, ": corpus shorter than seq_len + 1 tokens: ", shard.path(), " has ",
+             shard.size(), " tokens, one window needs seq_len + 1 = ", seq_len + 1);
+}
+
+Tensor gather_windows(const TokenShard& shard, const std::vector<std::int64_t>& windows, std::int64_t seq_len) {
+  const std::int64_t rows = static_cast<std::int64_t>(windows.size()), cols = seq_len + 1;
+  Tensor out = Tensor::empty({rows, cols}, DType::i32);
+  std::int32_t* p = out.data<std::int32_t>();
+  for (std::int64_t r = 0; r < rows; ++r) shard.read(windows[r] * seq_len, cols, p + r * cols);
+  return out;
+}
+
+}  // namespace
+
+std::int64_t count_windows(std::int64_t num_tokens, std::int64_t seq_len) {
+  return num_tokens > seq_len ? (num_tokens - 1) / seq_len : 0;
+}
+
+TrainLoader::TrainLoader(std::shared_ptr<const TokenShard> shard, const LoaderOptions& options)
+    : shard_(std::move(shard)), options_(options) {
+  DARK_CHECK(shard_ != nullptr, "train loader: no shard");
+  check_shape(*shard_, options.batch_size, options.seq_len, "train loader");
+  DARK_CHECK(options.world_size > 0 && options.rank >= 0 && options.rank < options.world_size,
+             "train loader: rank ", options.rank, " outside world of size ", options.world_size);
+  num_windows_ = count_windows(shard_->size(), options.seq_len);
+  const std::int64_t global_batch = options.batch_size * options.world_size;
+  steps_per_epoch_ = num_windows_ / global_batch;
+  DARK_CHECK(steps_per_epoch_ > 0, "train loader: ", shard_->path(), " has ", num_windows_, " windows of seq_len + 1 = ",
+             options.seq_len + 1, " tokens, fewer than one global batch (batch_size ", options.batch_size,
+             " x world_size ", options.world_size, " = ", global_batch, ")");
+}
+
+std::shared_ptr<const std::vector<std::int64_t>> TrainLoader::permutation(std::int64_t epoch) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (epoch == cached_epoch_) return cached_permutation_;
+  auto perm = std::make_shared<std::vector<std::int64_t>>(static_cast<std::size_t>(num_windows_));
+  std::iota(perm->begin(), perm->end(), std::int64_t{0});
+  const std::uint64_t stream = kStreamDataOrder + static_cast<std::uint64_t>(epoch);
+  for (std::int64_t i = num_windows_ - 1; i > 0; --i) {
+    const auto j = static_cast<std::int64_t>(
+        uniform_below(options_.seed, stream, static_cast<std::uint64_t>(i), static_cast<std::uint64_t>(i) + 1));
+    std::swap((*perm)[i], (*perm)[j]);
+  }
+  cached_epoch_ = epoch;
+  cached_permutation_ = perm;
+  return perm;
+}
+
+std::vector<std::int64_t> TrainLoader::window_indices(std::int64_t step) const {
+  DARK_CHECK(step >= 0, "train loader: step must be >= 0, got ", step);
+  const auto perm = permutation(epoch_of(step));
+  const std::int64_t j = step % steps_per_epoch_;
+  const std::int64_t B = options_.batch_size, W = options_.world_size;
+  std::vector<std::int64_t> windows(static_cast<std::size_t>(B));
+  for (std::int64_t b = 0; b < B; ++b) windows[b] = (*perm)[j * B * W + b * W + options_.rank];
+  return windows;
+}
+
+Tensor TrainLoader::batch(std::int64_t step) const {
+  return gather_windows(*shard_, window_indices(step), options_.seq_len);
+}
+
+ValidationSet::ValidationSet(std::shared_ptr<const TokenShard> shard, std::int64_t batch_size, std::int64_t seq_len,
+                             std::int64_t max_windows)
+    : shard_(std::move(shard)), batch_size_(batch_size), seq_len_(seq_len) {
+  DARK_CHECK(shard_ != nullptr, "validation set: no shard");
+  check_shape(*shard_, batch_size, seq_len, "validation set");
+  const std::int64_t available = count_windows(shard_->size(), seq_len);
+  const std::int64_t n = max_windows > 0 ? std::min(max_windows, available) : available;
+  windows_.resize(static_cast<std::size_t>(n));
+  for (std::int64_t k = 0; k < n; ++k)
+    windows_[k] = static_cast<std::int64_t>(static_cast<unsigned __int128>(k) * available / n);
+}
+
+std::int64_t ValidationSet::num_batches() const { return (num_windows() + batch_size_ - 1) / batch_size_; }
+
+Tensor ValidationSet::batch(std::int64_t index) const {
+  DARK_CHECK(index >= 0 && index < num_batches(), "validation set: batch ", index, " outside [0, ", num_batches(), ")");
+  const std::int64_t begin = index * batch_size_, end = std::min(begin + batch_size_, num_windows());
+  return gather_windows(*shard_, std::vector<std::int64_t>(windows_.begin() + begin, windows_.begin() + end), seq_len_);
+}
+
+}  // namespace dark::data

@@ -1,0 +1,89 @@
+// Batches of token windows for training and validation.
+//
+// A window is seq_len + 1 consecutive tokens (inputs plus the shifted targets); window i
+// starts at token i * seq_len, so consecutive windows share one token and the shard holds
+// (num_tokens - 1) / seq_len of them.
+//
+// TrainLoader order: epoch e visits every window once in the order of a Fisher-Yates
+// permutation drawn from Philox (seed, kStreamDataOrder + e). Global step s of epoch e
+// takes permutation positions [j * B * W, (j + 1) * B * W) with j = s mod steps_per_epoch
+// (B = batch_size, W = world_size); rank r gets positions j*B*W + b*W + r for b < B.
+// So the ranks' batches are disjoint, no window repeats within an epoch (the last
+// num_windows mod (B * W) windows of an epoch's permutation are skipped), and batch(s) is a
+// pure function of (shard, seed, rank, world_size, s): resuming at step s needs no state.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "core/tensor.h"
+#include "data/shard.h"
+
+namespace dark::data {
+
+struct LoaderOptions {
+  std::int64_t batch_size = 8;   // windows per rank per step
+  std::int64_t seq_len = 256;    // window = seq_len + 1 tokens
+  std::uint64_t seed = 0;        // data-order seed
+  int rank = 0;
+  int world_size = 1;
+};
+
+class TrainLoader {
+ public:
+  // Throws when the shard has fewer than seq_len + 1 tokens (naming both numbers) or fewer
+  // windows than one global batch (batch_size * world_size).
+  TrainLoader(std::shared_ptr<const TokenShard> shard, const LoaderOptions& options);
+
+  // The batch for global step `step` (>= 0): i32 tensor (batch_size, seq_len + 1) on the CPU.
+  Tensor batch(std::int64_t step) const;
+  // The window indices of batch(step)'s rows (what batch() reads; for tests and logging).
+  std::vector<std::int64_t> window_indices(std::int64_t step) const;
+
+  std::int64_t num_windows() const { return num_windows_; }
+  std::int64_t steps_per_epoch() const { return steps_per_epoch_; }
+  std::int64_t epoch_of(std::int64_t step) const { return step / steps_per_epoch_; }
+  const LoaderOptions& options() const { return options_; }
+  const TokenShard& shard() const { return *shard_; }
+
+ private:
+  // The permutation of epoch `epoch` (cached; computing one costs O(num_windows)).
+  std::shared_ptr<const std::vector<std::int64_t>> permutation(std::int64_t epoch) const;
+
+  std::shared_ptr<const TokenShard> shard_;
+  LoaderOptions options_;
+  std::int64_t num_windows_ = 0;
+  std::int64_t steps_per_epoch_ = 0;
+  mutable std::mutex mutex_;
+  mutable std::int64_t cached_epoch_ = -1;
+  mutable std::shared_ptr<const std::vector<std::int64_t>> cached_permutation_;
+};
+
+// A fixed validation set: min(max_windows, available) windows evenly spaced over the shard
+// (window k of n is window floor(k * available / n); all windows in order when n equals
+// available), cut into batches of batch_size rows; the last batch may have fewer rows. The
+// same windows every call, independent of any seed.
+class ValidationSet {
+ public:
+  // max_windows <= 0 means every window. Throws when the shard has fewer than seq_len + 1
+  // tokens, naming both numbers.
+  ValidationSet(std::shared_ptr<const TokenShard> shard, std::int64_t batch_size, std::int64_t seq_len,
+                std::int64_t max_windows = 0);
+
+  std::int64_t num_batches() const;
+  std::int64_t num_windows() const { return static_cast<std::int64_t>(windows_.size()); }
+  // i32 tensor (rows, seq_len + 1), rows = batch_size except possibly for the last batch.
+  Tensor batch(std::int64_t index) const;
+  const std::vector<std::int64_t>& window_indices() const { return windows_; }
+
+ private:
+  std::shared_ptr<const TokenShard> shard_;
+  std::int64_t batch_size_, seq_len_;
+  std::vector<std::int64_t> windows_;
+};
+
+// Number of windows of seq_len + 1 tokens (stride seq_len) in num_tokens tokens.
+std::int64_t count_windows(std::int64_t num_tokens, std::int64_t seq_len);
+
+}  // namespace dark::data

@@ -1,0 +1,296 @@
+// prepare(): corpus -> tokenizer -> train.bin / val.bin -> meta.json, reused when the
+// inputs match. See prepare.h.
+#include "data/prepare.h"
+
+#include <chrono>
+#include <exception>
+#include <filesystem>
+
+#include <spdlog/spdlog.h>
+
+#include "core/error.h"
+#include "core/file_io.h"
+#include "data/hash.h"
+#include "data/sentencepiece_tokenizer.h"
+
+namespace dark::data {
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+constexpr const char* kMetaFile = "meta.json";
+constexpr const char* kTokenizerFile = "tokenizer.model";
+constexpr std::size_t kFilesPerChunk = 64;
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+std::string shard_file(Split split) { return split == Split::train ? "train.bin" : "val.bin"; }
+
+void validate(const DataConfig& cfg) {
+  DARK_CHECK(!cfg.dir.empty(), "data: dir (the output data directory) is required");
+  DARK_CHECK(cfg.tokenizer == "sentencepiece" || cfg.tokenizer == "byte", "data: tokenizer: unknown kind '",
+             cfg.tokenizer, "' (allowed: \"sentencepiece\", \"byte\")");
+  DARK_CHECK(cfg.tokenizer_model.empty() || cfg.tokenizer == "sentencepiece",
+             "data: tokenizer_model is only used with tokenizer = \"sentencepiece\"");
+  if (cfg.tokenizer == "sentencepiece" && cfg.tokenizer_model.empty())
+    DARK_CHECK(cfg.vocab_size > 259 && cfg.vocab_size <= (1 << 24), "data: vocab_size must be in [260, 16777216], got ",
+               cfg.vocab_size);
+  DARK_CHECK(cfg.tokenizer_max_lines > 0, "data: tokenizer_max_lines must be positive, got ", cfg.tokenizer_max_lines);
+  DARK_CHECK(cfg.character_coverage > 0.0 && cfg.character_coverage <= 1.0,
+             "data: character_coverage must be in (0, 1], got ", cfg.character_coverage);
+  DARK_CHECK(cfg.num_threads >= 1, "data: num_threads must be >= 1, got ", cfg.num_threads);
+  parse_invalid_utf8(cfg.invalid_utf8);
+}
+
+// Everything that determines the directory's contents; reuse requires equality.
+json inputs_of(const DataConfig& cfg, const Corpus& corpus) {
+  json in = {
+      {"format_version", kDataFormatVersion},
+      {"corpus", corpus.description()},
+      {"corpus_fingerprint", corpus.fingerprint()},
+      {"files", corpus.files().size()},
+      {"val_fraction", cfg.val_fraction},
+      {"invalid_utf8", cfg.invalid_utf8},
+      {"tokenizer", cfg.tokenizer},
+  };
+  if (cfg.tokenizer == "sentencepiece") {
+    if (!cfg.tokenizer_model.empty()) {
+      in["tokenizer_model_hash"] = hex64(fnv1a64(read_file(cfg.tokenizer_model)));
+    } else {
+      in["vocab_size"] = cfg.vocab_size;
+      in["character_coverage"] = cfg.character_coverage;
+      in["tokenizer_max_lines"] = cfg.tokenizer_max_lines;
+      in["seed"] = cfg.seed;
+    }
+  }
+  return in;
+}
+
+std::shared_ptr<const Tokenizer> load_dir_tokenizer(const std::string& dir, const json& meta) {
+  const std::string kind = meta.at("tokenizer").at("kind").get<std::string>();
+  const std::string model = kind == "byte" ? "" : (fs::path(dir) / kTokenizerFile).string();
+  std::shared_ptr<const Tokenizer> tok = load_tokenizer(kind, model);
+  const std::string recorded = meta.at("tokenizer").at("hash").get<std::string>();
+  DARK_CHECK(tok->hash() == recorded, "data: ", dir, ": tokenizer ", model.empty() ? kind : model, " has hash ",
+             tok->hash(), " but meta.json records ", recorded, "; re-run prepare");
+  return tok;
+}
+
+PreparedData open_dir(const std::string& dir) {
+  const std::string meta_path = (fs::path(dir) / kMetaFile).string();
+  DARK_CHECK(fs::exists(meta_path), "data: ", dir, " is not a prepared data directory (no ", kMetaFile,
+             "); run prepare first");
+  PreparedData data;
+  data.dir = dir;
+  try {
+    data.meta = json::parse(read_file(meta_path));
+    DARK_CHECK(data.meta.at("format_version").get<int>() == kDataFormatVersion, "data: ", meta_path,
+               ": format_version ", data.meta.at("format_version"), ", this build reads ", kDataFormatVersion);
+    data.tokenizer = load_dir_tokenizer(dir, data.meta);
+    data.train_tokens = data.meta.at("shards").at("train").at("tokens").get<std::int64_t>();
+    data.val_tokens = data.meta.at("shards").at("val").at("tokens").get<std::int64_t>();
+  } catch (const json::exception& e) {
+    throw Error(str("data: ", meta_path, " is malformed: ", e.what()));
+  }
+  data.train_path = (fs::path(dir) / shard_file(Split::train)).string();
+  data.val_path = (fs::path(dir) / shard_file(Split::val)).string();
+  return data;
+}
+
+// Why an existing directory cannot be reused, or "" when it can.
+std::string reuse_problem(const std::string& dir, const json& inputs) {
+  const std::string meta_path = (fs::path(dir) / kMetaFile).string();
+  if (!fs::exists(meta_path)) return "no meta.json";
+  try {
+    const PreparedData data = open_dir(dir);
+    if (data.meta.at("inputs") != inputs) return "its inputs differ (corpus files, tokenizer or options changed)";
+    for (const Split split : {Split::train, Split::val}) {
+      const auto shard = data.open_shard(split);
+      const auto recorded = data.meta.at("shards").at(split_name(split)).at("tokens").get<std::int64_t>();
+      if (shard->size() != recorded) return str(shard->path(), " has ", shard->size(), " tokens, meta.json says ", recorded);
+    }
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Reads the train split and trains SentencePiece on a sample of its lines.
+std::shared_ptr<SentencePieceTokenizer> train_tokenizer(const DataConfig& cfg, const Corpus& corpus,
+                                                        InvalidUtf8 policy, json& record) {
+  const auto t0 = Clock::now();
+  LineSampler sampler(cfg.tokenizer_max_lines, cfg.seed);
+  std::uint64_t bytes = 0;
+  for (const auto& f : corpus.files(Split::train)) {
+    const std::string text = read_document(f, policy);
+    bytes += text.size();
+    sampler.add_text(text);
+  }
+  DARK_CHECK(!sampler.lines().empty(), "data: corpus '", corpus.description(),
+             "' has no text in its train split (every train file is empty)");
+  spdlog::info("data: training SentencePiece BPE (vocab {}) on {} of {} lines ({:.1f} MB of train text)...",
+               cfg.vocab_size, sampler.lines().size(), sampler.lines_seen(), bytes / 1e6);
+  SentencePieceOptions opt;
+  opt.vocab_size = cfg.vocab_size;
+  opt.character_coverage = cfg.character_coverage;
+  opt.seed = cfg.seed;
+  auto tok = SentencePieceTokenizer::train(sampler.lines(), opt);
+  const double secs = seconds_since(t0);
+  spdlog::info("data: tokenizer trained in {:.1f} s ({})", secs, tok->hash());
+  record["trained_on_lines"] = sampler.lines().size();
+  record["train_lines_seen"] = sampler.lines_seen();
+  record["training_seconds"] = secs;
+  return tok;
+}
+
+struct SplitResult {
+  ShardInfo info;
+  std::int64_t files = 0, empty_files = 0;
+  std::uint64_t bytes = 0;
+};
+
+// Tokenizes one split's files (in parallel, appended in file order) into its shard.
+SplitResult write_split(const DataConfig& cfg, const Corpus& corpus, Split split, const Tokenizer& tok,
+                        InvalidUtf8 policy) {
+  const std::vector<CorpusFile> files = corpus.files(split);
+  const std::string path = (fs::path(cfg.dir) / shard_file(split)).string();
+  ShardWriter writer(path, tok.hash(), tok.vocab_size());
+  SplitResult result;
+  result.files = static_cast<std::int64_t>(files.size());
+  const auto t0 = Clock::now();
+  auto last_report = t0;
+  std::int64_t written = 0;
+  for (std::size_t begin = 0; begin < files.size(); begin += kFilesPerChunk) {
+    const std::size_t n = std::min(kFilesPerChunk, files.size() - begin);
+    std::vector<std::vector<std::int32_t>> tokens(n);
+    std::vector<std::uint64_t> bytes(n);
+    std::vector<std::exception_ptr> errors(n);
+#pragma omp parallel for schedule(dynamic, 1) num_threads(cfg.num_threads)
+    for (std::size_t i = 0; i < n; ++i) {
+      try {
+        const std::string text = read_document(files[begin + i], policy);
+        bytes[i] = text.size();
+        if (!text.empty()) {
+          tokens[i] = tok.encode(text);
+          tokens[i].push_back(tok.eos_id());
+        }
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+      if (errors[i]) std::rethrow_exception(errors[i]);
+      result.bytes += bytes[i];
+      if (tokens[i].empty()) {
+        ++result.empty_files;
+        continue;
+      }
+      writer.append_document(tokens[i]);
+      written += static_cast<std::int64_t>(tokens[i].size());
+    }
+    if (seconds_since(last_report) > 2.0 && begin + n < files.size()) {
+      last_report = Clock::now();
+      spdlog::info("data: {}: {}/{} files, {:.2f} M tokens, {:.1f} s", split_name(split), begin + n, files.size(),
+                   written / 1e6, seconds_since(t0));
+    }
+  }
+  result.info = writer.finish();
+  const double secs = seconds_since(t0);
+  spdlog::info("data: wrote {}: {} files ({} empty), {:.2f} MB of text -> {} tokens ({:.2f} bytes/token) in {:.1f} s",
+               path, result.files, result.empty_files, result.bytes / 1e6, result.info.num_tokens,
+               result.info.num_tokens ? static_cast<double>(result.bytes) / result.info.num_tokens : 0.0, secs);
+  return result;
+}
+
+}  // namespace
+
+std::shared_ptr<const TokenShard> PreparedData::open_shard(Split split) const {
+  DARK_CHECK(tokenizer != nullptr, "data: open_shard on an unprepared directory");
+  return TokenShard::open(split == Split::train ? train_path : val_path, tokenizer->hash());
+}
+
+PreparedData open_prepared(const std::string& dir) { return open_dir(dir); }
+
+PreparedData prepare(const DataConfig& cfg) {
+  validate(cfg);
+  const InvalidUtf8 policy = parse_invalid_utf8(cfg.invalid_utf8);
+  const auto t_start = Clock::now();
+  const Corpus corpus = Corpus::resolve(cfg.corpus, cfg.sources, cfg.val_fraction);
+  const auto train_files = corpus.files(Split::train).size(), val_files = corpus.files(Split::val).size();
+  spdlog::info("data: corpus '{}': {} files ({} train, {} val), {:.1f} MB", corpus.description(),
+               corpus.files().size(), train_files, val_files, corpus.total_bytes() / 1e6);
+  const json inputs = inputs_of(cfg, corpus);
+
+  std::error_code ec;
+  fs::create_directories(cfg.dir, ec);
+  DARK_CHECK(!ec, "data: cannot create directory ", cfg.dir, ": ", ec.message());
+  const std::string problem = reuse_problem(cfg.dir, inputs);
+  if (problem.empty()) {
+    PreparedData data = open_dir(cfg.dir);
+    data.reused = true;
+    spdlog::info("data: {} is up to date ({} train, {} val tokens); nothing to do", cfg.dir, data.train_tokens,
+                 data.val_tokens);
+    return data;
+  }
+  spdlog::info("data: building {} ({})", cfg.dir, problem);
+  // meta.json marks a complete directory: remove it before touching anything else.
+  fs::remove(fs::path(cfg.dir) / kMetaFile, ec);
+
+  // 1. tokenizer
+  json tok_record = json::object();
+  std::shared_ptr<const Tokenizer> tok;
+  const std::string model_path = (fs::path(cfg.dir) / kTokenizerFile).string();
+  if (cfg.tokenizer == "byte") {
+    tok = std::make_shared<ByteTokenizer>();
+    fs::remove(model_path, ec);
+  } else if (!cfg.tokenizer_model.empty()) {
+    auto sp = SentencePieceTokenizer::load(cfg.tokenizer_model);
+    sp->save(model_path);
+    tok_record["source_model"] = cfg.tokenizer_model;
+    spdlog::info("data: using tokenizer {} ({}, vocab {})", cfg.tokenizer_model, sp->hash(), sp->vocab_size());
+    tok = std::move(sp);
+  } else {
+    auto sp = train_tokenizer(cfg, corpus, policy, tok_record);
+    sp->save(model_path);
+    tok = std::move(sp);
+  }
+
+  // 2. shards
+  const auto t_tokenize = Clock::now();
+  const SplitResult train = write_split(cfg, corpus, Split::train, *tok, policy);
+  DARK_CHECK(train.info.num_tokens > 0, "data: corpus '", corpus.description(), "' is empty: its train split (",
+             train.files, " file(s)) holds no text");
+  const SplitResult val = write_split(cfg, corpus, Split::val, *tok, policy);
+  const double tokenize_secs = seconds_since(t_tokenize);
+
+  // 3. meta.json, last
+  auto shard_json = [](const SplitResult& r, Split split) {
+    return json{{"file", shard_file(split)},   {"tokens", r.info.num_tokens},
+                {"documents", r.info.num_documents}, {"files", r.files},
+                {"empty_files", r.empty_files}, {"text_bytes", r.bytes},
+                {"token_bytes", r.info.token_bytes}, {"checksum", hex64(r.info.checksum)}};
+  };
+  tok_record["kind"] = tok->kind();
+  tok_record["hash"] = tok->hash();
+  tok_record["vocab_size"] = tok->vocab_size();
+  tok_record["eos_id"] = tok->eos_id();
+  tok_record["bos_id"] = tok->bos_id();
+  tok_record["file"] = tok->kind() == "byte" ? json(nullptr) : json(kTokenizerFile);
+  json meta = {
+      {"format_version", kDataFormatVersion},
+      {"created_by", str("darkformer ", DARK_VERSION)},
+      {"inputs", inputs},
+      {"sources", cfg.sources.empty() ? json::array({cfg.corpus}) : json(cfg.sources)},
+      {"tokenizer", tok_record},
+      {"shards", {{"train", shard_json(train, Split::train)}, {"val", shard_json(val, Split::val)}}},
+      {"seconds", {{"tokenization", tokenize_secs}, {"total", seconds_since(t_start)}}},
+  };
+  write_file_atomic((fs::path(cfg.dir) / kMetaFile).string(), meta.dump(2) + "\n");
+  spdlog::info("data: {} ready: {} train tokens, {} val tokens, vocab {} ({:.1f} s)", cfg.dir, train.info.num_tokens,
+               val.info.num_tokens, tok->vocab_size(), seconds_since(t_start));
+  return open_dir(cfg.dir);
+}
+
+}  // namespace dark::data

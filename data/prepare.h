@@ -1,0 +1,64 @@
+// prepare(): builds a data directory from a corpus, once. The directory holds
+//   tokenizer.model   the SentencePiece model (absent for the byte tokenizer)
+//   train.bin         token shard of the train split (documents joined by end-of-document)
+//   val.bin           token shard of the validation split
+//   meta.json         inputs, counts, tokenizer hash and vocab size, timings; written last,
+//                     so a directory with meta.json is complete.
+// Calling prepare() again with the same inputs (corpus files and sizes, tokenizer options,
+// val_fraction, ...) verifies the directory and returns without rebuilding; any difference,
+// or a missing / corrupted file, rebuilds it (logging why).
+//
+// Multi-process runs: let one process call prepare(), then the others open_prepared().
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "data/corpus.h"
+#include "data/shard.h"
+#include "data/tokenizer.h"
+
+namespace dark::data {
+
+inline constexpr int kDataFormatVersion = 1;
+
+struct DataConfig {
+  std::string corpus = "debdocs";       // named corpus: "debdocs" or "debdocs-python"
+  std::vector<std::string> sources;     // files, folders or glob patterns; override corpus when non-empty
+  std::string dir;                      // output data directory (required)
+  std::string tokenizer = "sentencepiece";  // "sentencepiece" or "byte"
+  std::string tokenizer_model;          // existing SentencePiece .model to use instead of training one
+  std::int32_t vocab_size = 8192;       // SentencePiece vocabulary when training (ignored with tokenizer_model; byte: 258)
+  double val_fraction = 0.02;           // share of files (by path hash) in the validation split, [0, 0.5]
+  std::string invalid_utf8 = "error";   // invalid UTF-8 in an input file: "error" or "replace" (U+FFFD)
+  std::int64_t tokenizer_max_lines = 1000000;  // lines sampled from the train split to train SentencePiece
+  double character_coverage = 0.9995;   // SentencePiece character coverage; rarer characters become bytes
+  std::uint64_t seed = 0;               // line sampling and SentencePiece's RNG
+  int num_threads = 2;                  // threads for tokenization (SentencePiece training uses 2)
+};
+
+struct PreparedData {
+  std::string dir;
+  bool reused = false;  // true when prepare() found a matching directory and built nothing
+  nlohmann::json meta;  // the contents of meta.json
+  std::shared_ptr<const Tokenizer> tokenizer;
+  std::string train_path, val_path;
+  std::int64_t train_tokens = 0, val_tokens = 0;
+
+  // Opens a split's shard, checking it against this tokenizer's hash and its checksum.
+  std::shared_ptr<const TokenShard> open_shard(Split split) const;
+};
+
+// Builds (or reuses) cfg.dir. Throws dark::Error for a bad config, a missing path, an
+// empty corpus (no files, or no text in the train split), invalid UTF-8 under
+// invalid_utf8 = "error", or a failed tokenizer training.
+PreparedData prepare(const DataConfig& cfg);
+
+// Opens a directory written by prepare(): reads meta.json, loads the tokenizer and checks
+// it against the recorded hash. Throws naming the directory when it is incomplete.
+PreparedData open_prepared(const std::string& dir);
+
+}  // namespace dark::data

@@ -1,0 +1,155 @@
+// SentencePieceTokenizer over the SentencePiece C++ API (Debian libsentencepiece-dev).
+#include "data/sentencepiece_tokenizer.h"
+
+#include <sentencepiece_processor.h>
+#include <sentencepiece_trainer.h>
+
+#include <climits>
+#include <unordered_map>
+
+#include "core/error.h"
+#include "core/file_io.h"
+#include "data/hash.h"
+
+namespace dark::data {
+
+struct SentencePieceTokenizer::Impl {
+  std::string bytes;
+  sentencepiece::SentencePieceProcessor processor;
+};
+
+namespace {
+
+// Feeds the sampled lines to the trainer.
+class LineIterator final : public sentencepiece::SentenceIterator {
+ public:
+  explicit LineIterator(const std::vector<std::string>& lines) : lines_(lines) {}
+  bool done() const override { return index_ >= lines_.size(); }
+  void Next() override { ++index_; }
+  const std::string& value() const override { return lines_[index_]; }
+  sentencepiece::util::Status status() const override { return {}; }
+
+ private:
+  const std::vector<std::string>& lines_;
+  std::size_t index_ = 0;
+};
+
+std::string format_double(double v) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.17g", v);
+  return text;
+}
+
+}  // namespace
+
+LineSampler::LineSampler(std::int64_t max_lines, std::uint64_t seed) : max_lines_(max_lines), seed_(seed) {
+  DARK_CHECK(max_lines > 0, "tokenizer line sample: max_lines must be positive, got ", max_lines);
+}
+
+void LineSampler::add_text(std::string_view text) {
+  std::size_t start = 0;
+  while (start < text.size()) {
+    std::size_t end = text.find('\n', start);
+    if (end == std::string_view::npos) end = text.size();
+    const std::string_view line = text.substr(start, end - start);
+    start = end + 1;
+    if (line.empty() || line.size() > kMaxLineBytes) continue;
+    const std::int64_t index = seen_++;
+    if (index < max_lines_) {
+      lines_.emplace_back(line);
+    } else {
+      const auto slot = uniform_below(seed_, kStreamTokenizerSample, static_cast<std::uint64_t>(index),
+                                      static_cast<std::uint64_t>(index) + 1);
+      if (slot < static_cast<std::uint64_t>(max_lines_)) lines_[slot].assign(line);
+    }
+  }
+}
+
+SentencePieceTokenizer::SentencePieceTokenizer() : impl_(std::make_unique<Impl>()) {}
+SentencePieceTokenizer::~SentencePieceTokenizer() = default;
+
+std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::load(const std::string& path) {
+  DARK_CHECK(!path.empty(), "sentencepiece tokenizer: no model path given");
+  return from_model_bytes(read_file(path), path);
+}
+
+std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::from_model_bytes(std::string bytes,
+                                                                                 const std::string& origin) {
+  std::unique_ptr<SentencePieceTokenizer> t(new SentencePieceTokenizer());
+  const auto status = t->impl_->processor.LoadFromSerializedProto(bytes);
+  DARK_CHECK(status.ok(), "sentencepiece tokenizer: ", origin, " is not a SentencePiece model: ", status.ToString());
+  DARK_CHECK(t->impl_->processor.eos_id() >= 0, "sentencepiece tokenizer: ", origin,
+             " has no end-of-sequence piece (needed to separate documents)");
+  t->hash_ = "sentencepiece-" + hex64(fnv1a64(bytes));
+  t->impl_->bytes = std::move(bytes);
+  return t;
+}
+
+std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::train(const std::vector<std::string>& lines,
+                                                                      const SentencePieceOptions& options) {
+  DARK_CHECK(!lines.empty(), "sentencepiece training: no text lines to train on");
+  DARK_CHECK(options.vocab_size > 259, "sentencepiece training: vocab_size ", options.vocab_size,
+             " too small: 256 byte pieces and 3 special pieces come first");
+  const std::unordered_map<std::string, std::string> spec = {
+      {"model_type", "bpe"},
+      {"vocab_size", std::to_string(options.vocab_size)},
+      {"character_coverage", format_double(options.character_coverage)},
+      {"byte_fallback", "true"},
+      {"normalization_rule_name", "identity"},
+      {"remove_extra_whitespaces", "false"},
+      {"add_dummy_prefix", "false"},
+      {"split_digits", "true"},
+      {"allow_whitespace_only_pieces", "true"},
+      {"max_sentence_length", std::to_string(LineSampler::kMaxLineBytes)},
+      {"input_sentence_size", "0"},  // we sample ourselves (LineSampler)
+      {"shuffle_input_sentence", "false"},
+      {"num_threads", "2"},  // stored in the model bytes: fixed so the hash never depends on it
+      {"unk_id", "0"},
+      {"bos_id", "1"},
+      {"eos_id", "2"},
+      {"pad_id", "-1"},
+      {"minloglevel", "1"},  // no per-iteration INFO logs
+  };
+  unsigned seed = static_cast<unsigned>(options.seed ^ (options.seed >> 32));
+  if (seed == UINT_MAX) seed = 0;  // UINT_MAX asks SentencePiece for std::random_device
+  sentencepiece::SetRandomGeneratorSeed(seed);
+  LineIterator it(lines);
+  std::string model;
+  const auto status = sentencepiece::SentencePieceTrainer::Train(spec, &it, &model);
+  DARK_CHECK(status.ok(), "sentencepiece training failed (vocab_size ", options.vocab_size, ", ", lines.size(),
+             " lines): ", status.ToString());
+  return from_model_bytes(std::move(model), "the trained model");
+}
+
+void SentencePieceTokenizer::save(const std::string& path) const { write_file_atomic(path, impl_->bytes); }
+
+const std::string& SentencePieceTokenizer::model_bytes() const { return impl_->bytes; }
+
+std::vector<std::int32_t> SentencePieceTokenizer::encode(std::string_view text) const {
+  std::vector<int> ids;
+  const auto status = impl_->processor.Encode(text, &ids);
+  DARK_CHECK(status.ok(), "sentencepiece encode failed: ", status.ToString());
+  return std::vector<std::int32_t>(ids.begin(), ids.end());
+}
+
+std::string SentencePieceTokenizer::decode(std::span<const std::int32_t> ids) const {
+  const std::int32_t n = vocab_size();
+  for (const std::int32_t id : ids)
+    DARK_CHECK(id >= 0 && id < n, "sentencepiece decode: id ", id, " outside the vocabulary [0, ", n, ")");
+  std::string text;
+  const auto status = impl_->processor.Decode(std::vector<int>(ids.begin(), ids.end()), &text);
+  DARK_CHECK(status.ok(), "sentencepiece decode failed: ", status.ToString());
+  return text;
+}
+
+std::int32_t SentencePieceTokenizer::vocab_size() const { return impl_->processor.GetPieceSize(); }
+std::int32_t SentencePieceTokenizer::eos_id() const { return impl_->processor.eos_id(); }
+std::int32_t SentencePieceTokenizer::bos_id() const { return impl_->processor.bos_id(); }
+
+std::string SentencePieceTokenizer::piece(std::int32_t id) const {
+  DARK_CHECK(id >= 0 && id < vocab_size(), "sentencepiece: id ", id, " outside the vocabulary [0, ", vocab_size(),
+             ")");
+  return impl_->processor.IdToPiece(id);
+}
+
+}  // namespace dark::data

@@ -1,0 +1,44 @@
+// ByteTokenizer and the tokenizer factory.
+#include "data/tokenizer.h"
+
+#include <cstdio>
+
+#include "core/error.h"
+#include "data/sentencepiece_tokenizer.h"
+
+namespace dark::data {
+
+std::vector<std::int32_t> ByteTokenizer::encode(std::string_view text) const {
+  std::vector<std::int32_t> ids(text.size());
+  for (std::size_t i = 0; i < text.size(); ++i) ids[i] = static_cast<unsigned char>(text[i]);
+  return ids;
+}
+
+std::string ByteTokenizer::decode(std::span<const std::int32_t> ids) const {
+  std::string out;
+  out.reserve(ids.size());
+  for (const std::int32_t id : ids) {
+    DARK_CHECK(id >= 0 && id < kVocabSize, "byte tokenizer: decode: id ", id, " outside the vocabulary [0, ",
+               kVocabSize, ")");
+    if (id < 256) out.push_back(static_cast<char>(id));
+  }
+  return out;
+}
+
+std::string ByteTokenizer::piece(std::int32_t id) const {
+  DARK_CHECK(id >= 0 && id < kVocabSize, "byte tokenizer: id ", id, " outside the vocabulary [0, ", kVocabSize, ")");
+  if (id == kEos) return "<eos>";
+  if (id == kBos) return "<bos>";
+  if (id > 0x20 && id < 0x7f) return std::string(1, static_cast<char>(id));
+  char text[8];
+  std::snprintf(text, sizeof text, "<0x%02X>", id);
+  return text;
+}
+
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& kind, const std::string& model_path) {
+  if (kind == "byte") return std::make_unique<ByteTokenizer>();
+  if (kind == "sentencepiece") return SentencePieceTokenizer::load(model_path);
+  throw Error(str("tokenizer: unknown kind '", kind, "' (allowed: \"sentencepiece\", \"byte\")"));
+}
+
+}  // namespace dark::data

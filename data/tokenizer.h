@@ -1,0 +1,58 @@
+// Tokenizer interface shared by the corpus builder, shards and generation, plus the
+// byte-level tokenizer used by tests.
+//
+// Invariants: ids are in [0, vocab_size()); eos_id() is the end-of-document token that
+// separates documents in a shard; hash() identifies the exact tokenizer (kind + model
+// bytes) in at most 63 characters and is stored in every shard header, so a shard is never
+// read with a different tokenizer. encode/decode are const and safe to call from several
+// threads at once.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace dark::data {
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+  // "byte" or "sentencepiece".
+  virtual std::string kind() const = 0;
+  virtual std::vector<std::int32_t> encode(std::string_view text) const = 0;
+  // eos and bos decode to nothing. Throws on an id outside the vocabulary.
+  virtual std::string decode(std::span<const std::int32_t> ids) const = 0;
+  virtual std::int32_t vocab_size() const = 0;
+  virtual std::int32_t eos_id() const = 0;
+  // -1 when the tokenizer has no beginning-of-sequence token.
+  virtual std::int32_t bos_id() const = 0;
+  // Stable identifier, e.g. "byte-v1" or "sentencepiece-<FNV-1a64 of the model bytes>".
+  virtual std::string hash() const = 0;
+  // Readable form of one token (for logs): "<0x0A>", "▁the", "<eos>".
+  virtual std::string piece(std::int32_t id) const = 0;
+};
+
+// Bytes 0..255 are ids 0..255; 256 is <eos>, 257 is <bos> (vocab_size 258). encode never
+// fails (any byte string, valid UTF-8 or not, round-trips through decode).
+class ByteTokenizer final : public Tokenizer {
+ public:
+  static constexpr std::int32_t kEos = 256;
+  static constexpr std::int32_t kBos = 257;
+  static constexpr std::int32_t kVocabSize = 258;
+
+  std::string kind() const override { return "byte"; }
+  std::vector<std::int32_t> encode(std::string_view text) const override;
+  std::string decode(std::span<const std::int32_t> ids) const override;
+  std::int32_t vocab_size() const override { return kVocabSize; }
+  std::int32_t eos_id() const override { return kEos; }
+  std::int32_t bos_id() const override { return kBos; }
+  std::string hash() const override { return "byte-v1"; }
+  std::string piece(std::int32_t id) const override;
+};
+
+// Loads a tokenizer by kind: "byte" (model_path ignored) or "sentencepiece" (a .model file).
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& kind, const std::string& model_path);
+
+}  // namespace dark::data

@@ -1,0 +1,59 @@
+// Sampling (see generate.h).
+#include "nn/generate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "autograd/grad_mode.h"
+#include "autograd/ops.h"
+#include "core/philox.h"
+
+namespace dark::nn {
+
+std::int32_t sample_token(const std::vector<double>& logits, double temperature, int top_k, double u) {
+  DARK_CHECK(!logits.empty(), "sample_token: empty logits");
+  std::vector<std::int32_t> order(logits.size());
+  std::iota(order.begin(), order.end(), 0);
+  // Highest logit first; ties broken by id so the order is deterministic.
+  std::sort(order.begin(), order.end(), [&](auto a, auto b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+  if (temperature <= 0.0) return order[0];
+  const std::size_t k = top_k > 0 ? std::min<std::size_t>(top_k, order.size()) : order.size();
+  std::vector<double> weights(k);
+  for (std::size_t i = 0; i < k; ++i) weights[i] = std::exp((logits[order[i]] - logits[order[0]]) / temperature);
+  const double total = std::accumulate(weights.begin(), weights.end(), 0.0);
+  double threshold = u * total;
+  for (std::size_t i = 0; i < k; ++i) {
+    threshold -= weights[i];
+    if (threshold < 0) return order[i];
+  }
+  return order[k - 1];
+}
+
+std::vector<std::int32_t> generate(CausalLM& model, const std::vector<std::int32_t>& prompt,
+                                   const GenerateOptions& options, const std::function<void(std::int32_t)>& on_token) {
+  DARK_CHECK(!prompt.empty(), "generate: the prompt is empty (give at least one token)");
+  NoGradGuard no_grad;
+  const bool was_training = model.training();
+  model.train(false);
+  std::vector<std::int32_t> tokens = prompt, produced;
+  const std::int64_t vocab = model.config().vocab_size;
+  for (int i = 0; i < options.max_tokens; ++i) {
+    const std::size_t start = tokens.size() > static_cast<std::size_t>(options.context) ? tokens.size() - options.context : 0;
+    const std::vector<std::int32_t> window(tokens.begin() + static_cast<std::ptrdiff_t>(start), tokens.end());
+    const auto T = static_cast<std::int64_t>(window.size());
+    const Tensor logits = model.forward(Tensor::from_vector(window, {1, T}));
+    const Tensor last = core::slice(core::reshape(logits, {T, vocab}), 0, T - 1, T);
+    const std::vector<double> row = last.to(DType::f64).to_vector<double>();
+    const philox::Block b = philox::block(options.seed, /*stream=*/0x67656e, static_cast<std::uint64_t>(i));
+    const std::int32_t next = sample_token(row, options.temperature, options.top_k, philox::uniform01(b.v[0]));
+    tokens.push_back(next);
+    produced.push_back(next);
+    if (on_token) on_token(next);
+    if (next == options.stop_token) break;
+  }
+  model.train(was_training);
+  return produced;
+}
+
+}  // namespace dark::nn

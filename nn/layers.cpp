@@ -1,0 +1,74 @@
+// Linear, Embedding, RMSNorm, gated MLP, dropout.
+#include "nn/layers.h"
+
+#include "autograd/grad_mode.h"
+#include "autograd/ops.h"
+
+namespace dark::nn {
+
+std::uint64_t name_stream(const std::string& name) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : name) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+Tensor normal_init(const Shape& shape, const Init& init) {
+  NoGradGuard no_grad;
+  return mul_scalar(Tensor::randn(shape, init.seed, name_stream(init.name), init.dtype), init.std);
+}
+
+Linear::Linear(std::int64_t in_features, std::int64_t out_features, const Init& init, bool with_bias) {
+  weight = &register_parameter("weight", normal_init({out_features, in_features}, init.with_name(init.name + ".weight")));
+  if (with_bias) bias = &register_parameter("bias", Tensor::zeros({out_features}, init.dtype));
+}
+
+Tensor Linear::forward(const Tensor& x) const {
+  // (..., in) x (out, in)^T: one gemm over all leading axes.
+  Shape flat_shape = {x.numel() / x.shape().back(), x.shape().back()};
+  Tensor y = matmul(reshape(x, flat_shape), *weight, false, true);
+  if (bias) y = add(y, *bias);
+  Shape out_shape = x.shape();
+  out_shape.back() = weight->shape()[0];
+  return reshape(y, out_shape);
+}
+
+Embedding::Embedding(std::int64_t num_embeddings, std::int64_t dim, const Init& init) {
+  weight = &register_parameter("weight", normal_init({num_embeddings, dim}, init.with_name(init.name + ".weight")));
+}
+
+Tensor Embedding::forward(const Tensor& ids) const { return embedding(*weight, ids); }
+
+RMSNorm::RMSNorm(std::int64_t dim, double eps_, DType dtype) : eps(eps_) {
+  weight = &register_parameter("weight", Tensor::ones({dim}, dtype));
+}
+
+Tensor RMSNorm::forward(const Tensor& x) const { return rms_norm(x, *weight, eps); }
+
+GatedMlp::GatedMlp(std::int64_t dim, std::int64_t hidden, Activation act, const Init& init, const Init& out_init)
+    : gate_proj(dim, hidden, init.with_name(init.name + ".gate_proj")),
+      up_proj(dim, hidden, init.with_name(init.name + ".up_proj")),
+      down_proj(hidden, dim, out_init.with_name(out_init.name + ".down_proj")),
+      activation(act) {
+  register_module("gate_proj", gate_proj);
+  register_module("up_proj", up_proj);
+  register_module("down_proj", down_proj);
+}
+
+Tensor GatedMlp::forward(const Tensor& x) const {
+  const Tensor gate = gate_proj.forward(x), up = up_proj.forward(x);
+  return down_proj.forward(activation == Activation::silu ? swiglu(gate, up) : geglu(gate, up));
+}
+
+Tensor dropout(const Tensor& x, double p, std::uint64_t seed, std::uint64_t stream) {
+  if (p <= 0.0) return x;
+  DARK_CHECK(p < 1.0, "dropout: probability must be in [0, 1), got ", p);
+  Tensor keep;
+  {
+    NoGradGuard no_grad;
+    const Tensor u = Tensor::rand(x.shape(), seed, stream, x.dtype(), x.device());
+    keep = mul_scalar(ge(u, Tensor::scalar(p, x.dtype(), x.device())), 1.0 / (1.0 - p));
+  }
+  return mul(x, keep);
+}
+
+}  // namespace dark::nn

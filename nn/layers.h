@@ -1,0 +1,51 @@
+// The basic layers of a Llama-style model. Weights are created by the layer with the
+// initialisation the model asks for (see nn/init.h); names follow Hugging Face Llama.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "nn/init.h"
+#include "nn/module.h"
+
+namespace dark::nn {
+
+// y = x W^T (+ b), W: (out, in) as in PyTorch / Hugging Face checkpoints.
+class Linear : public Module {
+ public:
+  Linear(std::int64_t in_features, std::int64_t out_features, const Init& init, bool bias = false);
+  Tensor forward(const Tensor& x) const;
+  Tensor* weight;
+  Tensor* bias = nullptr;
+};
+
+// Rows of a (vocab, dim) table.
+class Embedding : public Module {
+ public:
+  Embedding(std::int64_t num_embeddings, std::int64_t dim, const Init& init);
+  Tensor forward(const Tensor& ids) const;
+  Tensor* weight;
+};
+
+// x / rms(x) * weight over the last axis (fused op).
+class RMSNorm : public Module {
+ public:
+  RMSNorm(std::int64_t dim, double eps, DType dtype = DType::f32);
+  Tensor forward(const Tensor& x) const;
+  Tensor* weight;
+  double eps;
+};
+
+// Gated MLP: down(act(gate(x)) * up(x)), act = silu (SwiGLU) or gelu (GeGLU).
+class GatedMlp : public Module {
+ public:
+  enum class Activation { silu, gelu };
+  GatedMlp(std::int64_t dim, std::int64_t hidden, Activation activation, const Init& init, const Init& out_init);
+  Tensor forward(const Tensor& x) const;
+  Linear gate_proj, up_proj, down_proj;
+  Activation activation;
+};
+
+// Inverted dropout with a counter-based mask: the same (seed, stream) drops the same units.
+Tensor dropout(const Tensor& x, double p, std::uint64_t seed, std::uint64_t stream);
+
+}  // namespace dark::nn

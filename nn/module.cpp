@@ -1,0 +1,34 @@
+// Module registration and traversal.
+#include "nn/module.h"
+
+namespace dark::nn {
+
+Tensor& Module::register_parameter(const std::string& name, Tensor value) {
+  value.set_requires_grad(true);
+  params_.emplace_back(name, std::make_unique<Tensor>(std::move(value)));
+  return *params_.back().second;
+}
+
+std::vector<std::pair<std::string, Tensor*>> Module::named_parameters(const std::string& prefix) {
+  std::vector<std::pair<std::string, Tensor*>> out;
+  const std::string base = prefix.empty() ? "" : prefix + ".";
+  for (auto& [name, tensor] : params_) out.emplace_back(base + name, tensor.get());
+  for (auto& [name, child] : children_) {
+    auto sub = child->named_parameters(base + name);
+    out.insert(out.end(), sub.begin(), sub.end());
+  }
+  return out;
+}
+
+std::int64_t Module::num_parameters() {
+  std::int64_t n = 0;
+  for (auto& [name, p] : named_parameters()) n += p->numel();
+  return n;
+}
+
+void Module::train(bool on) {
+  training_ = on;
+  for (auto& [name, child] : children_) child->train(on);
+}
+
+}  // namespace dark::nn

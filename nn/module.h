@@ -1,0 +1,46 @@
+// Module: a node of the model tree. Parameters and child modules are registered under
+// names, so every parameter has a stable hierarchical name in Hugging Face Llama style
+// ("model.layers.3.self_attn.q_proj.weight"). Names drive checkpoints, freezing patterns
+// and optimizer groups.
+#pragma once
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace dark::nn {
+
+class Module {
+ public:
+  virtual ~Module() = default;
+  Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  // Every parameter below this module, depth first in registration order, with its full
+  // name. The pointers address the module's own Tensor members, so a caller may rebind
+  // them (ParameterBuffer moves parameters into one flat buffer this way).
+  std::vector<std::pair<std::string, Tensor*>> named_parameters(const std::string& prefix = "");
+  std::int64_t num_parameters();
+
+  // Training mode enables dropout; eval mode is deterministic.
+  void train(bool on = true);
+  bool training() const { return training_; }
+
+ protected:
+  Tensor& register_parameter(const std::string& name, Tensor value);
+  template <class M>
+  M& register_module(const std::string& name, M& module) {
+    children_.emplace_back(name, &module);
+    return module;
+  }
+
+ private:
+  // Parameters live in a vector of unique_ptr-like stable storage so pointers stay valid.
+  std::vector<std::pair<std::string, std::unique_ptr<Tensor>>> params_;
+  std::vector<std::pair<std::string, Module*>> children_;
+  bool training_ = true;
+};
+
+}  // namespace dark::nn

@@ -1,0 +1,52 @@
+// Flat parameter / gradient buffers (see parameter_buffer.h).
+#include "nn/parameter_buffer.h"
+
+#include <cmath>
+
+#include "autograd/grad_mode.h"
+#include "autograd/ops.h"
+
+namespace dark::nn {
+
+ParameterBuffer::ParameterBuffer(const std::vector<std::pair<std::string, Tensor*>>& params) {
+  DARK_CHECK(!params.empty(), "ParameterBuffer: no trainable parameters");
+  const Device device = params.front().second->device();
+  std::int64_t total = 0;
+  for (const auto& [name, p] : params) {
+    DARK_CHECK(p->dtype() == DType::f32, "ParameterBuffer: parameter ", name, " is ", p->describe(), ", expected f32");
+    DARK_CHECK(p->device() == device, "ParameterBuffer: parameter ", name, " is on ", p->device().to_string(),
+               ", others on ", device.to_string());
+    entries_.push_back({name, p, total, p->numel()});
+    total += (p->numel() + 15) / 16 * 16;  // 64-byte aligned segments
+  }
+  values_ = Tensor::zeros({total}, DType::f32, device);
+  grads_ = Tensor::zeros({total}, DType::f32, device);
+  NoGradGuard no_grad;
+  for (const Entry& e : entries_) {
+    Tensor view = core::reshape(segment(values_, e), e.param->shape());
+    view.copy_(*e.param);
+    view.set_requires_grad(true);
+    auto& meta = *view.autograd_meta();
+    meta.grad = std::make_shared<Tensor>(core::reshape(segment(grads_, e), e.param->shape()));
+    meta.grad_in_buffer = true;
+    *e.param = view;
+  }
+}
+
+Tensor ParameterBuffer::segment(const Tensor& flat, const Entry& e) {
+  return core::slice(flat, 0, e.offset, e.offset + e.numel);
+}
+
+void ParameterBuffer::zero_grad() { grads_.fill_(0.0); }
+
+double ParameterBuffer::grad_norm() const {
+  NoGradGuard no_grad;
+  return std::sqrt(sum(square(grads_)).item());
+}
+
+void ParameterBuffer::scale_grads(double factor) {
+  NoGradGuard no_grad;
+  grads_.copy_(mul_scalar(grads_, factor));
+}
+
+}  // namespace dark::nn

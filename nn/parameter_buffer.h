@@ -1,0 +1,43 @@
+// Flat parameter and gradient buffers. The trainable parameters of a model are moved
+// into one contiguous float32 buffer (each parameter becomes a view of it) and each gets
+// a gradient view in a second buffer that backward adds into in place. Zeroing, the
+// global gradient norm, the finiteness check, optimizer updates, all-reduce and
+// checkpoint I/O are then each one call over one buffer.
+#pragma once
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace dark::nn {
+
+class ParameterBuffer {
+ public:
+  struct Entry {
+    std::string name;
+    Tensor* param;  // the module's member, rebound to a view of values()
+    std::int64_t offset = 0, numel = 0;
+  };
+
+  // Takes over the given parameters (all float32, one device).
+  explicit ParameterBuffer(const std::vector<std::pair<std::string, Tensor*>>& params);
+
+  const std::vector<Entry>& entries() const { return entries_; }
+  const Tensor& values() const { return values_; }
+  const Tensor& grads() const { return grads_; }
+  std::int64_t numel() const { return values_.numel(); }
+
+  void zero_grad();
+  // sqrt(sum of squared gradients); NaN or inf when any gradient is not finite.
+  double grad_norm() const;
+  void scale_grads(double factor);
+  // The slice [offset, offset + numel) of a flat buffer, as a 1-D view.
+  static Tensor segment(const Tensor& flat, const Entry& e);
+
+ private:
+  std::vector<Entry> entries_;
+  Tensor values_, grads_;
+};
+
+}  // namespace dark::nn

@@ -1,0 +1,389 @@
+// The run configuration: defaults and auto values, every error message kind (exact text),
+// overrides, JSON round trips, unknown-key suggestions, file errors, and the tables.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+
+#include "train/config.h"
+#include "core/file_io.h"
+
+namespace dark::train {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+class TempDir {
+ public:
+  TempDir() {
+    std::random_device rd;
+    path_ = fs::temp_directory_path() /
+            ("darkformer_config_test_" + std::to_string(::getpid()) + "_" + std::to_string(rd()));
+    fs::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  fs::path operator/(const std::string& name) const { return path_ / name; }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+void write_text(const fs::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+}
+
+template <class Fn>
+std::string error_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// The error parse_config throws for a document given as JSON text.
+std::string parse_error(const std::string& doc) {
+  return error_of([&] { parse_config(json::parse(doc)); });
+}
+
+TEST(Config, DefaultsResolve) {
+  const RunConfig c = parse_config(json::object(), "quickstart");
+  EXPECT_EQ(c.model.vocab_size, 0);  // from the tokenizer, later
+  EXPECT_EQ(c.model.d_model, 256);
+  EXPECT_EQ(c.model.n_layers, 4);
+  EXPECT_EQ(c.model.n_heads, 4);
+  EXPECT_EQ(c.model.n_kv_heads, 4);     // auto: n_heads
+  EXPECT_EQ(c.model.d_ff, 704);         // auto: 8/3 * 256 = 682.7 -> 704
+  EXPECT_EQ(c.model.max_seq_len, 256);  // auto: data.seq_len
+  EXPECT_EQ(c.model.mlp, MlpKind::swiglu);
+  EXPECT_EQ(c.model.rope_theta, 10000.0);
+  EXPECT_EQ(c.model.norm_eps, 1e-5);
+  EXPECT_TRUE(c.model.tie_embeddings);
+  EXPECT_EQ(c.model.dropout, 0.0);
+  EXPECT_EQ(c.model.init_std, 0.02);
+  EXPECT_EQ(c.attention.kind, AttentionKind::softmax);
+  EXPECT_EQ(c.attention.num_features, 64);
+  EXPECT_EQ(c.data.corpus, "debdocs");
+  EXPECT_TRUE(c.data.sources.empty());
+  EXPECT_EQ(c.data.dir, "cache/data/debdocs-sentencepiece-8192");
+  EXPECT_EQ(c.data.tokenizer, TokenizerKind::sentencepiece);
+  EXPECT_EQ(c.data.tokenizer_model, "");
+  EXPECT_EQ(c.data.vocab_size, 8192);
+  EXPECT_EQ(c.data.val_fraction, 0.02);
+  EXPECT_EQ(c.data.seq_len, 256);
+  EXPECT_EQ(c.data.val_windows, 64);
+  EXPECT_EQ(c.optimizer.name, OptimizerKind::adamw);
+  EXPECT_EQ(c.optimizer.lr, 3e-4);
+  EXPECT_EQ(c.optimizer.betas, (std::array<double, 2>{0.9, 0.95}));
+  EXPECT_EQ(c.optimizer.eps, 1e-8);
+  EXPECT_EQ(c.optimizer.weight_decay, 0.1);
+  EXPECT_EQ(c.optimizer.momentum, 0.0);
+  EXPECT_EQ(c.optimizer.no_decay, (std::vector<std::string>{"*norm*", "*embed_tokens*"}));
+  EXPECT_EQ(c.optimizer.grad_clip, 1.0);
+  EXPECT_EQ(c.schedule.kind, ScheduleKind::cosine);
+  EXPECT_EQ(c.schedule.warmup_steps, 100);
+  EXPECT_EQ(c.schedule.min_lr_ratio, 0.1);
+  EXPECT_EQ(c.training.steps, 1000);
+  EXPECT_EQ(c.training.batch_size, 16);
+  EXPECT_EQ(c.training.grad_accum, 1);
+  EXPECT_EQ(c.training.eval_interval, 100);
+  EXPECT_EQ(c.training.eval_batches, 8);
+  EXPECT_EQ(c.training.checkpoint_interval, 500);
+  EXPECT_EQ(c.training.keep_checkpoints, 3);
+  EXPECT_EQ(c.training.max_consecutive_skips, 5);
+  EXPECT_EQ(c.training.log_interval, 10);
+  EXPECT_EQ(c.training.generate_tokens, 64);
+  EXPECT_EQ(c.training.generate_prompt, "The");
+  EXPECT_EQ(c.output.dir, "runs/quickstart");
+  EXPECT_EQ(c.seed, 0u);
+}
+
+TEST(Config, AutoValues) {
+  EXPECT_EQ(auto_d_ff(256), 704);   // 682.7
+  EXPECT_EQ(auto_d_ff(512), 1344);  // 1365.3
+  EXPECT_EQ(auto_d_ff(768), 2048);  // exactly 2048
+  EXPECT_EQ(auto_d_ff(576), 1536);  // exactly 1536 (SmolLM2-135M's width)
+  EXPECT_EQ(auto_d_ff(36), 128);    // 96 is halfway between 64 and 128: rounds up
+  EXPECT_EQ(auto_d_ff(8), 64);      // never below 64
+  const RunConfig c = parse_config(json::parse(R"({"model": {"d_model": 512, "n_heads": 8, "n_kv_heads": 2,
+      "d_ff": 1000, "max_seq_len": 1024}, "data": {"corpus": "wiki", "tokenizer": "byte", "vocab_size": 256,
+      "dir": ""}, "output": {"dir": "elsewhere"}})"),
+                                   "x");
+  EXPECT_EQ(c.model.n_kv_heads, 2);  // explicit values stay
+  EXPECT_EQ(c.model.d_ff, 1000);
+  EXPECT_EQ(c.model.max_seq_len, 1024);
+  EXPECT_EQ(c.data.dir, "cache/data/wiki-byte-256");
+  EXPECT_EQ(c.output.dir, "elsewhere");
+}
+
+TEST(Config, ValueErrorsNameThePathAndTheAllowedValues) {
+  EXPECT_EQ(parse_error(R"({"optimizer": {"name": "adam"}})"),
+            R"(config: optimizer.name: "adam" is not one of adamw, sgd)");
+  EXPECT_EQ(parse_error(R"({"training": {"steps": -5}})"),
+            "config: training.steps: expected a positive integer, got -5");
+  EXPECT_EQ(parse_error(R"({"training": {"steps": 0}})"),
+            "config: training.steps: expected a positive integer, got 0");
+  EXPECT_EQ(parse_error(R"({"training": {"keep_checkpoints": -1}})"),
+            "config: training.keep_checkpoints: expected a non-negative integer, got -1");
+  EXPECT_EQ(parse_error(R"({"optimizer": {"lr": "abc"}})"),
+            R"(config: optimizer.lr: expected a number, got "abc")");
+  EXPECT_EQ(parse_error(R"({"optimizer": {"lr": 0}})"), "config: optimizer.lr: expected a number > 0, got 0");
+  EXPECT_EQ(parse_error(R"({"model": {"dropout": 1.0}})"),
+            "config: model.dropout: expected a number in [0, 1), got 1.0");
+  EXPECT_EQ(parse_error(R"({"data": {"val_fraction": 0}})"),
+            "config: data.val_fraction: expected a number in (0, 1), got 0");
+  EXPECT_EQ(parse_error(R"({"schedule": {"min_lr_ratio": 1.5}})"),
+            "config: schedule.min_lr_ratio: expected a number in [0, 1], got 1.5");
+  EXPECT_EQ(parse_error(R"({"training": {"batch_size": 2.5}})"),
+            "config: training.batch_size: expected an integer, got 2.5");
+  EXPECT_EQ(parse_error(R"({"training": {"batch_size": "8"}})"),
+            R"(config: training.batch_size: expected an integer, got "8")");
+  EXPECT_EQ(parse_error(R"({"model": {"d_model": 10000000000}})"),
+            "config: model.d_model: expected a positive integer <= 2147483647, got 10000000000");
+  EXPECT_EQ(parse_error(R"({"model": {"tie_embeddings": "yes"}})"),
+            R"(config: model.tie_embeddings: expected true or false, got "yes")");
+  EXPECT_EQ(parse_error(R"({"data": {"corpus": ""}})"),
+            R"(config: data.corpus: expected a non-empty string, got "")");
+  EXPECT_EQ(parse_error(R"({"data": {"corpus": 5}})"), "config: data.corpus: expected a string, got 5");
+  EXPECT_EQ(parse_error(R"({"data": {"sources": "docs/*.md"}})"),
+            R"(config: data.sources: expected a list of strings, got "docs/*.md")");
+  EXPECT_EQ(parse_error(R"({"data": {"sources": ["a", 3]}})"),
+            "config: data.sources[1]: expected a string, got 3");
+  EXPECT_EQ(parse_error(R"({"optimizer": {"betas": [0.9]}})"),
+            "config: optimizer.betas: expected a list of 2 numbers, got [0.9]");
+  EXPECT_EQ(parse_error(R"({"optimizer": {"betas": [0.9, 1.5]}})"),
+            "config: optimizer.betas[1]: expected a number in [0, 1), got 1.5");
+  EXPECT_EQ(parse_error(R"({"attention": {"kind": "flash"}})"),
+            R"(config: attention.kind: "flash" is not one of softmax, performer, lfk, darkformer)");
+  EXPECT_EQ(parse_error(R"({"attention": {"kind": 3}})"),
+            "config: attention.kind: expected one of softmax, performer, lfk, darkformer, got 3");
+  EXPECT_EQ(parse_error(R"({"model": 5})"), "config: model: expected an object, got 5");
+  EXPECT_EQ(parse_error(R"([1, 2])"), "config: expected a JSON object at the top level, got [1,2]");
+  EXPECT_EQ(parse_error(R"({"seed": -1})"), "config: seed: expected a non-negative integer, got -1");
+}
+
+TEST(Config, IntegersWrittenAsFloatsAndNonSoftmaxKindsParse) {
+  const RunConfig c =
+      parse_config(json::parse(R"({"training": {"steps": 2e3}, "attention": {"kind": "darkformer"},
+      "model": {"mlp": "geglu"}, "optimizer": {"name": "sgd", "momentum": 0.9}, "seed": 12345678901})"));
+  EXPECT_EQ(c.training.steps, 2000);
+  EXPECT_EQ(c.attention.kind, AttentionKind::darkformer);
+  EXPECT_EQ(c.model.mlp, MlpKind::geglu);
+  EXPECT_EQ(c.optimizer.name, OptimizerKind::sgd);
+  EXPECT_EQ(c.optimizer.momentum, 0.9);
+  EXPECT_EQ(c.seed, 12345678901u);
+  EXPECT_EQ(parse_error(R"({"seed": 18446744073709551615})"),
+            "config: seed: expected a non-negative integer <= 9223372036854775807, got 18446744073709551615");
+  EXPECT_EQ(enum_name(AttentionKind::lfk), "lfk");
+  EXPECT_EQ(enum_name(ScheduleKind::constant), "constant");
+}
+
+TEST(Config, CrossFieldChecks) {
+  EXPECT_EQ(parse_error(R"({"model": {"n_heads": 6}})"),
+            "config: model.n_heads: 6 does not divide model.d_model (256)");
+  EXPECT_EQ(parse_error(R"({"model": {"d_model": 12, "n_heads": 4}})"),
+            "config: model.n_heads: head dimension model.d_model / model.n_heads = 12 / 4 = 3 is odd; "
+            "RoPE rotates pairs of dimensions");
+  EXPECT_EQ(parse_error(R"({"model": {"n_kv_heads": 3}})"),
+            "config: model.n_kv_heads: 3 does not divide model.n_heads (4)");
+  EXPECT_EQ(parse_error(R"({"model": {"n_kv_heads": 8}})"),
+            "config: model.n_kv_heads: 8 does not divide model.n_heads (4)");
+  EXPECT_EQ(parse_error(R"({"model": {"max_seq_len": 128}})"),
+            "config: model.max_seq_len: 128 is less than data.seq_len (256)");
+  EXPECT_EQ(parse_error(R"({"schedule": {"warmup_steps": 2000}})"),
+            "config: schedule.warmup_steps: 2000 exceeds training.steps (1000)");
+  EXPECT_EQ(
+      parse_error(R"({"optimizer": {"momentum": 0.9}})"),
+      R"(config: optimizer.momentum: 0.9 is only used by optimizer.name "sgd" (this is "adamw"); remove it or set 0)");
+  // Warm-up equal to the run length is allowed.
+  EXPECT_NO_THROW(
+      parse_config(json::parse(R"({"schedule": {"warmup_steps": 10}, "training": {"steps": 10}})")));
+}
+
+TEST(Config, ValidateChecksProgrammaticChanges) {
+  RunConfig c = parse_config(json::object());
+  c.model.vocab_size = 8192;  // set from the tokenizer
+  EXPECT_NO_THROW(validate_config(c));
+  c.training.steps = 0;
+  EXPECT_EQ(error_of([&] { validate_config(c); }),
+            "config: training.steps: expected a positive integer, got 0");
+  c.training.steps = 10;
+  c.optimizer.betas = {0.9, 1.0};
+  EXPECT_EQ(error_of([&] { validate_config(c); }),
+            "config: optimizer.betas[1]: expected a number in [0, 1), got 1.0");
+}
+
+TEST(Config, UnknownKeysSuggestTheClosest) {
+  EXPECT_EQ(parse_error(R"({"model": {"n_layer": 3}})"),
+            "config: model.n_layer: unknown key (did you mean model.n_layers?)");
+  EXPECT_EQ(parse_error(R"({"modle": {}})"), "config: modle: unknown key (did you mean model?)");
+  EXPECT_EQ(parse_error(R"({"optimizer": {"warmup_steps": 5}})"),
+            "config: optimizer.warmup_steps: unknown key (did you mean schedule.warmup_steps?)");
+  EXPECT_EQ(parse_error(R"({"training": {"lr": 0.1}})"),
+            "config: training.lr: unknown key (did you mean optimizer.lr?)");
+  EXPECT_EQ(parse_error(R"({"attention": {"features": 3}})"),
+            "config: attention.features: unknown key (attention has: kind, num_features)");
+  EXPECT_EQ(
+      parse_error(R"({"xyzzy": 1})"),
+      "config: xyzzy: unknown key (top-level keys: model, attention, data, optimizer, schedule, training, "
+      "output, seed)");
+}
+
+TEST(Config, Overrides) {
+  json doc = json::parse(R"({"training": {"steps": 50}})");
+  apply_override(doc, "training.steps=200");                   // number
+  apply_override(doc, "optimizer.betas=[0.8, 0.99]");          // array
+  apply_override(doc, "model.tie_embeddings=false");           // boolean
+  apply_override(doc, "data.corpus=mycorpus");                 // bare string
+  apply_override(doc, "training.generate_prompt=123");         // string-typed key keeps the text
+  apply_override(doc, R"(data.tokenizer_model="tok.model")");  // quoted string
+  apply_override(doc, "attention.kind=performer");
+  apply_override(doc, "seed=7");
+  apply_override(doc, "output.dir=runs/a=b");  // only the first '=' splits
+  const RunConfig c = parse_config(doc);
+  EXPECT_EQ(c.training.steps, 200);
+  EXPECT_EQ(c.optimizer.betas, (std::array<double, 2>{0.8, 0.99}));
+  EXPECT_FALSE(c.model.tie_embeddings);
+  EXPECT_EQ(c.data.corpus, "mycorpus");
+  EXPECT_EQ(c.training.generate_prompt, "123");
+  EXPECT_EQ(c.data.tokenizer_model, "tok.model");
+  EXPECT_EQ(c.attention.kind, AttentionKind::performer);
+  EXPECT_EQ(c.seed, 7u);
+  EXPECT_EQ(c.output.dir, "runs/a=b");
+
+  // Type errors surface at validation, naming the key.
+  json bad = json::object();
+  apply_override(bad, "training.steps=abc");
+  EXPECT_EQ(error_of([&] { parse_config(bad); }),
+            R"(config: training.steps: expected an integer, got "abc")");
+  bad = json::object();
+  apply_override(bad, "optimizer.lr=fast");
+  EXPECT_EQ(error_of([&] { parse_config(bad); }), R"(config: optimizer.lr: expected a number, got "fast")");
+  bad = json::object();
+  apply_override(bad, "model.tie_embeddings=1");
+  EXPECT_EQ(error_of([&] { parse_config(bad); }),
+            "config: model.tie_embeddings: expected true or false, got 1");
+
+  // Unknown keys and malformed overrides fail at once.
+  json any = json::object();
+  EXPECT_EQ(error_of([&] { apply_override(any, "model.n_layer=3"); }),
+            "config: model.n_layer: unknown key (did you mean model.n_layers?)");
+  EXPECT_EQ(error_of([&] { apply_override(any, "model=3"); }),
+            "config: model: unknown key (did you mean model?)");
+  EXPECT_EQ(error_of([&] { apply_override(any, "training.steps"); }),
+            R"(config: override "training.steps": expected key=value, e.g. training.steps=200)");
+  EXPECT_EQ(error_of([&] { apply_override(any, "=5"); }),
+            R"(config: override "=5": expected key=value, e.g. training.steps=200)");
+  json wrong = json::parse(R"({"model": 5})");
+  EXPECT_EQ(error_of([&] { apply_override(wrong, "model.d_model=64"); }),
+            "config: model: expected an object, got 5");
+}
+
+TEST(Config, JsonRoundTrip) {
+  json doc = json::parse(
+      R"({"model": {"d_model": 128, "n_heads": 8, "n_kv_heads": 2, "mlp": "geglu", "dropout": 0.1},
+      "attention": {"kind": "lfk", "num_features": 32}, "data": {"sources": ["a/*.txt", "b/**.md"], "tokenizer": "byte"},
+      "optimizer": {"name": "sgd", "momentum": 0.5, "no_decay": []},
+      "training": {"steps": 77}, "schedule": {"kind": "linear", "warmup_steps": 7}})");
+  const RunConfig c = parse_config(doc, "rt");
+  const json resolved = to_json(c);
+  // Every documented key is present, and nothing else.
+  std::size_t leaves = 0;
+  for (const auto& [section, value] : resolved.items()) leaves += value.is_object() ? value.size() : 1;
+  EXPECT_EQ(leaves, config_keys().size());
+  for (const ConfigKey& k : config_keys()) {
+    std::string pointer = "/" + k.path;
+    std::replace(pointer.begin(), pointer.end(), '.', '/');
+    EXPECT_TRUE(resolved.contains(json::json_pointer(pointer))) << k.path;
+  }
+  EXPECT_EQ(resolved["model"]["d_ff"], 320);  // auto: 8/3 * 128 = 341.3 -> 320
+  EXPECT_EQ(resolved["output"]["dir"], "runs/rt");
+  EXPECT_EQ(resolved["attention"]["kind"], "lfk");
+  EXPECT_EQ(resolved["data"]["sources"], json::parse(R"(["a/*.txt", "b/**.md"])"));
+  // json -> struct -> json is the identity on a resolved config, whatever the stem.
+  EXPECT_EQ(to_json(parse_config(resolved, "other")), resolved);
+}
+
+TEST(Config, FilesAndWriteResolved) {
+  TempDir dir;
+  // Missing file.
+  EXPECT_EQ(error_of([&] { load_config(dir / "missing.json"); }),
+            "config: cannot read " + (dir / "missing.json").string() + ": No such file or directory");
+  EXPECT_EQ(error_of([&] { load_config(dir.path()); }),
+            "config: cannot read " + dir.path().string() + ": it is a directory");
+  // Unparsable JSON: line and column of the error.
+  write_text(dir / "broken.json", "{\n  \"model\": {\"d_model\": 64},\n  \"seed\": ,\n}\n");
+  const std::string e = error_of([&] { load_config(dir / "broken.json"); });
+  EXPECT_EQ(e.rfind("config: " + (dir / "broken.json").string() +
+                        ": invalid JSON at line 3, column 11: syntax error",
+                    0),
+            0u)
+      << e;
+  // Comments are allowed; overrides apply; the stem names the run folder.
+  write_text(dir / "tiny.json", R"(// a tiny run
+{
+  "model": {"d_model": 64, "n_heads": 2},  /* small enough for the CPU */
+  "training": {"steps": 20, "log_interval": 5},
+  "schedule": {"warmup_steps": 2}
+})");
+  const RunConfig c = load_config(dir / "tiny.json", {"training.steps=30", "seed=3"});
+  EXPECT_EQ(c.model.d_model, 64);
+  EXPECT_EQ(c.model.d_ff, 192);
+  EXPECT_EQ(c.training.steps, 30);
+  EXPECT_EQ(c.seed, 3u);
+  EXPECT_EQ(c.output.dir, "runs/tiny");
+  EXPECT_EQ(error_of([&] { load_config(dir / "tiny.json", {"training.step=30"}); }),
+            "config: training.step: unknown key (did you mean training.steps?)");
+
+  // write_resolved: config.json in the (new) run folder, nothing else; loads back identically.
+  const fs::path run = dir / "runs/tiny";
+  write_resolved(c, run);
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(run)) names.push_back(entry.path().filename().string());
+  EXPECT_EQ(names, std::vector<std::string>{"config.json"});
+  const RunConfig again = load_config(run / "config.json");
+  EXPECT_EQ(to_json(again), to_json(c));
+  EXPECT_EQ(json::parse(read_file(run / "config.json")), to_json(c));
+}
+
+TEST(Config, Tables) {
+  const std::string md = config_markdown_table();
+  EXPECT_EQ(md.rfind("| key | type | default | allowed | description |\n|---|---|---|---|---|\n", 0), 0u);
+  EXPECT_EQ(static_cast<std::size_t>(std::count(md.begin(), md.end(), '\n')), config_keys().size() + 2);
+  EXPECT_NE(md.find("| `model.d_model` | integer | `256` | >= 1 | width of the residual stream |"),
+            std::string::npos);
+  EXPECT_NE(md.find("| `optimizer.name` | string | `\"adamw\"` | adamw, sgd | optimizer |"),
+            std::string::npos);
+  EXPECT_NE(md.find("| `model.dropout` | number | `0.0` | [0, 1) | dropout probability |"),
+            std::string::npos);
+  EXPECT_NE(md.find("`[\"*norm*\",\"*embed_tokens*\"]`"), std::string::npos);
+  EXPECT_NE(md.find("\"\" = runs/&lt;config file stem>"), std::string::npos);
+
+  RunConfig c =
+      parse_config(json::parse(R"({"training": {"steps": 50}, "schedule": {"warmup_steps": 5}})"), "t");
+  const std::string table = config_table(c);
+  EXPECT_EQ(static_cast<std::size_t>(std::count(table.begin(), table.end(), '\n')), config_keys().size());
+  // Keys padded to the longest key (training.max_consecutive_skips) plus two spaces.
+  const auto row = [](const std::string& key, const std::string& rest) {
+    return key + std::string(std::string("training.max_consecutive_skips").size() + 2 - key.size(), ' ') +
+           rest + "\n";
+  };
+  EXPECT_NE(table.find(row("training.steps", "50  (default 1000)")), std::string::npos) << table;
+  EXPECT_NE(table.find(row("training.batch_size", "16")), std::string::npos) << table;
+  EXPECT_NE(table.find(row("model.d_ff", "704  (default 0)")), std::string::npos) << table;
+  EXPECT_NE(table.find(row("output.dir", "\"runs/t\"  (default \"\")")), std::string::npos) << table;
+}
+
+}  // namespace
+}  // namespace dark::train

@@ -1,0 +1,81 @@
+// Command-line parsing for the subcommands (see args.h).
+#include "train/args.h"
+
+#include <cstdlib>
+
+#include "core/error.h"
+
+namespace dark::train {
+
+Args::Args(const std::vector<std::string>& args, const std::vector<FlagSpec>& specs) {
+  for (const FlagSpec& s : specs) specs_[s.name] = s;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    std::string flag = args[i], value;
+    const auto eq = flag.find('=');
+    const bool inline_value = flag.rfind("--", 0) == 0 && eq != std::string::npos;
+    if (inline_value) value = flag.substr(eq + 1), flag = flag.substr(0, eq);
+    auto it = specs_.find(flag);
+    DARK_CHECK(it != specs_.end(), "unknown argument '", args[i], "'");
+    const FlagSpec& spec = it->second;
+    if (spec.value_name.empty()) {
+      DARK_CHECK(!inline_value, flag, " takes no value");
+      values_[flag].push_back("true");
+      continue;
+    }
+    if (!inline_value) {
+      DARK_CHECK(i + 1 < args.size(), flag, " needs a value (", spec.value_name, ")");
+      value = args[++i];
+    }
+    DARK_CHECK(spec.repeated || !values_.count(flag), flag, " given more than once");
+    values_[flag].push_back(value);
+  }
+}
+
+bool Args::has(const std::string& flag) const { return values_.count(flag) > 0; }
+
+std::string Args::get(const std::string& flag) const {
+  auto it = values_.find(flag);
+  if (it != values_.end()) return it->second.back();
+  auto spec = specs_.find(flag);
+  return spec == specs_.end() ? "" : spec->second.default_value;
+}
+
+std::string Args::require(const std::string& flag) const {
+  DARK_CHECK(has(flag), "missing required argument ", flag);
+  return get(flag);
+}
+
+std::vector<std::string> Args::all(const std::string& flag) const {
+  auto it = values_.find(flag);
+  return it == values_.end() ? std::vector<std::string>{} : it->second;
+}
+
+double Args::number(const std::string& flag) const {
+  const std::string text = get(flag);
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  DARK_CHECK(!text.empty() && *end == '\0', flag, ": '", text, "' is not a number");
+  return v;
+}
+
+long long Args::integer(const std::string& flag) const {
+  const std::string text = get(flag);
+  char* end = nullptr;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  DARK_CHECK(!text.empty() && *end == '\0', flag, ": '", text, "' is not an integer");
+  return v;
+}
+
+std::string flags_usage(const std::vector<FlagSpec>& specs) {
+  std::string out;
+  for (const FlagSpec& s : specs) {
+    std::string left = "  " + s.name + (s.value_name.empty() ? "" : " " + s.value_name);
+    if (left.size() < 26) left += std::string(26 - left.size(), ' ');
+    out += left + " " + s.help;
+    if (!s.default_value.empty()) out += " (default: " + s.default_value + ")";
+    out += "\n";
+  }
+  return out;
+}
+
+}  // namespace dark::train

@@ -1,0 +1,39 @@
+// A small command-line parser for the subcommands: each declares its flags (name, value
+// or switch, default, help); unknown flags, missing values and malformed numbers are
+// errors that name the flag. Repeated flags (--set) collect every value.
+#pragma once
+#include <map>
+#include <string>
+#include <vector>
+
+namespace dark::train {
+
+struct FlagSpec {
+  std::string name;           // "--config"
+  std::string value_name;     // "FILE"; empty for a switch
+  std::string default_value;  // shown in usage; "" = none (required flags say so in help)
+  std::string help;
+  bool repeated = false;
+};
+
+class Args {
+ public:
+  // Parses argv-style arguments against the specs; throws dark::Error on bad input.
+  Args(const std::vector<std::string>& args, const std::vector<FlagSpec>& specs);
+
+  bool has(const std::string& flag) const;
+  std::string get(const std::string& flag) const;  // value or default
+  std::string require(const std::string& flag) const;  // error naming the flag when absent
+  std::vector<std::string> all(const std::string& flag) const;
+  double number(const std::string& flag) const;
+  long long integer(const std::string& flag) const;
+
+ private:
+  std::map<std::string, std::vector<std::string>> values_;
+  std::map<std::string, FlagSpec> specs_;
+};
+
+// "  --config FILE   run config (default: ...)" lines for a usage message.
+std::string flags_usage(const std::vector<FlagSpec>& specs);
+
+}  // namespace dark::train

@@ -1,0 +1,183 @@
+// The data, training and inference subcommands (see commands.h).
+#include "train/commands.h"
+
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+
+#include "nn/generate.h"
+#include "train/args.h"
+#include "train/checkpoint.h"
+#include "core/file_io.h"
+#include "train/model_builder.h"
+#include "train/safetensors.h"
+#include "train/trainer.h"
+
+namespace dark::train {
+namespace fs = std::filesystem;
+
+namespace {
+
+const FlagSpec kHelp{"--help", "", "", "show this message"};
+const FlagSpec kConfig{"--config", "FILE", "", "run config (JSON); required"};
+const FlagSpec kSet{"--set", "KEY=VALUE", "", "override a config key, e.g. --set optimizer.lr=1e-3 (repeatable)", true};
+const FlagSpec kCheckpoint{"--checkpoint", "PATH", "", "a checkpoint directory, or a run folder (its latest checkpoint); required"};
+
+bool wants_help(const CommandArgs& args, const char* usage, const std::vector<FlagSpec>& specs) {
+  for (const auto& a : args)
+    if (a == "--help" || a == "-h") {
+      std::printf("%s\n\noptions:\n%s", usage, flags_usage(specs).c_str());
+      return true;
+    }
+  return false;
+}
+
+RunConfig config_from(const Args& a) { return load_config(a.require("--config"), a.all("--set")); }
+
+// A trained model ready for inference: its resolved config, weights and tokenizer.
+struct LoadedRun {
+  RunConfig config;
+  std::unique_ptr<nn::CausalLM> model;
+  data::PreparedData data;
+  std::int64_t step = 0;
+};
+
+LoadedRun load_run(const std::string& path) {
+  fs::path dir = path;
+  DARK_CHECK(fs::exists(dir), "checkpoint ", path, " does not exist");
+  if (!fs::exists(dir / "state.json")) {  // a run folder: take its latest checkpoint
+    const auto latest = latest_checkpoint(dir);
+    DARK_CHECK(latest.has_value(), path, " is neither a checkpoint nor a run folder with checkpoints");
+    dir = *latest;
+  }
+  CheckpointData ck = load_checkpoint(dir);
+  LoadedRun run;
+  run.step = ck.step;
+  run.config = parse_config(ck.state.at("config"));
+  run.data = data::open_prepared(run.config.data.dir);
+  run.model = build_model(run.config);
+  for (auto& [name, p] : run.model->named_parameters()) {
+    auto it = ck.model.find(name);
+    DARK_CHECK(it != ck.model.end(), "checkpoint ", dir.string(), ": parameter '", name, "' is missing");
+    DARK_CHECK(it->second.shape() == p->shape(), "checkpoint ", dir.string(), ": parameter '", name, "' has shape ",
+               shape_str(it->second.shape()), ", the config builds ", shape_str(p->shape()));
+    *p = it->second.detach();
+  }
+  run.model->train(false);
+  return run;
+}
+
+}  // namespace
+
+int prepare_data_command(const CommandArgs& args) {
+  const std::vector<FlagSpec> specs = {kConfig, kSet, kHelp};
+  if (wants_help(args, "usage: darkformer prepare-data --config FILE [--set KEY=VALUE ...]\n"
+                       "Builds (or verifies) the tokenizer and token shards named by the config's data section.", specs))
+    return 0;
+  Args a(args, specs);
+  RunConfig config = config_from(a);
+  const data::PreparedData d = prepare_data_for(config);
+  std::printf("data ready in %s: %lld train tokens, %lld val tokens, vocabulary %d (%s)\n", d.dir.c_str(),
+              static_cast<long long>(d.train_tokens), static_cast<long long>(d.val_tokens), d.tokenizer->vocab_size(),
+              d.reused ? "reused" : "built");
+  return 0;
+}
+
+int train_command(const CommandArgs& args) {
+  const std::vector<FlagSpec> specs = {kConfig, kSet, {"--resume", "", "", "continue the run folder's latest checkpoint"}, kHelp};
+  if (wants_help(args, "usage: darkformer train --config FILE [--set KEY=VALUE ...] [--resume]\n"
+                       "Trains a model; see README.md for the run folder and every config key.", specs))
+    return 0;
+  Args a(args, specs);
+  TrainOptions options;
+  options.resume = a.has("--resume");
+  train(config_from(a), options);
+  return 0;
+}
+
+int eval_command(const CommandArgs& args) {
+  const std::vector<FlagSpec> specs = {kCheckpoint, {"--batches", "N", "0", "validation batches (0 = the config's data.val_windows)"}, kHelp};
+  if (wants_help(args, "usage: darkformer eval --checkpoint PATH [--batches N]\n"
+                       "Validation loss, perplexity and next-token accuracy of a checkpoint.", specs))
+    return 0;
+  Args a(args, specs);
+  LoadedRun run = load_run(a.require("--checkpoint"));
+  const data::ValidationSet val(run.data.open_shard(data::Split::val), run.config.training.batch_size,
+                                run.config.data.seq_len, run.config.data.val_windows);
+  const EvalMetrics m = evaluate(*run.model, val, a.integer("--batches"));
+  std::printf("step %lld | val loss %.4f | perplexity %.2f | next-token accuracy %.4f | %lld tokens\n",
+              static_cast<long long>(run.step), m.loss, m.perplexity, m.accuracy, static_cast<long long>(m.tokens));
+  return 0;
+}
+
+int generate_command(const CommandArgs& args) {
+  const std::vector<FlagSpec> specs = {kCheckpoint,
+                                       {"--prompt", "TEXT", "", "text to continue; required"},
+                                       {"--max-tokens", "N", "64", "tokens to generate"},
+                                       {"--temperature", "T", "0.8", "sampling temperature; 0 = greedy"},
+                                       {"--top-k", "K", "40", "sample among the K most likely tokens; 0 = all"},
+                                       {"--seed", "S", "0", "sampling seed"},
+                                       kHelp};
+  if (wants_help(args, "usage: darkformer generate --checkpoint PATH --prompt TEXT [options]", specs)) return 0;
+  Args a(args, specs);
+  LoadedRun run = load_run(a.require("--checkpoint"));
+  nn::GenerateOptions g;
+  g.max_tokens = static_cast<int>(a.integer("--max-tokens"));
+  g.temperature = a.number("--temperature");
+  g.top_k = static_cast<int>(a.integer("--top-k"));
+  g.seed = static_cast<std::uint64_t>(a.integer("--seed"));
+  g.context = run.config.data.seq_len;
+  DARK_CHECK(g.max_tokens >= 0 && g.temperature >= 0 && g.top_k >= 0, "generate: --max-tokens, --temperature and --top-k must be >= 0");
+  const std::string prompt = a.require("--prompt");
+  std::vector<std::int32_t> ids = run.data.tokenizer->encode(prompt);
+  if (ids.empty()) ids.push_back(run.data.tokenizer->eos_id());
+  std::cout << prompt << std::flush;
+  nn::generate(*run.model, ids, g, [&](std::int32_t id) { std::cout << run.data.tokenizer->decode(std::vector<std::int32_t>{id}) << std::flush; });
+  std::cout << std::endl;
+  return 0;
+}
+
+int export_hf_command(const CommandArgs& args) {
+  const std::vector<FlagSpec> specs = {kCheckpoint, {"--out", "DIR", "", "output folder; required"}, kHelp};
+  if (wants_help(args, "usage: darkformer export-hf --checkpoint PATH --out DIR\n"
+                       "Writes config.json + model.safetensors that Hugging Face transformers loads as LlamaForCausalLM\n"
+                       "(softmax-attention models only).", specs))
+    return 0;
+  Args a(args, specs);
+  LoadedRun run = load_run(a.require("--checkpoint"));
+  const RunConfig& c = run.config;
+  DARK_CHECK(c.attention.kind == AttentionKind::softmax, "export-hf: only softmax-attention models map onto LlamaForCausalLM; this one uses ",
+             enum_name(c.attention.kind));
+  const fs::path out = a.require("--out");
+  fs::create_directories(out);
+  const nlohmann::json hf = {
+      {"architectures", {"LlamaForCausalLM"}},
+      {"model_type", "llama"},
+      {"vocab_size", c.model.vocab_size},
+      {"hidden_size", c.model.d_model},
+      {"intermediate_size", c.model.d_ff},
+      {"num_hidden_layers", c.model.n_layers},
+      {"num_attention_heads", c.model.n_heads},
+      {"num_key_value_heads", c.model.n_kv_heads},
+      {"hidden_act", c.model.mlp == MlpKind::swiglu ? "silu" : "gelu"},
+      {"max_position_embeddings", c.model.max_seq_len},
+      {"rms_norm_eps", c.model.norm_eps},
+      {"rope_theta", c.model.rope_theta},
+      {"tie_word_embeddings", c.model.tie_embeddings},
+      {"attention_bias", false},
+      {"mlp_bias", false},
+      {"bos_token_id", run.data.tokenizer->bos_id()},
+      {"eos_token_id", run.data.tokenizer->eos_id()},
+      {"torch_dtype", "float32"}};
+  write_file_atomic(out / "config.json", hf.dump(2) + "\n");
+  TensorMap tensors;
+  for (auto& [name, p] : run.model->named_parameters()) tensors[name] = *p;
+  save_safetensors(out / "model.safetensors", tensors, {{"format", "pt"}});
+  std::printf("wrote %s and %s (step %lld)\n", (out / "config.json").c_str(), (out / "model.safetensors").c_str(),
+              static_cast<long long>(run.step));
+  return 0;
+}
+
+}  // namespace dark::train

@@ -1,0 +1,18 @@
+// The `darkformer` subcommands. Each takes the arguments after its name, prints its usage
+// on --help, and returns the process exit code (errors are thrown as dark::Error and
+// reported by main).
+#pragma once
+#include <string>
+#include <vector>
+
+namespace dark::train {
+
+using CommandArgs = std::vector<std::string>;
+
+int prepare_data_command(const CommandArgs& args);
+int train_command(const CommandArgs& args);
+int eval_command(const CommandArgs& args);
+int generate_command(const CommandArgs& args);
+int export_hf_command(const CommandArgs& args);
+
+}  // namespace dark::train

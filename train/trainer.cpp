@@ -1,0 +1,286 @@
+// The training loop (see trainer.h). The main path is `train()`; everything it calls is
+// small and named for what it does.
+#include "train/trainer.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "autograd/grad_mode.h"
+#include "autograd/ops.h"
+#include "autograd/tape.h"
+#include "nn/generate.h"
+#include "nn/optim.h"
+#include "nn/parameter_buffer.h"
+#include "nn/schedule.h"
+#include "train/checkpoint.h"
+#include "core/file_io.h"
+#include "train/model_builder.h"
+
+namespace dark::train {
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+EvalMetrics evaluate(nn::CausalLM& model, const data::ValidationSet& val, std::int64_t max_batches) {
+  NoGradGuard no_grad;
+  const bool was_training = model.training();
+  model.train(false);
+  const std::int64_t batches = max_batches > 0 ? std::min(max_batches, val.num_batches()) : val.num_batches();
+  double loss_sum = 0;
+  std::int64_t correct = 0, count = 0;
+  const std::int64_t V = model.config().vocab_size;
+  for (std::int64_t b = 0; b < batches; ++b) {
+    const Tensor tokens = val.batch(b);
+    const std::int64_t B = tokens.size(0), T = tokens.size(1) - 1;
+    const Tensor logits = model.forward(core::slice(tokens, 1, 0, T).contiguous());
+    const Tensor targets = core::reshape(core::slice(tokens, 1, 1, T + 1).contiguous(), {B * T});
+    loss_sum += cross_entropy(reshape(logits, {B * T, V}), targets).item() * static_cast<double>(B * T);
+    // Top-1 accuracy on the host: the logits are already in CPU memory for CPU runs.
+    const std::vector<float> l = logits.to(DType::f32).to_vector<float>();
+    const std::vector<std::int32_t> t = targets.to_vector<std::int32_t>();
+    for (std::int64_t row = 0; row < B * T; ++row) {
+      const float* r = l.data() + row * V;
+      correct += std::max_element(r, r + V) - r == t[row];
+    }
+    count += B * T;
+  }
+  model.train(was_training);
+  EvalMetrics m;
+  m.tokens = count;
+  m.loss = count ? loss_sum / static_cast<double>(count) : 0.0;
+  m.perplexity = std::exp(m.loss);
+  m.accuracy = count ? static_cast<double>(correct) / static_cast<double>(count) : 0.0;
+  return m;
+}
+
+namespace {
+
+// Appends one JSON object per line and flushes, so a killed run keeps every line written.
+class MetricsLog {
+ public:
+  MetricsLog(const fs::path& path, std::int64_t keep_up_to_step) : path_(path) {
+    // On resume, drop lines for steps after the checkpoint: they are about to be redone.
+    if (keep_up_to_step >= 0 && fs::exists(path_)) {
+      std::ifstream in(path_);
+      std::ostringstream kept;
+      for (std::string line; std::getline(in, line);) {
+        if (line.empty()) continue;
+        const json j = json::parse(line, nullptr, false);
+        if (!j.is_discarded() && j.value("step", std::int64_t{0}) <= keep_up_to_step) kept << line << '\n';
+      }
+      write_file_atomic(path_, kept.str());
+    } else if (keep_up_to_step < 0) {
+      write_file_atomic(path_, "");
+    }
+    out_.open(path_, std::ios::app);
+    DARK_CHECK(out_.good(), "cannot open ", path_.string(), " for writing");
+  }
+  void write(const json& j) {
+    out_ << j.dump() << '\n';
+    out_.flush();
+  }
+
+ private:
+  fs::path path_;
+  std::ofstream out_;
+};
+
+std::string format_duration(double seconds) {
+  const auto s = static_cast<std::int64_t>(seconds);
+  char buf[32];
+  if (s >= 3600) std::snprintf(buf, sizeof buf, "%lldh%02lldm", static_cast<long long>(s / 3600), static_cast<long long>(s % 3600 / 60));
+  else std::snprintf(buf, sizeof buf, "%lldm%02llds", static_cast<long long>(s / 60), static_cast<long long>(s % 60));
+  return buf;
+}
+
+std::string progress_bar(std::int64_t done, std::int64_t total, int width = 20) {
+  const auto filled = static_cast<int>(static_cast<double>(done) / static_cast<double>(std::max<std::int64_t>(total, 1)) * width);
+  return "[" + std::string(filled, '#') + std::string(width - filled, '.') + "]";
+}
+
+// Everything a checkpoint stores beyond tensors: enough to continue bit-exactly.
+json trainer_state(const RunConfig& config, std::int64_t consecutive_skips, std::int64_t skipped_total) {
+  return {{"config", to_json(config)},
+          {"consecutive_skips", consecutive_skips},
+          {"skipped_steps", skipped_total},
+          // Data order and dropout masks are pure functions of (seed, step): nothing else to save.
+          {"data_position", {{"kind", "step"}, {"seed", config.seed}}}};
+}
+
+std::map<std::string, Tensor> named_parameters_map(nn::CausalLM& model) {
+  std::map<std::string, Tensor> out;
+  for (auto& [name, p] : model.named_parameters()) out[name] = *p;
+  return out;
+}
+
+// Copies checkpoint tensors into the model's parameters, checking names and shapes.
+void load_parameters(nn::CausalLM& model, const std::map<std::string, Tensor>& saved, const std::string& source) {
+  NoGradGuard no_grad;
+  auto params = model.named_parameters();
+  for (auto& [name, p] : params) {
+    auto it = saved.find(name);
+    DARK_CHECK(it != saved.end(), source, ": parameter '", name, "' is missing");
+    DARK_CHECK(it->second.shape() == p->shape(), source, ": parameter '", name, "' has shape ",
+               shape_str(it->second.shape()), ", the model expects ", shape_str(p->shape()));
+    p->copy_(it->second);
+  }
+  DARK_CHECK(saved.size() == params.size(), source, ": holds ", saved.size(), " tensors, the model has ",
+             params.size(), " parameters");
+}
+
+}  // namespace
+
+TrainResult train(RunConfig config, const TrainOptions& options) {
+  const auto t_start = Clock::now();
+  data::PreparedData data = prepare_data_for(config);
+  validate_config(config);
+  const fs::path run_dir = config.output.dir;
+  const auto& tc = config.training;
+
+  // ---- fresh start or resume ----
+  std::optional<CheckpointData> resumed;
+  if (options.resume) {
+    const auto latest = latest_checkpoint(run_dir);
+    DARK_CHECK(latest.has_value(), "--resume: no checkpoint in ", (run_dir / "checkpoints").string());
+    resumed = load_checkpoint(*latest);
+    RunConfig saved = parse_config(resumed->state.at("config"));
+    json a = to_json(saved), b = to_json(config);
+    a["training"].erase("steps"), b["training"].erase("steps");  // extending a run is allowed
+    DARK_CHECK(a == b, "--resume: the config differs from the one checkpoint ", latest->filename().string(),
+               " was trained with (only training.steps may change); see ", (run_dir / "config.json").string());
+    spdlog::info("resuming from {} (step {})", latest->string(), resumed->step);
+  } else {
+    DARK_CHECK(list_checkpoints(run_dir).empty(), "run folder ", run_dir.string(),
+               " already has checkpoints: pass --resume to continue it, or set output.dir to a new folder");
+  }
+  fs::create_directories(run_dir);
+  write_resolved(config, run_dir);
+  spdlog::info("config:\n{}", config_table(config));
+
+  // ---- model, optimizer, data streams ----
+  std::unique_ptr<nn::CausalLM> model = build_model(config);
+  nn::ParameterBuffer params(model->named_parameters());
+  nn::Optimizer optimizer(params, optimizer_config(config));
+  const nn::ScheduleConfig schedule = schedule_config(config);
+  std::int64_t step = 0, consecutive_skips = 0, skipped_total = 0;
+  if (resumed) {
+    load_parameters(*model, resumed->model, "checkpoint " + checkpoint_name(resumed->step));
+    optimizer.load_state(resumed->optimizer);
+    step = resumed->step;
+    consecutive_skips = resumed->state.value("consecutive_skips", std::int64_t{0});
+    skipped_total = resumed->state.value("skipped_steps", std::int64_t{0});
+  }
+  data::LoaderOptions lo;
+  lo.batch_size = tc.batch_size;
+  lo.seq_len = config.data.seq_len;
+  lo.seed = config.seed;
+  const data::TrainLoader loader(data.open_shard(data::Split::train), lo);
+  const data::ValidationSet val(data.open_shard(data::Split::val), tc.batch_size, config.data.seq_len,
+                                config.data.val_windows);
+  spdlog::info("model: {} parameters ({} layers, d_model {}, {} heads, attention {}); data: {} train tokens, {} val windows",
+               model->num_parameters(), config.model.n_layers, config.model.d_model, config.model.n_heads,
+               enum_name(config.attention.kind), data.train_tokens, val.num_windows());
+
+  MetricsLog metrics(run_dir / "metrics.jsonl", resumed ? step : -1);
+  auto save = [&](std::int64_t at_step) {
+    CheckpointData ck;
+    ck.step = at_step;
+    ck.model = named_parameters_map(*model);
+    ck.optimizer = optimizer.state();
+    ck.state = trainer_state(config, consecutive_skips, skipped_total);
+    const fs::path where = save_checkpoint(run_dir, ck, tc.keep_checkpoints);
+    spdlog::info("checkpoint {}", where.string());
+  };
+  auto run_eval = [&](std::int64_t at_step) {
+    const EvalMetrics m = evaluate(*model, val, tc.eval_batches);
+    spdlog::info("eval step {} | val loss {:.4f} | ppl {:.2f} | next-token acc {:.4f}", at_step, m.loss, m.perplexity, m.accuracy);
+    metrics.write({{"step", at_step}, {"eval_loss", m.loss}, {"eval_perplexity", m.perplexity},
+                   {"eval_accuracy", m.accuracy}, {"eval_tokens", m.tokens}});
+    return m;
+  };
+
+  // ---- the loop ----
+  const std::int64_t tokens_per_step = static_cast<std::int64_t>(tc.batch_size) * tc.grad_accum * config.data.seq_len;
+  const std::int64_t first_step = step;
+  double timed_seconds = 0, last_loss = 0;
+  std::int64_t timed_steps = 0;
+  const auto loop_start = Clock::now();
+  model->train(true);
+  for (; step < tc.steps; ++step) {
+    const auto t0 = Clock::now();
+    const double lr = nn::learning_rate_at(schedule, config.optimizer.lr, step);
+    params.zero_grad();
+    double loss_value = 0;
+    for (int micro = 0; micro < tc.grad_accum; ++micro) {
+      const Tensor batch = loader.batch(step * tc.grad_accum + micro);
+      Tensor loss = model->loss(batch, static_cast<std::uint64_t>(step * tc.grad_accum + micro));
+      if (tc.grad_accum > 1) loss = mul_scalar(loss, 1.0 / tc.grad_accum);
+      backward(loss);
+      loss_value += loss.item();
+    }
+    const double grad_norm = params.grad_norm();
+    const bool finite = std::isfinite(loss_value) && std::isfinite(grad_norm);
+    if (!finite) {
+      ++consecutive_skips, ++skipped_total;
+      spdlog::warn("step {}: non-finite {} ({}); update skipped ({} in a row, limit {})", step + 1,
+                   std::isfinite(loss_value) ? "gradient norm" : "loss", std::isfinite(loss_value) ? grad_norm : loss_value,
+                   consecutive_skips, tc.max_consecutive_skips);
+      metrics.write({{"step", step + 1}, {"skipped", true}, {"loss", std::isfinite(loss_value) ? json(loss_value) : json(nullptr)}});
+      DARK_CHECK(consecutive_skips <= tc.max_consecutive_skips, "training diverged: ", consecutive_skips,
+                 " consecutive steps with a non-finite loss or gradient (training.max_consecutive_skips = ",
+                 tc.max_consecutive_skips, "); last good checkpoint in ", (run_dir / "checkpoints").string());
+      continue;
+    }
+    consecutive_skips = 0;
+    if (config.optimizer.grad_clip > 0 && grad_norm > config.optimizer.grad_clip)
+      params.scale_grads(config.optimizer.grad_clip / grad_norm);
+    optimizer.step(lr);
+    last_loss = loss_value;
+
+    const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (step > first_step) timed_seconds += seconds, ++timed_steps;  // the first step warms caches
+    const double tok_per_s = timed_steps ? static_cast<double>(tokens_per_step) * timed_steps / timed_seconds : 0.0;
+    const double elapsed = std::chrono::duration<double>(Clock::now() - loop_start).count();
+    metrics.write({{"step", step + 1}, {"loss", loss_value}, {"lr", lr}, {"grad_norm", grad_norm},
+                   {"tokens_per_s", tok_per_s}, {"step_ms", seconds * 1e3}, {"elapsed_s", elapsed}});
+    const bool last = step + 1 == tc.steps;
+    if ((step + 1) % tc.log_interval == 0 || step == first_step || last) {
+      const double eta = timed_steps ? timed_seconds / timed_steps * static_cast<double>(tc.steps - step - 1) : 0.0;
+      spdlog::info("{} step {}/{} | loss {:.4f} | grad norm {:.3f} | lr {:.2e} | {:.0f} ms | {:.0f} tok/s | ETA {}",
+                   progress_bar(step + 1, tc.steps), step + 1, tc.steps, loss_value, grad_norm, lr, seconds * 1e3,
+                   tok_per_s, format_duration(eta));
+    }
+    if ((step + 1) % tc.eval_interval == 0 && !last) run_eval(step + 1);
+    if (tc.checkpoint_interval > 0 && (step + 1) % tc.checkpoint_interval == 0 && !last) save(step + 1);
+  }
+
+  TrainResult result;
+  result.steps = step;
+  result.final_train_loss = last_loss;
+  result.run_dir = run_dir.string();
+  result.final_eval = run_eval(step);
+  save(step);
+  if (tc.generate_tokens > 0) {
+    nn::GenerateOptions g;
+    g.max_tokens = tc.generate_tokens;
+    g.seed = config.seed;
+    g.context = config.data.seq_len;
+    std::vector<std::int32_t> prompt = data.tokenizer->encode(tc.generate_prompt);
+    if (prompt.empty()) prompt.push_back(data.tokenizer->eos_id());
+    const auto out = nn::generate(*model, prompt, g);
+    const std::string text = tc.generate_prompt + data.tokenizer->decode(out);
+    write_file_atomic(run_dir / "sample.txt", text + "\n");
+    spdlog::info("sample (temperature {}, top-k {}):\n{}", g.temperature, g.top_k, text);
+  }
+  spdlog::info("done: {} steps in {}, final train loss {:.4f}, val loss {:.4f}, run folder {}", step,
+               format_duration(std::chrono::duration<double>(Clock::now() - t_start).count()), last_loss,
+               result.final_eval.loss, run_dir.string());
+  return result;
+}
+
+}  // namespace dark::train

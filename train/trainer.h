@@ -1,0 +1,46 @@
+// The training loop of `darkformer train`: data, model, optimizer, schedule; evaluation
+// every N steps; metrics.jsonl; checkpoints; bit-exact resume; non-finite step skipping.
+//
+// Run folder (output.dir):
+//   config.json        the fully resolved config (written at the start of a fresh run)
+//   metrics.jsonl      one JSON object per logged step / evaluation
+//   checkpoints/       step_NNNNNNNN/ (model.safetensors, optimizer.safetensors, state.json)
+//   sample.txt         the text generated at the end
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "data/loader.h"
+#include "nn/model.h"
+#include "train/config.h"
+
+namespace dark::train {
+
+struct EvalMetrics {
+  double loss = 0;
+  double perplexity = 0;
+  double accuracy = 0;  // next-token top-1
+  std::int64_t tokens = 0;
+};
+
+// Mean loss, perplexity and top-1 accuracy over the first `max_batches` batches (all
+// when <= 0) of a validation set, in eval mode and without recording.
+EvalMetrics evaluate(nn::CausalLM& model, const data::ValidationSet& val, std::int64_t max_batches);
+
+struct TrainOptions {
+  bool resume = false;  // continue from the run folder's latest checkpoint
+};
+
+struct TrainResult {
+  std::int64_t steps = 0;
+  double final_train_loss = 0;
+  EvalMetrics final_eval;
+  std::string run_dir;
+};
+
+// Runs a whole training run. Throws dark::Error on bad config, data, or checkpoints; a
+// fresh run refuses to start in a run folder that already holds checkpoints.
+TrainResult train(RunConfig config, const TrainOptions& options);
+
+}  // namespace dark::train
