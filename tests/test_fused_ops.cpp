@@ -84,7 +84,8 @@ void expect_matches_naive(const Fn& fused, const Fn& naive, const std::vector<Te
   const std::string tag = what + " (" + dtype_name(inputs[0].dtype()) + ")";
   expect_close(a.out, b.out, atol, rtol, tag + " forward");
   for (std::size_t i = 0; i < inputs.size(); ++i)
-    if (differentiable[i]) expect_close(a.grads[i], b.grads[i], atol, rtol, tag + " grad of input " + std::to_string(i));
+    if (differentiable[i])
+      expect_close(a.grads[i], b.grads[i], atol, rtol, tag + " grad of input " + std::to_string(i));
 }
 
 void expect_gradcheck(const Fn& fn, std::vector<Tensor> inputs, const std::vector<bool>& differentiable,
@@ -173,8 +174,8 @@ Tensor naive_rope(const Tensor& x, double theta, std::int64_t offset) {
 }
 
 TEST(FusedRope, Gradcheck) {
-  expect_gradcheck([](const std::vector<Tensor>& in) { return rope(in[0], 10000.0); }, {randn({2, 5, 3, 8}, 1, DType::f64)},
-                   {true}, "rope[2,5,3,8]");
+  expect_gradcheck([](const std::vector<Tensor>& in) { return rope(in[0], 10000.0); },
+                   {randn({2, 5, 3, 8}, 1, DType::f64)}, {true}, "rope[2,5,3,8]");
   expect_gradcheck([](const std::vector<Tensor>& in) { return rope(in[0], 500.0, 3); },
                    {core::permute(randn({1, 2, 7, 6}, 2, DType::f64), {0, 2, 1, 3})}, {true},
                    "rope[1,7,2,6] offset 3, permuted");
@@ -185,7 +186,8 @@ TEST(FusedRope, MatchesNaive) {
     for (std::int64_t offset : {0, 5, 1000}) {
       const Fn fused = [offset](const std::vector<Tensor>& in) { return rope(in[0], 10000.0, offset); };
       const Fn naive = [offset](const std::vector<Tensor>& in) { return naive_rope(in[0], 10000.0, offset); };
-      expect_matches_naive(fused, naive, {randn({2, 13, 3, 16}, 1, dt)}, {}, "rope[2,13,3,16] offset " + std::to_string(offset));
+      expect_matches_naive(fused, naive, {randn({2, 13, 3, 16}, 1, dt)}, {},
+                           "rope[2,13,3,16] offset " + std::to_string(offset));
     }
     const Fn fused = [](const std::vector<Tensor>& in) { return rope(in[0], 500000.0); };
     const Fn naive = [](const std::vector<Tensor>& in) { return naive_rope(in[0], 500000.0, 0); };
@@ -232,7 +234,8 @@ struct AttentionCase {
            std::to_string(hq) + " Hkv" + std::to_string(hkv) + " D" + std::to_string(d) + (causal ? " causal]" : "]");
   }
   std::vector<Tensor> inputs(DType dt, std::uint64_t stream = 1) const {
-    return {randn({b, t, hq, d}, stream, dt), randn({b, s, hkv, d}, stream + 1, dt), randn({b, s, hkv, d}, stream + 2, dt)};
+    return {randn({b, t, hq, d}, stream, dt), randn({b, s, hkv, d}, stream + 1, dt),
+            randn({b, s, hkv, d}, stream + 2, dt)};
   }
 };
 
@@ -286,7 +289,8 @@ TEST(FusedFlashAttention, FusedProjectionViews) {
     const auto split_then = [=](const Fn& attention) {
       return Fn([=](const std::vector<Tensor>& in) {
         const Tensor heads = reshape(in[0], {b, t, hq + 2 * hkv, d});
-        return attention({slice(heads, 2, 0, hq), slice(heads, 2, hq, hq + hkv), slice(heads, 2, hq + hkv, hq + 2 * hkv)});
+        return attention(
+            {slice(heads, 2, 0, hq), slice(heads, 2, hq, hq + hkv), slice(heads, 2, hq + hkv, hq + 2 * hkv)});
       });
     };
     {
@@ -372,8 +376,8 @@ TEST(FusedFlashAttention, MemoryIsLinearInSequenceLength) {
     const std::size_t increase = alloc.stats().peak_bytes_in_use - base;
     const std::size_t bound = 10 * t * d * 4, scores = t * t * 4;
     std::cout << "[ memory   ] flash_attention fwd+bwd T=S=" << t << " D=" << d << (causal ? " causal" : "")
-              << ": peak increase " << increase / 1024 << " KiB (bound " << bound / 1024 << " KiB; one T x S f32 matrix "
-              << scores / 1024 << " KiB)\n";
+              << ": peak increase " << increase / 1024 << " KiB (bound " << bound / 1024
+              << " KiB; one T x S f32 matrix " << scores / 1024 << " KiB)\n";
     EXPECT_LT(increase, bound);
     for (const Tensor& x : leaves) EXPECT_TRUE(x.grad().defined());
   }
@@ -419,7 +423,8 @@ Tensor naive_cross_entropy(const Tensor& logits, const std::vector<std::int64_t>
 
 std::vector<std::int64_t> draw_targets(std::int64_t n, std::int64_t v, std::int64_t ignore_every, std::int64_t ignore) {
   std::vector<std::int64_t> t;
-  for (std::int64_t r = 0; r < n; ++r) t.push_back(ignore_every > 0 && r % ignore_every == 1 ? ignore : (r * 7919 + 3) % v);
+  for (std::int64_t r = 0; r < n; ++r)
+    t.push_back(ignore_every > 0 && r % ignore_every == 1 ? ignore : (r * 7919 + 3) % v);
   return t;
 }
 
@@ -433,7 +438,9 @@ TEST(FusedCrossEntropy, Gradcheck) {
     std::int64_t n, v, ignore_every, ignore;
     DType index;
   };
-  for (const Case& c : {Case{7, 11, 3, -100, DType::i64}, Case{5, 3, 0, -100, DType::i32}, Case{6, 13, 0, 2, DType::i64}}) {
+  const std::vector<Case> cases = {
+      {7, 11, 3, -100, DType::i64}, {5, 3, 0, -100, DType::i32}, {6, 13, 0, 2, DType::i64}};
+  for (const Case& c : cases) {
     const Tensor targets = targets_tensor(draw_targets(c.n, c.v, c.ignore_every, c.ignore), c.index);
     expect_gradcheck([&](const std::vector<Tensor>& in) { return cross_entropy(in[0], targets, c.ignore); },
                      {randn({c.n, c.v}, 1, DType::f64)}, {true},
@@ -484,7 +491,9 @@ TEST(FusedCrossEntropy, OutOfRangeTargetNamesRowAndValue) {
 
 TEST(FusedGlu, Gradcheck) {
   for (const bool gelu_gate : {false, true}) {
-    const Fn fn = [gelu_gate](const std::vector<Tensor>& in) { return gelu_gate ? geglu(in[0], in[1]) : swiglu(in[0], in[1]); };
+    const Fn fn = [gelu_gate](const std::vector<Tensor>& in) {
+      return gelu_gate ? geglu(in[0], in[1]) : swiglu(in[0], in[1]);
+    };
     const std::string name = gelu_gate ? "geglu" : "swiglu";
     expect_gradcheck(fn, {randn({3, 17}, 1, DType::f64), randn({3, 17}, 2, DType::f64)}, {true, true}, name + "[3,17]");
     expect_gradcheck(fn, {core::transpose(randn({5, 4}, 3, DType::f64), 0, 1), randn({4, 5}, 4, DType::f64)},

@@ -150,9 +150,11 @@ TrainResult train(RunConfig config, const TrainOptions& options) {
     resumed = load_checkpoint(*latest);
     RunConfig saved = parse_config(resumed->state.at("config"));
     json a = to_json(saved), b = to_json(config);
-    a["training"].erase("steps"), b["training"].erase("steps");  // extending a run is allowed
+    // Extending a run (training.steps) and moving its folder (output.dir) are allowed.
+    for (json* j : {&a, &b}) (*j)["training"].erase("steps"), j->erase("output");
     DARK_CHECK(a == b, "--resume: the config differs from the one checkpoint ", latest->filename().string(),
-               " was trained with (only training.steps may change); see ", (run_dir / "config.json").string());
+               " was trained with (only training.steps and output.dir may change); see ",
+               (run_dir / "config.json").string());
     spdlog::info("resuming from {} (step {})", latest->string(), resumed->step);
   } else {
     DARK_CHECK(list_checkpoints(run_dir).empty(), "run folder ", run_dir.string(),
@@ -212,6 +214,10 @@ TrainResult train(RunConfig config, const TrainOptions& options) {
   const auto loop_start = Clock::now();
   model->train(true);
   for (; step < tc.steps; ++step) {
+    if (options.before_step) {
+      NoGradGuard no_grad;
+      options.before_step(step, *model);
+    }
     const auto t0 = Clock::now();
     const double lr = nn::learning_rate_at(schedule, config.optimizer.lr, step);
     params.zero_grad();

@@ -8,6 +8,7 @@
 //   sample.txt         the text generated at the end
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -30,6 +31,9 @@ EvalMetrics evaluate(nn::CausalLM& model, const data::ValidationSet& val, std::i
 
 struct TrainOptions {
   bool resume = false;  // continue from the run folder's latest checkpoint
+  // Called before each optimizer step (0-based) with the model: for probes, custom logging
+  // and fault injection in tests. Runs outside the tape.
+  std::function<void(std::int64_t step, nn::CausalLM& model)> before_step;
 };
 
 struct TrainResult {

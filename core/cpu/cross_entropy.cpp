@@ -96,7 +96,8 @@ void backward_typed(const Tensor& logits, const Tensor& targets, const Tensor& l
   const T* plse = lse.data<T>();
   T* pdx = dlogits.data<T>();
   const std::int64_t count = count_targets(pt, rows, classes, ignore_index);
-  const T scale = count > 0 ? static_cast<T>(static_cast<double>(dloss.data<T>()[0]) / static_cast<double>(count)) : T(0);
+  const double dloss_value = static_cast<double>(dloss.data<T>()[0]);
+  const T scale = count > 0 ? static_cast<T>(dloss_value / static_cast<double>(count)) : T(0);
   parallel_for(rows, std::max<std::int64_t>(1, kGrainHeavy / std::max<std::int64_t>(classes, 1)),
                [&](std::int64_t begin, std::int64_t end) {
                  for (std::int64_t r = begin; r < end; ++r) {

@@ -277,8 +277,8 @@ void flash_attention_forward_kernel(const Tensor& q, const Tensor& k, const Tens
 #pragma omp simd
         for (std::int64_t j = 0; j < d; ++j) acc[j] *= a;
       }
-      if (!gemm('N', 'N', rows, d, cols, T(1), s.tile.data(), kFwdBlockK, vh + s0 * g.v_strides[1], g.v_strides[1], T(1),
-                s.acc.data(), d))
+      if (!gemm('N', 'N', rows, d, cols, T(1), s.tile.data(), kFwdBlockK, vh + s0 * g.v_strides[1], g.v_strides[1],
+                T(1), s.acc.data(), d))
         return false;
     }
     for (std::int64_t r = 0; r < rows; ++r) {
@@ -399,7 +399,8 @@ void flash_attention_backward_kernel(const Tensor& q, const Tensor& k, const Ten
   // D_i = rowsum(dO * O), laid out like lse: (B, Hq, T).
   Tensor di = Tensor::empty(lse.shape(), lse.dtype(), lse.device());
   T* pdi = di.data<T>();
-  parallel_for(g.batch * g.t * g.hq, std::max<std::int64_t>(1, kGrainCheap / d), [&](std::int64_t begin, std::int64_t end) {
+  const std::int64_t rows_total = g.batch * g.t * g.hq;
+  parallel_for(rows_total, std::max<std::int64_t>(1, kGrainCheap / d), [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t row = begin; row < end; ++row) {  // row = (b * T + t) * Hq + h
       const T* o = po + row * d;
       const T* dor = pdo + row * d;
@@ -424,42 +425,38 @@ void flash_attention_backward_kernel(const Tensor& q, const Tensor& k, const Ten
   };
   // The query tiles that see key tile s0 start at this one.
   auto first_query_tile = [&](std::int64_t s0) { return g.query_begin(s0) / kBwdBlockQ * kBwdBlockQ; };
-  bool ok = true;
-  if (use_fused_schedule(g)) {
-    ok = run_tasks<BackwardScratch<T>>(g.batch * g.hkv, make_scratch, [&](std::int64_t i, BackwardScratch<T>& s) {
-      const std::int64_t kv = i % g.hkv, b = i / g.hkv;
-      for (std::int64_t s0 = 0; s0 < g.s; s0 += kBwdBlockK) {
-        zero_key_tile(a, b, kv, s0);
-        for (std::int64_t h = kv * g.group; h < (kv + 1) * g.group; ++h)
-          for (std::int64_t t0 = first_query_tile(s0); t0 < g.t; t0 += kBwdBlockQ)
-            if (!backward_tile(a, b, h, t0, s0, true, s) || !backward_tile_dq(a, b, h, t0, s0, s)) return false;
-      }
-      return true;
-    });
-  } else {
-    ok = run_tasks<BackwardScratch<T>>(g.batch * g.hkv * key_tiles, make_scratch,
-                                       [&](std::int64_t i, BackwardScratch<T>& s) {
-                                         const std::int64_t s0 = i % key_tiles * kBwdBlockK, kv = i / key_tiles % g.hkv,
-                                                            b = i / (key_tiles * g.hkv);
-                                         zero_key_tile(a, b, kv, s0);
-                                         for (std::int64_t h = kv * g.group; h < (kv + 1) * g.group; ++h)
-                                           for (std::int64_t t0 = first_query_tile(s0); t0 < g.t; t0 += kBwdBlockQ)
-                                             if (!backward_tile(a, b, h, t0, s0, true, s)) return false;
-                                         return true;
-                                       }) &&
-         run_tasks<BackwardScratch<T>>(g.batch * g.hq * query_tiles, make_scratch,
-                                       [&](std::int64_t i, BackwardScratch<T>& s) {
-                                         const std::int64_t t0 = i % query_tiles * kBwdBlockQ, h = i / query_tiles % g.hq,
-                                                            b = i / (query_tiles * g.hq);
-                                         const std::int64_t rows = std::min(g.t, t0 + kBwdBlockQ) - t0;
-                                         const std::int64_t key_end = g.key_end(t0 + rows - 1);
-                                         for (std::int64_t s0 = 0; s0 < key_end; s0 += kBwdBlockK)
-                                           if (!backward_tile(a, b, h, t0, s0, false, s) ||
-                                               !backward_tile_dq(a, b, h, t0, s0, s))
-                                             return false;
-                                         return true;
-                                       });
-  }
+  // fused: one task per (b, kv head) does everything.
+  auto fused_task = [&](std::int64_t i, BackwardScratch<T>& s) {
+    const std::int64_t kv = i % g.hkv, b = i / g.hkv;
+    for (std::int64_t s0 = 0; s0 < g.s; s0 += kBwdBlockK) {
+      zero_key_tile(a, b, kv, s0);
+      for (std::int64_t h = kv * g.group; h < (kv + 1) * g.group; ++h)
+        for (std::int64_t t0 = first_query_tile(s0); t0 < g.t; t0 += kBwdBlockQ)
+          if (!backward_tile(a, b, h, t0, s0, true, s) || !backward_tile_dq(a, b, h, t0, s0, s)) return false;
+    }
+    return true;
+  };
+  // split, first pass: one task per (b, kv head, key tile) accumulates that tile's dK, dV.
+  auto key_tile_task = [&](std::int64_t i, BackwardScratch<T>& s) {
+    const std::int64_t s0 = i % key_tiles * kBwdBlockK, kv = i / key_tiles % g.hkv, b = i / (key_tiles * g.hkv);
+    zero_key_tile(a, b, kv, s0);
+    for (std::int64_t h = kv * g.group; h < (kv + 1) * g.group; ++h)
+      for (std::int64_t t0 = first_query_tile(s0); t0 < g.t; t0 += kBwdBlockQ)
+        if (!backward_tile(a, b, h, t0, s0, true, s)) return false;
+    return true;
+  };
+  // split, second pass: one task per (b, query head, query tile) accumulates its dQ rows.
+  auto query_tile_task = [&](std::int64_t i, BackwardScratch<T>& s) {
+    const std::int64_t t0 = i % query_tiles * kBwdBlockQ, h = i / query_tiles % g.hq, b = i / (query_tiles * g.hq);
+    const std::int64_t key_end = g.key_end(std::min(g.t, t0 + kBwdBlockQ) - 1);
+    for (std::int64_t s0 = 0; s0 < key_end; s0 += kBwdBlockK)
+      if (!backward_tile(a, b, h, t0, s0, false, s) || !backward_tile_dq(a, b, h, t0, s0, s)) return false;
+    return true;
+  };
+  const bool ok = use_fused_schedule(g)
+                      ? run_tasks<BackwardScratch<T>>(g.batch * g.hkv, make_scratch, fused_task)
+                      : run_tasks<BackwardScratch<T>>(g.batch * g.hkv * key_tiles, make_scratch, key_tile_task) &&
+                            run_tasks<BackwardScratch<T>>(g.batch * g.hq * query_tiles, make_scratch, query_tile_task);
   DARK_CHECK(ok, "flash_attention backward: dnnl_sgemm failed on a tile (D = ", d, ")");
 }
 

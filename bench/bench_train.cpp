@@ -1,0 +1,295 @@
+// darkformer_bench_train: times full training steps of a config's model on random token
+// batches (no data files) and reports tokens/s and peak memory. It is the darkformer side
+// of scripts/bench_train.sh, which runs bench/torch_train.py on the same model for the
+// PyTorch side; each side runs in its own process so that peak RSS does not mix.
+//
+// One step is exactly the work of train/trainer.cpp's loop: learning rate from the
+// schedule, zero_grad, model->loss(batch), backward, loss.item(), the global gradient norm,
+// clipping when above optimizer.grad_clip, optimizer.step(lr). Batches are (batch, seq_len
+// + 1) i32 tokens drawn with Philox (seed, stream = step), so every step sees new tokens.
+// After --warmup untimed steps, --steps steps are timed one by one; the reported step time
+// is their median, tokens/s = batch * seq_len / median.
+//
+// Output: a human-readable summary on stderr and one JSON object on stdout (keys: side,
+// threads, steps, median_step_ms, min_step_ms, max_step_ms, tokens_per_s, peak_rss_mb,
+// base_rss_mb, alloc_peak_mb, phases_ms {forward, backward, grad_norm, optimizer}, ...).
+// --print-model prints the resolved model/training shape as JSON and exits: the PyTorch
+// side reads it so that both sides train the same model.
+#include <omp.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "autograd/ops.h"
+#include "autograd/tape.h"
+#include "core/allocator.h"
+#include "core/philox.h"
+#include "nn/optim.h"
+#include "nn/parameter_buffer.h"
+#include "nn/schedule.h"
+#include "train/config.h"
+#include "train/model_builder.h"
+
+namespace {
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+// The model small.json will describe (used when configs/small.json does not exist).
+const char* const kDefaultSmall = R"({
+  "model": {"d_model": 256, "n_layers": 4, "n_heads": 4, "n_kv_heads": 4, "mlp": "swiglu",
+            "vocab_size": 8192, "tie_embeddings": true},
+  "attention": {"kind": "softmax"},
+  "data": {"seq_len": 256, "vocab_size": 8192},
+  "optimizer": {"name": "adamw"},
+  "training": {"batch_size": 16}
+})";
+
+struct Args {
+  std::string config;  // "" = configs/small.json if present, else kDefaultSmall
+  std::vector<std::string> overrides;
+  int steps = 20, warmup = 3;
+  int threads = 0;  // 0 = leave OpenMP's default
+  bool print_model = false;
+};
+
+[[noreturn]] void usage(int code) {
+  (code ? std::cerr : std::cout)
+      << "usage: darkformer_bench_train [flags]\n"
+         "Times full training steps (forward, backward, grad norm, AdamW) of a config's model on\n"
+         "random token batches; prints a summary on stderr and one JSON object on stdout.\n\n"
+         "  --config PATH   run config (default: configs/small.json when it exists, else the\n"
+         "                  built-in small model: d_model 256, 4 layers, 4 heads, vocab 8192,\n"
+         "                  seq_len 256, batch 16)\n"
+         "  --set K=V       config override, as `darkformer train --set` (repeatable)\n"
+         "  --steps N       timed steps (default 20)\n"
+         "  --warmup N      untimed steps first (default 3)\n"
+         "  --threads N     OpenMP threads (default: OMP_NUM_THREADS / all cores)\n"
+         "  --print-model   print the resolved model as JSON and exit\n";
+  std::exit(code);
+}
+
+Args parse_args(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage(2);
+      return argv[++i];
+    };
+    auto integer = [&](int lo) {
+      const std::string v = value();
+      char* end = nullptr;
+      const long n = std::strtol(v.c_str(), &end, 10);
+      if (v.empty() || *end || n < lo) {
+        std::cerr << "darkformer_bench_train: " << arg << " wants an integer >= " << lo << ", got '" << v << "'\n";
+        std::exit(2);
+      }
+      return static_cast<int>(n);
+    };
+    if (arg == "--help" || arg == "-h") usage(0);
+    else if (arg == "--config") a.config = value();
+    else if (arg == "--set") a.overrides.push_back(value());
+    else if (arg == "--steps") a.steps = integer(1);
+    else if (arg == "--warmup") a.warmup = integer(0);
+    else if (arg == "--threads") a.threads = integer(1);
+    else if (arg == "--print-model") a.print_model = true;
+    else {
+      std::cerr << "darkformer_bench_train: unknown flag '" << arg << "'\n";
+      usage(2);
+    }
+  }
+  return a;
+}
+
+dark::train::RunConfig load(const Args& a, std::string& source) {
+  using namespace dark::train;
+  json doc;
+  std::string stem = "small";
+  if (!a.config.empty()) {
+    doc = read_config_json(a.config);
+    stem = fs::path(a.config).stem().string();
+    source = a.config;
+  } else if (fs::exists("configs/small.json")) {
+    doc = read_config_json("configs/small.json");
+    source = "configs/small.json";
+  } else {
+    doc = json::parse(kDefaultSmall);
+    source = "built-in small model (configs/small.json not found)";
+  }
+  for (const auto& o : a.overrides) apply_override(doc, o);
+  RunConfig c = parse_config(doc, stem);
+  // As prepare_data_for would: 0 means the tokenizer's size, which is data.vocab_size.
+  if (c.model.vocab_size == 0) c.model.vocab_size = c.data.vocab_size;
+  validate_config(c);
+  return c;
+}
+
+double rss_mb() {  // peak RSS so far (ru_maxrss is KiB on Linux)
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) / 1024.0;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// (B, T + 1) i32 tokens in [0, vocab), Philox keyed by (seed, stream = step).
+dark::Tensor random_batch(std::int64_t B, std::int64_t T1, std::int64_t vocab, std::uint64_t seed, std::uint64_t step) {
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(B * T1));
+  for (std::size_t i = 0; i < ids.size(); i += 4) {
+    const auto blk = dark::philox::block(seed, step, i / 4);
+    for (std::size_t l = 0; l < 4 && i + l < ids.size(); ++l)
+      ids[i + l] = static_cast<std::int32_t>(blk.v[l] % static_cast<std::uint32_t>(vocab));
+  }
+  return dark::Tensor::from_vector(ids, {B, T1});
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace dark;
+  const Args args = parse_args(argc, argv);
+  try {
+    std::string source;
+    const train::RunConfig config = load(args, source);
+    const auto& m = config.model;
+    const std::int64_t B = config.training.batch_size, T = config.data.seq_len, V = m.vocab_size;
+    json model_json = {{"vocab_size", V},
+                       {"d_model", m.d_model},
+                       {"n_layers", m.n_layers},
+                       {"n_heads", m.n_heads},
+                       {"n_kv_heads", m.n_kv_heads},
+                       {"d_ff", m.d_ff},
+                       {"mlp", std::string(train::enum_name(m.mlp))},
+                       {"rope_theta", m.rope_theta},
+                       {"norm_eps", m.norm_eps},
+                       {"tie_embeddings", m.tie_embeddings},
+                       {"init_std", m.init_std},
+                       {"attention", std::string(train::enum_name(config.attention.kind))},
+                       {"batch_size", B},
+                       {"seq_len", T},
+                       {"grad_accum", config.training.grad_accum},
+                       {"optimizer", std::string(train::enum_name(config.optimizer.name))},
+                       {"lr", config.optimizer.lr},
+                       {"betas", config.optimizer.betas},
+                       {"eps", config.optimizer.eps},
+                       {"weight_decay", config.optimizer.weight_decay},
+                       {"no_decay", config.optimizer.no_decay},
+                       {"grad_clip", config.optimizer.grad_clip},
+                       {"seed", config.seed}};
+    if (args.print_model) {
+      std::cout << model_json.dump() << "\n";
+      return 0;
+    }
+    if (args.threads > 0) omp_set_num_threads(args.threads);
+    const int threads = omp_get_max_threads();
+    const double base_rss = rss_mb();
+
+    // ---- as trainer.cpp sets up a run ----
+    std::unique_ptr<nn::CausalLM> model = train::build_model(config);
+    nn::ParameterBuffer params(model->named_parameters());
+    nn::Optimizer optimizer(params, train::optimizer_config(config));
+    const nn::ScheduleConfig schedule = train::schedule_config(config);
+    model->train(true);
+    const int accum = config.training.grad_accum;
+
+    std::vector<double> step_s, fwd_s, bwd_s, norm_s, opt_s;
+    double last_loss = 0, first_loss = 0;
+    const int total = args.warmup + args.steps;
+    for (int step = 0; step < total; ++step) {
+      // Batches are made outside the timed region, like the loader's mmap read would be cheap.
+      std::vector<Tensor> batches;
+      for (int micro = 0; micro < accum; ++micro)
+        batches.push_back(random_batch(B, T + 1, V, config.seed + 12345, static_cast<std::uint64_t>(step * accum + micro)));
+      const auto t0 = Clock::now();
+      const double lr = nn::learning_rate_at(schedule, config.optimizer.lr, step);
+      params.zero_grad();
+      double loss_value = 0, fwd = 0, bwd = 0;
+      for (int micro = 0; micro < accum; ++micro) {
+        const auto f0 = Clock::now();
+        Tensor loss = model->loss(batches[micro], static_cast<std::uint64_t>(step * accum + micro));
+        if (accum > 1) loss = mul_scalar(loss, 1.0 / accum);
+        const auto f1 = Clock::now();
+        backward(loss);
+        loss_value += loss.item();
+        const auto f2 = Clock::now();
+        fwd += std::chrono::duration<double>(f1 - f0).count();
+        bwd += std::chrono::duration<double>(f2 - f1).count();
+      }
+      const auto n0 = Clock::now();
+      const double grad_norm = params.grad_norm();
+      DARK_CHECK(std::isfinite(loss_value) && std::isfinite(grad_norm), "non-finite loss ", loss_value,
+                 " or gradient norm ", grad_norm, " at step ", step);
+      if (config.optimizer.grad_clip > 0 && grad_norm > config.optimizer.grad_clip)
+        params.scale_grads(config.optimizer.grad_clip / grad_norm);
+      const auto o0 = Clock::now();
+      optimizer.step(lr);
+      const auto t1 = Clock::now();
+      if (step == 0) first_loss = loss_value;
+      last_loss = loss_value;
+      if (step >= args.warmup) {
+        step_s.push_back(std::chrono::duration<double>(t1 - t0).count());
+        fwd_s.push_back(fwd);
+        bwd_s.push_back(bwd);
+        norm_s.push_back(std::chrono::duration<double>(o0 - n0).count());
+        opt_s.push_back(std::chrono::duration<double>(t1 - o0).count());
+      }
+    }
+
+    const double med = median(step_s);
+    const double tok_s = static_cast<double>(B * T * accum) / med;
+    const AllocatorStats st = allocator_for(Device::cpu()).stats();
+    json out = {{"side", "darkformer"},
+                {"threads", threads},
+                {"steps", args.steps},
+                {"warmup", args.warmup},
+                {"median_step_ms", med * 1e3},
+                {"min_step_ms", *std::min_element(step_s.begin(), step_s.end()) * 1e3},
+                {"max_step_ms", *std::max_element(step_s.begin(), step_s.end()) * 1e3},
+                {"tokens_per_s", tok_s},
+                {"peak_rss_mb", rss_mb()},
+                {"base_rss_mb", base_rss},
+                {"alloc_peak_mb", static_cast<double>(st.peak_bytes_in_use) / (1 << 20)},
+                {"alloc_cached_mb", static_cast<double>(st.bytes_cached) / (1 << 20)},
+                {"alloc_system_allocs", st.system_allocs},
+                {"parameters", model->num_parameters()},
+                {"first_loss", first_loss},
+                {"last_loss", last_loss},
+                {"phases_ms",
+                 {{"forward", median(fwd_s) * 1e3},
+                  {"backward", median(bwd_s) * 1e3},
+                  {"grad_norm_clip", median(norm_s) * 1e3},
+                  {"optimizer", median(opt_s) * 1e3}}},
+                {"config", source},
+                {"model", model_json}};
+    std::fprintf(stderr,
+                 "darkformer: %s, %lld params, batch %lld x seq %lld, %d threads\n"
+                 "  step median %.1f ms [%.1f..%.1f] over %d steps -> %.0f tokens/s; loss %.4f -> %.4f\n"
+                 "  phases (median ms): forward %.1f | backward %.1f | grad norm+clip %.2f | optimizer %.2f\n"
+                 "  peak RSS %.1f MB (%.1f MB before the model); allocator peak in use %.1f MB, %zu system allocs\n",
+                 source.c_str(), static_cast<long long>(model->num_parameters()), static_cast<long long>(B),
+                 static_cast<long long>(T), threads, med * 1e3, out["min_step_ms"].get<double>(),
+                 out["max_step_ms"].get<double>(), args.steps, tok_s, first_loss, last_loss, median(fwd_s) * 1e3,
+                 median(bwd_s) * 1e3, median(norm_s) * 1e3, median(opt_s) * 1e3, out["peak_rss_mb"].get<double>(),
+                 base_rss, out["alloc_peak_mb"].get<double>(), st.system_allocs);
+    std::cout << out.dump() << std::endl;
+  } catch (const std::exception& e) {
+    std::cerr << "darkformer_bench_train: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
