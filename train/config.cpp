@@ -299,9 +299,9 @@ std::vector<Field> make_schema() {
               "random features per head (random-feature kinds)"),
 
       text(DARK_CONFIG_MEMBER(data.corpus), true, "named corpus to build token shards from"),
-      text_list(DARK_CONFIG_MEMBER(data.sources), "extra source files for the corpus, as glob patterns"),
+      text_list(DARK_CONFIG_MEMBER(data.sources), "files, folders or glob patterns of text; when given, they replace data.corpus"),
       text(DARK_CONFIG_MEMBER(data.dir), false,
-           "token-shard folder; \"\" = cache/data/<corpus>-<tokenizer>-<vocab_size>"),
+           "token-shard folder; \"\" = cache/data/<corpus or sources-<hash>>-<tokenizer>-<vocab_size>"),
       choice(DARK_CONFIG_MEMBER(data.tokenizer), "tokenizer family"),
       text(DARK_CONFIG_MEMBER(data.tokenizer_model), false,
            "existing tokenizer model file; \"\" = train one on the corpus"),
@@ -476,7 +476,18 @@ void resolve_config(RunConfig& config, const std::string& config_stem) {
   if (m.max_seq_len == 0) m.max_seq_len = config.data.seq_len;
   DataConfig& d = config.data;
   if (d.dir.empty()) {
-    d.dir = str("cache/data/", d.corpus, "-", enum_name(d.tokenizer), "-", d.vocab_size);
+    // Custom sources get a folder of their own (named by a hash of the list), so they never
+    // rebuild, and so replace, a named corpus's prepared data.
+    std::string name = d.corpus;
+    if (!d.sources.empty()) {
+      std::uint64_t h = 1469598103934665603ull;
+      for (const std::string& s : d.sources)
+        for (unsigned char c : s + '\n') h = (h ^ c) * 1099511628211ull;
+      char hex[17];
+      std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+      name = std::string("sources-") + hex;
+    }
+    d.dir = str("cache/data/", name, "-", enum_name(d.tokenizer), "-", d.vocab_size);
   }
   if (config.output.dir.empty())
     config.output.dir = "runs/" + (config_stem.empty() ? std::string("default") : config_stem);

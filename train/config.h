@@ -103,7 +103,7 @@ struct AttentionConfig {
 
 struct DataConfig {
   std::string corpus = "debdocs";    // named corpus to build or read
-  std::vector<std::string> sources;  // extra source file globs
+  std::vector<std::string> sources;  // files, folders or globs of text; replace `corpus` when given
   std::string dir;                   // token shards; "" = cache/data/<corpus>-<tokenizer>-<vocab>
   TokenizerKind tokenizer = TokenizerKind::sentencepiece;  // tokenizer family
   std::string tokenizer_model;                             // existing tokenizer model file; "" = train one
