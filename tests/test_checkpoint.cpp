@@ -9,13 +9,13 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "core/tensor.h"
 #include "train/checkpoint.h"
 #include "core/file_io.h"
+#include "test_util.h"
 #include "train/safetensors.h"
 
 namespace dark::train {
@@ -24,25 +24,8 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-// A fresh directory under the system temp folder, removed at the end of the test.
-class TempDir {
- public:
-  TempDir() {
-    std::random_device rd;
-    path_ = fs::temp_directory_path() /
-            ("darkformer_test_" + std::to_string(::getpid()) + "_" + std::to_string(rd()));
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-  fs::path operator/(const std::string& name) const { return path_ / name; }
-
- private:
-  fs::path path_;
-};
+using dark::testing::error_of;
+using dark::testing::TempDir;
 
 std::string bytes_of(const fs::path& path) {
   return read_file(path);
@@ -79,17 +62,6 @@ void expect_same_tensor(const Tensor& expected, const Tensor& actual, const std:
   EXPECT_EQ(actual.shape(), expected.shape());
   EXPECT_TRUE(actual.is_contiguous());
   EXPECT_EQ(element_bytes(actual), element_bytes(expected));
-}
-
-// Runs fn and returns the dark::Error message it throws ("" when it does not throw).
-template <class Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 // ---------------------------------------------------------------- SHA-256

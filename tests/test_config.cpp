@@ -1,16 +1,14 @@
 // The run configuration: defaults and auto values, every error message kind (exact text),
 // overrides, JSON round trips, unknown-key suggestions, file errors, and the tables.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
-#include <random>
 #include <string>
 
 #include "train/config.h"
 #include "core/file_io.h"
+#include "test_util.h"
 
 namespace dark::train {
 namespace {
@@ -18,39 +16,9 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-class TempDir {
- public:
-  TempDir() {
-    std::random_device rd;
-    path_ = fs::temp_directory_path() /
-            ("darkformer_config_test_" + std::to_string(::getpid()) + "_" + std::to_string(rd()));
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  fs::path operator/(const std::string& name) const { return path_ / name; }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
-
-void write_text(const fs::path& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
-}
-
-template <class Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using dark::testing::error_of;
+using dark::testing::TempDir;
+using dark::testing::write_text;
 
 // The error parse_config throws for a document given as JSON text.
 std::string parse_error(const std::string& doc) {
@@ -319,13 +287,13 @@ TEST(Config, FilesAndWriteResolved) {
   TempDir dir;
   // Missing file.
   EXPECT_EQ(error_of([&] { load_config(dir / "missing.json"); }),
-            "config: cannot read " + (dir / "missing.json").string() + ": No such file or directory");
+            "config: cannot read " + (dir / "missing.json") + ": No such file or directory");
   EXPECT_EQ(error_of([&] { load_config(dir.path()); }),
             "config: cannot read " + dir.path().string() + ": it is a directory");
   // Unparsable JSON: line and column of the error.
   write_text(dir / "broken.json", "{\n  \"model\": {\"d_model\": 64},\n  \"seed\": ,\n}\n");
   const std::string e = error_of([&] { load_config(dir / "broken.json"); });
-  EXPECT_EQ(e.rfind("config: " + (dir / "broken.json").string() +
+  EXPECT_EQ(e.rfind("config: " + (dir / "broken.json") +
                         ": invalid JSON at line 3, column 11: syntax error",
                     0),
             0u)

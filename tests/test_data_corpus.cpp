@@ -8,13 +8,14 @@
 #include "core/error.h"
 #include "data/corpus.h"
 #include "data/hash.h"
-#include "test_data_util.h"
+#include "test_util.h"
 
 namespace dark::data {
 namespace {
 
-using testing::TempDir;
-using testing::write_text;
+using dark::testing::expect_error;
+using dark::testing::TempDir;
+using dark::testing::write_text;
 
 std::vector<std::string> keys_of(const std::vector<CorpusFile>& files) {
   std::vector<std::string> keys;
@@ -96,15 +97,6 @@ TEST(DataCorpus, TinyCorporaGetAFileInEachSplit) {
   EXPECT_EQ(c.files(Split::train).size(), 1u);
   EXPECT_EQ(c.files(Split::val).size(), 1u);
   EXPECT_EQ(Corpus::resolve("", {tmp / "d"}, 0.0).files(Split::val).size(), 0u);
-}
-
-void expect_error(const std::function<void()>& f, const std::vector<std::string>& parts) {
-  try {
-    f();
-    ADD_FAILURE() << "no error thrown";
-  } catch (const Error& e) {
-    for (const auto& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what() << " lacks " << p;
-  }
 }
 
 TEST(DataCorpus, MissingAndEmptySourcesAreClearErrors) {

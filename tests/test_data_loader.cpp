@@ -8,12 +8,12 @@
 
 #include "core/error.h"
 #include "data/loader.h"
-#include "test_data_util.h"
+#include "test_util.h"
 
 namespace dark::data {
 namespace {
 
-using testing::TempDir;
+using dark::testing::TempDir;
 
 // A shard whose token at position i is i, so a row's first token names its window.
 std::shared_ptr<const TokenShard> counting_shard(const TempDir& tmp, std::int32_t n) {

@@ -12,24 +12,16 @@
 #include "core/file_io.h"
 #include "data/loader.h"
 #include "data/prepare.h"
-#include "test_data_util.h"
+#include "test_util.h"
 
 namespace dark::data {
 namespace {
 
-using testing::generated_text;
-using testing::TempDir;
-using testing::write_text;
+using dark::testing::expect_error;
+using dark::testing::generated_text;
+using dark::testing::TempDir;
+using dark::testing::write_text;
 namespace fs = std::filesystem;
-
-void expect_error(const std::function<void()>& f, const std::vector<std::string>& parts) {
-  try {
-    f();
-    ADD_FAILURE() << "no error thrown";
-  } catch (const Error& e) {
-    for (const auto& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what() << " lacks " << p;
-  }
-}
 
 // 30 documents, one empty and one with an SPDX line.
 void write_corpus(const TempDir& tmp) {

@@ -10,21 +10,13 @@
 #include "core/error.h"
 #include "data/hash.h"
 #include "data/shard.h"
-#include "test_data_util.h"
+#include "test_util.h"
 
 namespace dark::data {
 namespace {
 
-using testing::TempDir;
-
-void expect_error(const std::function<void()>& f, const std::vector<std::string>& parts) {
-  try {
-    f();
-    ADD_FAILURE() << "no error thrown";
-  } catch (const Error& e) {
-    for (const auto& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what() << " lacks " << p;
-  }
-}
+using dark::testing::expect_error;
+using dark::testing::TempDir;
 
 ShardInfo write_shard(const std::string& path, const std::vector<std::vector<std::int32_t>>& docs,
                       std::int64_t vocab, const std::string& hash = "test-tok") {

@@ -8,14 +8,14 @@
 #include "core/file_io.h"
 #include "data/sentencepiece_tokenizer.h"
 #include "data/tokenizer.h"
-#include "test_data_util.h"
+#include "test_util.h"
 
 namespace dark::data {
 namespace {
 
-using testing::generated_text;
-using testing::TempDir;
-using testing::write_text;
+using dark::testing::generated_text;
+using dark::testing::TempDir;
+using dark::testing::write_text;
 
 std::vector<std::string> lines_of(const std::string& text) {
   LineSampler s(1 << 30, 0);

@@ -8,7 +8,7 @@
 #include <fstream>
 
 #include "nn/model.h"
-#include "tests/test_data_util.h"
+#include "test_util.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
 #include "train/trainer.h"
@@ -16,12 +16,14 @@
 namespace dark::train {
 namespace {
 
-using data::testing::TempDir;
+using dark::testing::generated_text;
+using dark::testing::TempDir;
+using dark::testing::write_text;
 namespace fs = std::filesystem;
 
 // A byte-level corpus of three files (so both splits have one) of regular pseudo-words.
 nlohmann::json tiny_config(const TempDir& tmp, const std::string& run, int steps) {
-  for (int i = 0; i < 3; ++i) data::testing::write_text(tmp / ("corpus/doc" + std::to_string(i) + ".txt"), data::testing::generated_text(400, i));
+  for (int i = 0; i < 3; ++i) write_text(tmp / ("corpus/doc" + std::to_string(i) + ".txt"), generated_text(400, i));
   nlohmann::json config = nlohmann::json::parse(R"({
     "model": {"d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64},
     "data": {"tokenizer": "byte", "seq_len": 32, "val_windows": 16, "val_fraction": 0.34},

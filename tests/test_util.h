@@ -1,0 +1,98 @@
+// Helpers shared by the GoogleTest suites under tests/: a temporary directory removed at the
+// end of the test, file writing, a small deterministic text generator, and two ways to check
+// the dark::Error a call throws (expect_error for message fragments, error_of for the exact
+// message).
+#pragma once
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "core/error.h"
+
+namespace dark::testing {
+
+// A fresh directory under the system temp folder, removed (with its contents) at the end of
+// the test. `tmp / "a/b.txt"` names a path inside it.
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "darkformer-test-XXXXXX").string();
+    if (!::mkdtemp(tmpl.data())) std::abort();
+    path_ = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+  std::string operator/(const std::string& rel) const { return (path_ / rel).string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// Writes `text` to `path` (replacing any file there), creating the parent directories first.
+inline void write_text(const std::string& path, const std::string& text) {
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent);
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+}
+
+// Deterministic English-like text: `lines` lines of words built from a few syllables.
+inline std::string generated_text(int lines, std::uint64_t seed) {
+  static const char* kSyllables[] = {"ka", "to", "ri", "ne", "su", "la", "mo", "pi", "der", "ion",
+                                     "the", "and", "ing", "st", "qu", "ex"};
+  std::uint64_t state = seed * 6364136223846793005ull + 1442695040888963407ull;
+  auto next = [&](std::uint64_t n) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return (state >> 33) % n;
+  };
+  std::string text;
+  for (int l = 0; l < lines; ++l) {
+    const auto words = 3 + next(8);
+    if (next(5) == 0) text += "    ";
+    for (std::uint64_t w = 0; w < words; ++w) {
+      if (w) text += ' ';
+      const auto syl = 1 + next(3);
+      for (std::uint64_t s = 0; s < syl; ++s) text += kSyllables[next(16)];
+    }
+    text += next(3) == 0 ? ".\n" : "\n";
+  }
+  return text;
+}
+
+// Runs f and expects it to throw a dark::Error whose message contains every one of `parts`;
+// a failure when it throws nothing (other exceptions propagate).
+inline void expect_error(const std::function<void()>& f, const std::vector<std::string>& parts) {
+  try {
+    f();
+    ADD_FAILURE() << "no error thrown";
+  } catch (const Error& e) {
+    for (const auto& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what() << " lacks " << p;
+  }
+}
+
+// Runs fn and returns the dark::Error message it throws ("" when it does not throw; other
+// exceptions propagate). Compare it with EXPECT_EQ for the exact text.
+template <class Fn>
+std::string error_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace dark::testing
