@@ -13,9 +13,13 @@ zero_grad, forward + cross-entropy, backward, loss.item(), clip_grad_norm_ (the 
 norm, scaling only when above grad_clip), torch.optim.AdamW.step with the same param
 groups (no decay for names matching the no_decay globs).
 
-One thread count per process (peak RSS is per process): --threads T sets
-torch.set_num_threads(T), and OMP_NUM_THREADS / OPENBLAS_NUM_THREADS to T before torch is
-imported. Prints a summary on stderr and one JSON object on stdout with the keys of
+One thread setting per process (peak RSS is per process): --threads T sets
+torch.set_num_threads(T) and OMP_NUM_THREADS=T; --blas-threads N (default T) sets
+OPENBLAS_NUM_THREADS=N; --omp-wait-policy and --openblas-coretype set OMP_WAIT_POLICY and
+OPENBLAS_CORETYPE (by default unset: OpenBLAS picks kernels for the CPU); all before torch
+is imported. Debian's torch does its matrix
+products in OpenBLAS's own pthread pool, next to its OpenMP pool, so the two counts are
+separate settings and scripts/bench_train.sh tries their combinations. Prints a summary on stderr and one JSON object on stdout with the keys of
 darkformer_bench_train's.
 
   /usr/bin/python3 bench/torch_train.py --model-json "$(build/bench/darkformer_bench_train --print-model)" --threads 2
@@ -34,7 +38,15 @@ def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model-json", required=True,
                    help="the model as darkformer_bench_train --print-model prints it (JSON text, or @FILE)")
-    p.add_argument("--threads", type=int, default=1, help="intra-op threads (default 1)")
+    p.add_argument("--threads", type=int, default=1, help="PyTorch intra-op (OpenMP) threads (default 1)")
+    p.add_argument("--blas-threads", type=int, default=0,
+                   help="OpenBLAS threads (its own pthread pool); default: the same as --threads")
+    p.add_argument("--omp-wait-policy", choices=["default", "passive", "active"], default="default",
+                   help="OMP_WAIT_POLICY for PyTorch's OpenMP pool (passive: idle OpenMP threads sleep instead of "
+                        "spinning while OpenBLAS's threads run; default: the runtime's)")
+    p.add_argument("--openblas-coretype", default="auto",
+                   help="OpenBLAS kernels: auto (unset OPENBLAS_CORETYPE: OpenBLAS detects the CPU; the default), "
+                        "env (keep the environment's value), or a core name such as Haswell, SkylakeX")
     p.add_argument("--steps", type=int, default=20, help="timed steps (default 20)")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps first (default 3)")
     p.add_argument("--foreach", choices=["default", "on", "off"], default="default",
@@ -43,8 +55,16 @@ def parse_args():
 
 
 ARGS = parse_args()
-for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ[var] = str(ARGS.threads)
+ARGS.blas_threads = ARGS.blas_threads or ARGS.threads
+os.environ["OMP_NUM_THREADS"] = str(ARGS.threads)
+os.environ["OPENBLAS_NUM_THREADS"] = str(ARGS.blas_threads)
+os.environ["MKL_NUM_THREADS"] = str(ARGS.threads)
+if ARGS.omp_wait_policy != "default":
+    os.environ["OMP_WAIT_POLICY"] = ARGS.omp_wait_policy.upper()
+if ARGS.openblas_coretype == "auto":
+    os.environ.pop("OPENBLAS_CORETYPE", None)
+elif ARGS.openblas_coretype != "env":
+    os.environ["OPENBLAS_CORETYPE"] = ARGS.openblas_coretype
 
 import torch  # noqa: E402  (after the thread variables)
 import torch.nn as nn  # noqa: E402
@@ -165,6 +185,18 @@ class CausalLM(nn.Module):
         return F.cross_entropy(logits.reshape(-1, self.cfg["vocab_size"]), targets.reshape(-1))
 
 
+def openblas_info():
+    """(core name, threads) of the OpenBLAS this process loaded, or ("none", 0)."""
+    import ctypes
+    with open("/proc/self/maps") as f:
+        libs = sorted({line.split()[-1] for line in f if "libopenblas" in line})
+    if not libs:
+        return "none", 0
+    lib = ctypes.CDLL(libs[0])  # already loaded: the same handle
+    lib.openblas_get_corename.restype = ctypes.c_char_p
+    return lib.openblas_get_corename().decode(), lib.openblas_get_num_threads()
+
+
 def median(v):
     s = sorted(v)
     n = len(s)
@@ -234,9 +266,13 @@ def main():
             opt_s.append(t1 - o0)
 
     med = median(step_s)
+    blas_core, blas_threads = openblas_info()
     out = {
         "side": "pytorch",
         "threads": ARGS.threads,
+        "blas_threads": blas_threads,
+        "blas_core": blas_core,
+        "omp_wait_policy": ARGS.omp_wait_policy,
         "steps": ARGS.steps,
         "warmup": ARGS.warmup,
         "median_step_ms": med * 1e3,
@@ -253,7 +289,8 @@ def main():
         "torch": torch.__version__,
         "foreach": ARGS.foreach,
     }
-    print(f"pytorch {torch.__version__}: {out['parameters']} params, batch {b} x seq {t}, {ARGS.threads} threads\n"
+    print(f"pytorch {torch.__version__}: {out['parameters']} params, batch {b} x seq {t}, {ARGS.threads} threads"
+          f" (OpenBLAS {blas_core}, {blas_threads} threads)\n"
           f"  step median {med * 1e3:.1f} ms [{out['min_step_ms']:.1f}..{out['max_step_ms']:.1f}] over {ARGS.steps} steps"
           f" -> {out['tokens_per_s']:.0f} tokens/s; loss {first_loss:.4f} -> {last_loss:.4f}\n"
           f"  phases (median ms): forward {out['phases_ms']['forward']:.1f} | backward {out['phases_ms']['backward']:.1f}"
