@@ -120,6 +120,21 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, std::int64_t i
 // silu(gate) * up and gelu(gate) * up (exact gelu), elementwise on same-shape tensors.
 Tensor swiglu(const Tensor& gate, const Tensor& up);
 Tensor geglu(const Tensor& gate, const Tensor& up);
+// Linear attention of the random-feature kinds (Performer / LFK / DARKFormer) on feature
+// LOGITS, one tape entry. q_logits: (B, T, Hq, m), k_logits: (B, T, Hkv, m), v: (B, T, Hkv, Dv)
+// with Hq % Hkv == 0 (query head h uses kv head h / (Hq / Hkv)) -> (B, T, Hq, Dv). Per head:
+//   qoff_t = max_f q_logits[t, f];  o_t = key offset at t: causal, max over j <= t and f of
+//   k_logits[j, f] (never a later position); bidirectional, max over all positions and f;
+//   a_tj = exp(q_logits[t] - qoff_t) . exp(k_logits[j] - o_t)  for j <= t (causal) / all j;
+//   out_t = sum_j a_tj v_j / (sum_j a_tj + eps).
+// eps is thus added in the offset-scaled units: in unscaled features it is
+// eps * exp(qoff_t + o_t). Offsets carry no gradient (they cancel exactly except through
+// eps), so gradients are those of the formula with the offsets held constant. Causal
+// outputs at t are bit-identical whatever the positions after t hold. Chunks of `chunk`
+// positions (intra-chunk masked product + a rescaled inter-chunk state); memory O(T (m + Dv))
+// per head, the backward recomputes states. CPU f32 / f64; any strides (copied to contiguous).
+Tensor linear_attention(const Tensor& q_logits, const Tensor& k_logits, const Tensor& v, bool causal, double eps,
+                        std::int64_t chunk = 64);
 
 // ---- operators for readable model code ----
 inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }

@@ -143,6 +143,19 @@ DARK_DECLARE_KERNEL(glu_forward, void(GluOp op, const Tensor& gate, const Tensor
 DARK_DECLARE_KERNEL(glu_backward, void(GluOp op, const Tensor& gate, const Tensor& up, const Tensor& dout,
                                        Tensor& dgate, Tensor& dup))
 
+// Linear attention on feature logits (autograd/ops/linear_attention.cpp; semantics in
+// autograd/ops.h). q: (B, T, Hq, m), k: (B, T, Hkv, m), v: (B, T, Hkv, Dv), out: (B, T, Hq, Dv)
+// and den: (B, Hq, T), all contiguous; den gets each row's guarded denominator den + eps
+// (offset-scaled units), which the backward reads. chunk >= 1 positions per chunk.
+DARK_DECLARE_KERNEL(linear_attention_forward, void(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
+                                                   Tensor& den, bool causal, double eps, std::int64_t chunk))
+// out, den from the forward; dout like out, contiguous. dq, dk, dv contiguous with q's, k's
+// and v's shapes, written (not accumulated). Deterministic, independent of the thread count.
+DARK_DECLARE_KERNEL(linear_attention_backward, void(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                    const Tensor& out, const Tensor& den, const Tensor& dout,
+                                                    Tensor& dq, Tensor& dk, Tensor& dv, bool causal,
+                                                    std::int64_t chunk))
+
 // One AdamW step over contiguous float32 buffers of equal size (decoupled weight decay):
 //   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
 //   p -= lr * (m / c1 / (sqrt(v / c2) + eps) + weight_decay * p)

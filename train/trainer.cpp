@@ -4,6 +4,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -99,8 +100,13 @@ std::string format_duration(double seconds) {
 }
 
 std::string progress_bar(std::int64_t done, std::int64_t total, int width = 20) {
-  const auto filled = static_cast<int>(static_cast<double>(done) / static_cast<double>(std::max<std::int64_t>(total, 1)) * width);
-  return "[" + std::string(filled, '#') + std::string(width - filled, '.') + "]";
+  const auto ratio = static_cast<double>(done) / static_cast<double>(std::max<std::int64_t>(total, 1));
+  const int filled = std::clamp(static_cast<int>(ratio * width), 0, width);
+  std::string bar(static_cast<std::size_t>(width) + 2, '.');
+  bar.front() = '[';
+  bar.back() = ']';
+  std::fill_n(bar.begin() + 1, filled, '#');
+  return bar;
 }
 
 // Everything a checkpoint stores beyond tensors: enough to continue bit-exactly.

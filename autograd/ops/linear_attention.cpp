@@ -1,0 +1,60 @@
+// Linear attention on feature logits, fused: the shared kernel of the random-feature
+// attention kinds (Performer / LFK / DARKFormer) as one tape entry. Features are
+// exp(logit - offset) with per-token query offsets and causal-safe running key offsets; the
+// normaliser comes from the same pass as the numerator (v with a ones column). The forward
+// saves the output and the guarded denominator (B, Hq, T); the backward kernel recomputes
+// the chunk states (see core/cpu/linear_attention.cpp). Semantics: autograd/ops.h.
+#include "autograd/ops.h"
+#include "autograd/ops/op_util.h"
+
+namespace dark {
+
+Tensor linear_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, bool causal, double eps,
+                        std::int64_t chunk) {
+  const char* name = "linear_attention";
+  ops_detail::check_floating(name, q_in);
+  ops_detail::check_same(name, q_in, k_in);
+  ops_detail::check_same(name, q_in, v_in);
+  DARK_CHECK(q_in.dim() == 4 && k_in.dim() == 4 && v_in.dim() == 4, name,
+             ": q_logits must be (B, T, Hq, m), k_logits (B, T, Hkv, m) and v (B, T, Hkv, Dv), got q ",
+             q_in.describe(), ", k ", k_in.describe(), ", v ", v_in.describe());
+  const std::int64_t batch = q_in.shape()[0], len = q_in.shape()[1], hq = q_in.shape()[2], m = q_in.shape()[3];
+  const std::int64_t hkv = k_in.shape()[2], dv = v_in.shape()[3];
+  DARK_CHECK(k_in.shape()[0] == batch && k_in.shape()[1] == len && k_in.shape()[3] == m, name,
+             ": k_logits must share q_logits' batch, length and feature count, got q ", q_in.describe(), ", k ",
+             k_in.describe());
+  DARK_CHECK(v_in.shape()[0] == batch && v_in.shape()[1] == len && v_in.shape()[2] == hkv, name,
+             ": v must share k_logits' batch, length and heads, got k ", k_in.describe(), ", v ", v_in.describe());
+  DARK_CHECK(m > 0 && dv > 0, name, ": feature count and value dimension must be positive, got q ", q_in.describe(),
+             ", v ", v_in.describe());
+  DARK_CHECK(hkv > 0 && hq % hkv == 0, name, ": query heads (", hq, ") must be a multiple of key/value heads (",
+             hkv, "), got q ", q_in.describe(), ", k ", k_in.describe());
+  DARK_CHECK(chunk >= 1, name, ": chunk must be >= 1, got ", chunk);
+  DARK_CHECK(eps >= 0, name, ": eps must be >= 0, got ", eps);
+  const Tensor q = q_in.contiguous();
+  const Tensor k = k_in.contiguous();
+  const Tensor v = v_in.contiguous();
+  Tensor out = Tensor::empty({batch, len, hq, dv}, q.dtype(), q.device());
+  Tensor den = Tensor::empty({batch, hq, len}, q.dtype(), q.device());
+  if (len > 0)
+    kernels::linear_attention_forward().get(q.device().type, q.dtype())(q, k, v, out, den, causal, eps, chunk);
+  if (should_record({&q_in, &k_in, &v_in})) {
+    record(name, {q_in, k_in, v_in}, {&out},
+           [q = q.detach(), k = k.detach(), v = v.detach(), out = out.detach(), den, causal,
+            chunk](BackwardContext& g) {
+             const Tensor dout = g.out_grad().contiguous();
+             Tensor dq = Tensor::empty(q.shape(), q.dtype(), q.device());
+             Tensor dk = Tensor::empty(k.shape(), k.dtype(), k.device());
+             Tensor dv = Tensor::empty(v.shape(), v.dtype(), v.device());
+             if (q.shape()[1] > 0)
+               kernels::linear_attention_backward().get(q.device().type, q.dtype())(q, k, v, out, den, dout, dq, dk,
+                                                                                   dv, causal, chunk);
+             if (g.needs_grad(0)) g.set_input_grad(0, dq);
+             if (g.needs_grad(1)) g.set_input_grad(1, dk);
+             if (g.needs_grad(2)) g.set_input_grad(2, dv);
+           });
+  }
+  return out;
+}
+
+}  // namespace dark
