@@ -20,6 +20,7 @@
 #include "autograd/gradcheck.h"
 #include "autograd/ops.h"
 #include "autograd/tape.h"
+#include "tests/test_util.h"
 #include "core/allocator.h"
 
 namespace dark {
@@ -27,24 +28,8 @@ namespace {
 
 using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
 
-std::vector<double> values(const Tensor& t) { return t.to(DType::f64).to_vector<double>(); }
-
-// |got - want| <= atol + rtol |want| everywhere; reports the worst element and the first bad ones.
-void expect_close(const Tensor& got, const Tensor& want, double atol, double rtol, const std::string& what) {
-  ASSERT_TRUE(got.defined()) << what << ": result undefined";
-  ASSERT_TRUE(want.defined()) << what << ": reference undefined";
-  ASSERT_EQ(got.shape(), want.shape()) << what;
-  const std::vector<double> g = values(got), w = values(want);
-  double worst = 0;
-  int bad = 0;
-  for (std::size_t i = 0; i < g.size(); ++i) {
-    const double err = std::fabs(g[i] - w[i]);
-    worst = std::max(worst, err);
-    if (!(err <= atol + rtol * std::fabs(w[i])) && bad++ < 5)
-      ADD_FAILURE() << what << " element " << i << ": got " << g[i] << " want " << w[i] << " (abs err " << err << ")";
-  }
-  if (bad) ADD_FAILURE() << what << ": " << bad << " bad elements, max abs err " << worst;
-}
+using testing::expect_close;
+using testing::values;
 
 Tensor randn(const Shape& shape, std::uint64_t stream, DType dtype) {
   return Tensor::randn(shape, 2024, stream, DType::f64).to(dtype);

@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
@@ -16,6 +18,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/tensor.h"
 
 namespace dark::testing {
 
@@ -93,6 +96,26 @@ std::string error_of(Fn&& fn) {
     return e.what();
   }
   return "";
+}
+
+// A tensor's values as doubles (any dtype, layout or device).
+inline std::vector<double> values(const Tensor& t) { return t.to(DType::f64).to_vector<double>(); }
+
+// |got - want| <= atol + rtol |want| everywhere; reports the worst element and the first bad ones.
+inline void expect_close(const Tensor& got, const Tensor& want, double atol, double rtol, const std::string& what) {
+  ASSERT_TRUE(got.defined()) << what << ": result undefined";
+  ASSERT_TRUE(want.defined()) << what << ": reference undefined";
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  const std::vector<double> g = values(got), w = values(want);
+  double worst = 0;
+  int bad = 0;
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    const double err = std::fabs(g[i] - w[i]);
+    worst = std::max(worst, err);
+    if (!(err <= atol + rtol * std::fabs(w[i])) && bad++ < 5)
+      ADD_FAILURE() << what << " element " << i << ": got " << g[i] << " want " << w[i] << " (abs err " << err << ")";
+  }
+  if (bad) ADD_FAILURE() << what << ": " << bad << " bad elements, max abs err " << worst;
 }
 
 }  // namespace dark::testing

@@ -29,6 +29,7 @@
 
 #include "core/cpu/parallel.h"
 #include "core/cpu/vec_math.h"
+#include "core/cpu/tile_gemm.h"
 #include "core/kernels.h"
 
 namespace dark::cpu {
@@ -41,23 +42,6 @@ namespace {
 constexpr std::int64_t kFwdBlockQ = 64, kFwdBlockK = 128;
 constexpr std::int64_t kBwdBlockQ = 128, kBwdBlockK = 64;
 
-// Row-major C = alpha * op(A) op(B) + beta * C, op = transpose for 'T'.
-bool gemm(char ta, char tb, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,
-          std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c, std::int64_t ldc) {
-  return dnnl_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) == dnnl_success;
-}
-
-bool gemm(char ta, char tb, std::int64_t m, std::int64_t n, std::int64_t k, double alpha, const double* a,
-          std::int64_t lda, const double* b, std::int64_t ldb, double beta, double* c, std::int64_t ldc) {
-  for (std::int64_t i = 0; i < m; ++i)
-    for (std::int64_t j = 0; j < n; ++j) {
-      double acc = 0;
-      for (std::int64_t p = 0; p < k; ++p)
-        acc += (ta == 'T' ? a[p * lda + i] : a[i * lda + p]) * (tb == 'T' ? b[j * ldb + p] : b[p * ldb + j]);
-      c[i * ldc + j] = alpha * acc + (beta == 0 ? 0.0 : beta * c[i * ldc + j]);
-    }
-  return true;
-}
 
 // Shapes, strides and the causal geometry of one call.
 struct Geometry {
