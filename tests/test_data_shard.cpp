@@ -122,9 +122,9 @@ TEST(DataShard, CorruptionIsDetectedAndNamed) {
   std::filesystem::resize_file(cut, kShardHeaderBytes + 1000);
   expect_error([&] { TokenShard::open(cut); }, {"cut.bin", "truncated", "1000 tokens", "1256 bytes"});
 
-  const std::string stub = fresh("stub.bin");
-  std::filesystem::resize_file(stub, 100);
-  expect_error([&] { TokenShard::open(stub); }, {"stub.bin", "truncated", "100 bytes"});
+  const std::string truncated = fresh("truncated.bin");
+  std::filesystem::resize_file(truncated, 100);
+  expect_error([&] { TokenShard::open(truncated); }, {"truncated.bin", "truncated", "100 bytes"});
 
   const std::string longer = fresh("long.bin");
   std::filesystem::resize_file(longer, kShardHeaderBytes + 2002);

@@ -58,13 +58,7 @@ LoadedRun load_run(const std::string& path) {
   run.config = parse_config(ck.state.at("config"));
   run.data = data::open_prepared(run.config.data.dir);
   run.model = build_model(run.config);
-  for (auto& [name, p] : run.model->named_parameters()) {
-    auto it = ck.model.find(name);
-    DARK_CHECK(it != ck.model.end(), "checkpoint ", dir.string(), ": parameter '", name, "' is missing");
-    DARK_CHECK(it->second.shape() == p->shape(), "checkpoint ", dir.string(), ": parameter '", name, "' has shape ",
-               shape_str(it->second.shape()), ", the config builds ", shape_str(p->shape()));
-    *p = it->second.detach();
-  }
+  load_parameters(*run.model, ck.model, "checkpoint " + dir.string());
   run.model->train(false);
   return run;
 }

@@ -124,6 +124,8 @@ std::map<std::string, Tensor> named_parameters_map(nn::CausalLM& model) {
   return out;
 }
 
+}  // namespace
+
 // Copies checkpoint tensors into the model's parameters, checking names and shapes.
 void load_parameters(nn::CausalLM& model, const std::map<std::string, Tensor>& saved, const std::string& source) {
   NoGradGuard no_grad;
@@ -138,8 +140,6 @@ void load_parameters(nn::CausalLM& model, const std::map<std::string, Tensor>& s
   DARK_CHECK(saved.size() == params.size(), source, ": holds ", saved.size(), " tensors, the model has ",
              params.size(), " parameters");
 }
-
-}  // namespace
 
 TrainResult train(RunConfig config, const TrainOptions& options) {
   const auto t_start = Clock::now();

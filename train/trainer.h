@@ -9,6 +9,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -42,6 +43,10 @@ struct TrainResult {
   EvalMetrics final_eval;
   std::string run_dir;
 };
+
+// Copies saved tensors (by parameter name) into the model's parameters; every parameter
+// must be present with its shape, and nothing else. Errors start with `source`.
+void load_parameters(nn::CausalLM& model, const std::map<std::string, Tensor>& saved, const std::string& source);
 
 // Runs a whole training run. Throws dark::Error on bad config, data, or checkpoints; a
 // fresh run refuses to start in a run folder that already holds checkpoints.
