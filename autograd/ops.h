@@ -109,9 +109,16 @@ Tensor rope(const Tensor& x, double theta, std::int64_t position_offset = 0);
 // q: (B, T, Hq, D), k and v: (B, S, Hkv, D) with Hq % Hkv == 0 (grouped-query attention:
 // query head h uses kv head h / (Hq / Hkv)) -> (B, T, Hq, D). Any strides (inputs without
 // unit stride on D are copied first). causal: query t sees keys s <= t + (S - T), so the
-// usual mask when T == S and the cached-prefix mask when T < S. A query that sees no key
-// (possible only when causal and T > S: rows t < T - S) outputs 0 and gets zero gradient.
-Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale);
+// usual mask when T == S and the cached-prefix mask when T < S.
+// key_mask: undefined (no padding) or (B, S) on q's device, any dtype, nonzero = real key,
+// 0 = padding; never differentiated. A padded key drops out of the softmax (no weight in
+// any numerator or denominator) and gets dk = dv = 0; queries at padded positions are still
+// computed. k and v at padded positions may hold any finite values: no real output changes
+// with them. A query that sees no real key (causal with T > S: rows t < T - S; or every key
+// it may see padded, e.g. left padding) outputs 0 and gets zero gradient. An all-ones mask
+// gives the same bits as no mask; causal outputs at t do not depend on the mask after t.
+Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
+                       const Tensor& key_mask = Tensor());
 // Mean over rows whose target != ignore_index of logsumexp(logits[n]) - logits[n, target[n]];
 // 0 (and zero gradient) when every row is ignored. logits: (N, V) float, targets: (N) i32 / i64,
 // gradient flows to logits only. The (N, V) softmax is never stored: backward rebuilds it
@@ -122,19 +129,27 @@ Tensor swiglu(const Tensor& gate, const Tensor& up);
 Tensor geglu(const Tensor& gate, const Tensor& up);
 // Linear attention of the random-feature kinds (Performer / LFK / DARKFormer) on feature
 // LOGITS, one tape entry. q_logits: (B, T, Hq, m), k_logits: (B, T, Hkv, m), v: (B, T, Hkv, Dv)
-// with Hq % Hkv == 0 (query head h uses kv head h / (Hq / Hkv)) -> (B, T, Hq, Dv). Per head:
-//   qoff_t = max_f q_logits[t, f];  o_t = key offset at t: causal, max over j <= t and f of
-//   k_logits[j, f] (never a later position); bidirectional, max over all positions and f;
-//   a_tj = exp(q_logits[t] - qoff_t) . exp(k_logits[j] - o_t)  for j <= t (causal) / all j;
-//   out_t = sum_j a_tj v_j / (sum_j a_tj + eps).
+// with Hq % Hkv == 0 (query head h uses kv head h / (Hq / Hkv)) -> (B, T, Hq, Dv).
+// key_mask: undefined (no padding) or (B, T) on q's device, any dtype, nonzero = real key,
+// 0 = padding; never differentiated. With "real" meaning every key when there is no mask,
+// per head:
+//   qoff_t = max_f q_logits[t, f];  o_t = key offset at t: causal, max over real j <= t and
+//   f of k_logits[j, f] (never a later position); bidirectional, max over all real j and f;
+//   a_tj = exp(q_logits[t] - qoff_t) . exp(k_logits[j] - o_t)  for real j <= t (causal) /
+//   all real j;  out_t = sum_j a_tj v_j / (sum_j a_tj + eps).
+// A query that sees no real key (o_t = -inf, e.g. left padding) outputs 0 and gets zero
+// gradient (its den is eps). Padded keys contribute nothing anywhere (k_logits and v there
+// may hold any values, even inf or NaN) and get dk = dv = 0; queries at padded positions
+// are still computed. An all-ones mask gives the same bits as no mask.
 // eps is thus added in the offset-scaled units: in unscaled features it is
 // eps * exp(qoff_t + o_t). Offsets carry no gradient (they cancel exactly except through
 // eps), so gradients are those of the formula with the offsets held constant. Causal
-// outputs at t are bit-identical whatever the positions after t hold. Chunks of `chunk`
-// positions (intra-chunk masked product + a rescaled inter-chunk state); memory O(T (m + Dv))
-// per head, the backward recomputes states. CPU f32 / f64; any strides (copied to contiguous).
+// outputs at t are bit-identical whatever the positions after t hold (mask included).
+// Chunks of `chunk` positions (intra-chunk masked product + a rescaled inter-chunk state);
+// memory O(T (m + Dv)) per head, the backward recomputes states. CPU f32 / f64; any
+// strides (copied to contiguous).
 Tensor linear_attention(const Tensor& q_logits, const Tensor& k_logits, const Tensor& v, bool causal, double eps,
-                        std::int64_t chunk = 64);
+                        std::int64_t chunk = 64, const Tensor& key_mask = Tensor());
 
 // ---- operators for readable model code ----
 inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }

@@ -113,16 +113,19 @@ DARK_DECLARE_KERNEL(rope, void(const Tensor& x, const Tensor& cos, const Tensor&
 // Flash attention with grouped-query heads (query head h reads kv head h / (Hq / Hkv)).
 // q: (B, T, Hq, D); k, v: (B, S, Hkv, D); each with unit stride on D and a stride >= D on
 // the sequence axis (other strides arbitrary). causal: query t sees keys s <= t + S - T.
-// out: (B, T, Hq, D) and lse: (B, Hq, T) contiguous; a query row that sees no key gets
-// out = 0 and lse = -inf.
-DARK_DECLARE_KERNEL(flash_attention_forward, void(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
-                                                  Tensor& lse, bool causal, double scale))
+// key_mask: undefined (every key is real) or (B, S) i32 contiguous (whatever q's dtype),
+// 0 = padded key: it gets no weight. out: (B, T, Hq, D) and lse: (B, Hq, T) contiguous; a
+// query row that sees no real key gets out = 0 and lse = -inf.
+DARK_DECLARE_KERNEL(flash_attention_forward, void(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                  const Tensor& key_mask, Tensor& out, Tensor& lse, bool causal,
+                                                  double scale))
 // out, lse from the forward; dout: (B, T, Hq, D) contiguous. dq, dk, dv contiguous with
-// q's, k's and v's shapes, written (not accumulated). Deterministic: fixed summation order,
-// independent of the thread count.
+// q's, k's and v's shapes, written (not accumulated); padded keys get dk = dv = 0.
+// Deterministic: fixed summation order, independent of the thread count.
 DARK_DECLARE_KERNEL(flash_attention_backward, void(const Tensor& q, const Tensor& k, const Tensor& v,
-                                                   const Tensor& out, const Tensor& lse, const Tensor& dout,
-                                                   Tensor& dq, Tensor& dk, Tensor& dv, bool causal, double scale))
+                                                   const Tensor& key_mask, const Tensor& out, const Tensor& lse,
+                                                   const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv, bool causal,
+                                                   double scale))
 
 // Cross entropy over rows of logits: (N, V) with targets: (N) (i32 / i64, read from the
 // tensor) contiguous. lse: (N) gets each row's logsumexp (0 for ignored rows); loss (one
@@ -145,16 +148,19 @@ DARK_DECLARE_KERNEL(glu_backward, void(GluOp op, const Tensor& gate, const Tenso
 
 // Linear attention on feature logits (autograd/ops/linear_attention.cpp; semantics in
 // autograd/ops.h). q: (B, T, Hq, m), k: (B, T, Hkv, m), v: (B, T, Hkv, Dv), out: (B, T, Hq, Dv)
-// and den: (B, Hq, T), all contiguous; den gets each row's guarded denominator den + eps
-// (offset-scaled units), which the backward reads. chunk >= 1 positions per chunk.
-DARK_DECLARE_KERNEL(linear_attention_forward, void(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
-                                                   Tensor& den, bool causal, double eps, std::int64_t chunk))
+// and den: (B, Hq, T), all contiguous; key_mask: undefined (every key is real) or (B, T) i32
+// contiguous (whatever q's dtype), 0 = padded key. den gets each row's guarded denominator
+// den + eps (offset-scaled units), which the backward reads. chunk >= 1 positions per chunk.
+DARK_DECLARE_KERNEL(linear_attention_forward, void(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                   const Tensor& key_mask, Tensor& out, Tensor& den, bool causal,
+                                                   double eps, std::int64_t chunk))
 // out, den from the forward; dout like out, contiguous. dq, dk, dv contiguous with q's, k's
-// and v's shapes, written (not accumulated). Deterministic, independent of the thread count.
+// and v's shapes, written (not accumulated); padded keys get dk = dv = 0. Deterministic,
+// independent of the thread count.
 DARK_DECLARE_KERNEL(linear_attention_backward, void(const Tensor& q, const Tensor& k, const Tensor& v,
-                                                    const Tensor& out, const Tensor& den, const Tensor& dout,
-                                                    Tensor& dq, Tensor& dk, Tensor& dv, bool causal,
-                                                    std::int64_t chunk))
+                                                    const Tensor& key_mask, const Tensor& out, const Tensor& den,
+                                                    const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv,
+                                                    bool causal, std::int64_t chunk))
 
 // One AdamW step over contiguous float32 buffers of equal size (decoupled weight decay):
 //   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2

@@ -3,10 +3,14 @@
 // (within 1e-10 in float64 and ~1e-5 in float32), odd sizes, several tiles, strided inputs.
 // Also: flash attention's backward is bitwise reproducible across runs and thread counts,
 // its memory stays O(T) at T = S = 2048, and a timing line against the naive composition
-// (printed, not asserted).
+// (printed, not asserted). Flash attention with key padding masks (right, left, holes): the
+// same checks against a masked reference, plus zero gradients for padded keys, outputs
+// independent of padded keys' values, exact zeros for queries without real keys, all-ones
+// mask = no mask bitwise, causal prefixes independent of later positions and mask entries.
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -191,7 +195,11 @@ TEST(FusedRope, PositionZeroIsIdentityAndErrors) {
 // flash_attention
 
 // softmax(q k^T * scale + mask) v with the kv heads expanded for grouped-query attention.
-Tensor naive_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale) {
+// real: (B, S) key padding mask as 0 / 1 (empty = none). Hidden scores (causal or padded)
+// are -inf; a row with no visible key is left unmasked and its output multiplied by 0 (so
+// it is 0 with zero gradient, as the fused op defines).
+Tensor naive_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
+                       const std::vector<std::int32_t>& real = {}) {
   const std::int64_t b = q.shape()[0], t = q.shape()[1], hq = q.shape()[2], d = q.shape()[3];
   const std::int64_t s = k.shape()[1], hkv = k.shape()[2], group = hq / hkv;
   const Tensor qh = permute(q, {0, 2, 1, 3});  // (B, Hq, T, D)
@@ -202,13 +210,20 @@ Tensor naive_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool c
     vh = reshape(expand(unsqueeze(vh, 2), {b, hkv, group, s, d}), {b, hq, s, d});
   }
   Tensor scores = mul_scalar(matmul(qh, kh, false, true), scale);  // (B, Hq, T, S)
-  if (causal) {
-    std::vector<double> mask;
-    for (std::int64_t i = 0; i < t; ++i)
-      for (std::int64_t j = 0; j < s; ++j) mask.push_back(j > i + (s - t) ? 1.0 : 0.0);
-    scores = masked_fill(scores, Tensor::from_vector(mask, {t, s}).to(q.dtype()), -INFINITY);
-  }
-  return permute(matmul(softmax(scores, -1), vh), {0, 2, 1, 3});
+  std::vector<double> hidden, sees;  // (B, 1, T, S) and (B, 1, T, 1)
+  for (std::int64_t bb = 0; bb < b; ++bb)
+    for (std::int64_t i = 0; i < t; ++i) {
+      std::vector<double> row;
+      for (std::int64_t j = 0; j < s; ++j)
+        row.push_back((causal && j > i + (s - t)) || (!real.empty() && real[bb * s + j] == 0) ? 1.0 : 0.0);
+      const bool any = std::find(row.begin(), row.end(), 0.0) != row.end();
+      if (!any) std::fill(row.begin(), row.end(), 0.0);
+      hidden.insert(hidden.end(), row.begin(), row.end());
+      sees.push_back(any ? 1.0 : 0.0);
+    }
+  scores = masked_fill(scores, Tensor::from_vector(hidden, {b, 1, t, s}), -INFINITY);
+  const Tensor out = mul(matmul(softmax(scores, -1), vh), Tensor::from_vector(sees, {b, 1, t, 1}).to(q.dtype()));
+  return permute(out, {0, 2, 1, 3});
 }
 
 struct AttentionCase {
@@ -229,6 +244,55 @@ Fn fused_attention_fn(bool causal, double scale) {
 }
 Fn naive_attention_fn(bool causal, double scale) {
   return [=](const std::vector<Tensor>& in) { return naive_attention(in[0], in[1], in[2], causal, scale); };
+}
+Fn masked_attention_fn(bool causal, double scale, const Tensor& mask) {
+  return [=](const std::vector<Tensor>& in) { return flash_attention(in[0], in[1], in[2], causal, scale, mask); };
+}
+Fn masked_naive_attention_fn(bool causal, double scale, const std::vector<std::int32_t>& real) {
+  return [=](const std::vector<Tensor>& in) { return naive_attention(in[0], in[1], in[2], causal, scale, real); };
+}
+
+// Key padding masks of (B, S) as 0 / 1 values: right padding (batch b keeps the first
+// S - (b + 1) S / 4 keys), left padding (batch b drops the first (b + 1) S / 3, so early
+// causal queries see no real key) and holes (a fixed scatter).
+enum class Padding { right, left, holes };
+const Padding kPaddings[] = {Padding::right, Padding::left, Padding::holes};
+
+std::vector<std::int32_t> padding_mask(Padding kind, std::int64_t batch, std::int64_t len) {
+  std::vector<std::int32_t> real;
+  for (std::int64_t b = 0; b < batch; ++b)
+    for (std::int64_t j = 0; j < len; ++j) {
+      switch (kind) {
+        case Padding::right: real.push_back(j < len - (b + 1) * len / 4); break;
+        case Padding::left: real.push_back(j >= (b + 1) * len / 3); break;
+        case Padding::holes: real.push_back((j * 7 + b * 3) % 5 < 3); break;
+      }
+    }
+  return real;
+}
+
+const char* padding_name(Padding kind) {
+  return kind == Padding::right ? " right padding" : kind == Padding::left ? " left padding" : " holes";
+}
+
+Tensor mask_tensor(const std::vector<std::int32_t>& real, std::int64_t batch, DType dtype = DType::i32) {
+  const std::int64_t len = static_cast<std::int64_t>(real.size()) / batch;
+  return Tensor::from_vector(real, {batch, len}).to(dtype);
+}
+
+bool same_bits(const std::vector<double>& x, const std::vector<double>& y) {
+  return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(double)) == 0;
+}
+bool same_bits(const Tensor& a, const Tensor& b) { return same_bits(values(a), values(b)); }
+
+// values(x) at the positions (axis 1 of (B, L, ...)) where `keep` is nonzero.
+std::vector<double> rows_where(const Tensor& x, const std::vector<std::int32_t>& keep) {
+  const std::vector<double> a = values(x);
+  const std::size_t row = a.size() / keep.size();
+  std::vector<double> kept;
+  for (std::size_t p = 0; p < keep.size(); ++p)
+    if (keep[p] != 0) kept.insert(kept.end(), a.begin() + p * row, a.begin() + (p + 1) * row);
+  return kept;
 }
 
 TEST(FusedFlashAttention, Gradcheck) {
@@ -311,28 +375,205 @@ TEST(FusedFlashAttention, Errors) {
                Error);  // D mismatch
   EXPECT_THROW(flash_attention(q, randn({1, 4, 1, 8}, 2, DType::f32), randn({1, 5, 1, 8}, 2, DType::f32), false, 1.0),
                Error);  // k / v shapes
+  // key_mask must be (B, S): S = 6 keys here, T = 4 queries
+  const Tensor k6 = randn({1, 6, 1, 8}, 3, DType::f32);
+  for (const Tensor& mask : {Tensor::ones({1, 4}, DType::i32), Tensor::ones({2, 6}, DType::i32),
+                             Tensor::ones({6}, DType::f32), Tensor::ones({1, 6, 1}, DType::i64)})
+    testing::expect_error([&] { flash_attention(q, k6, k6, true, 1.0, mask); },
+                          {"flash_attention", "key_mask", mask.describe(), q.describe(), k6.describe()});
+}
+
+TEST(FusedFlashAttention, MaskedGradcheck) {
+  const std::vector<AttentionCase> cases = {
+      {1, 13, 13, 4, 2, 8, false}, {1, 13, 13, 4, 2, 8, true},  // GQA, odd sizes
+      {1, 70, 70, 2, 1, 4, true},                                // two query and two key tiles
+      {2, 5, 13, 2, 2, 8, true},                                 // T < S (cached prefix)
+      {1, 9, 4, 2, 1, 4, true},                                  // T > S: rows 0..4 see no key
+  };
+  for (const AttentionCase& c : cases)
+    for (const Padding kind : kPaddings) {
+      const Tensor mask = mask_tensor(padding_mask(kind, c.b, c.s), c.b);
+      expect_gradcheck(masked_attention_fn(c.causal, 0.37, mask), c.inputs(DType::f64, 11), {true, true, true},
+                       c.name() + padding_name(kind));
+    }
+}
+
+TEST(FusedFlashAttention, MaskedMatchesNaive) {
+  const std::vector<AttentionCase> cases = {
+      {2, 13, 13, 4, 2, 8, false}, {2, 13, 13, 4, 2, 8, true},   {1, 70, 130, 4, 2, 8, true},
+      {2, 70, 130, 4, 2, 8, false}, {2, 129, 129, 2, 2, 32, true}, {2, 9, 4, 2, 1, 4, true},
+      {2, 1, 65, 2, 1, 8, true},  // one query (decoding step) against a padded cache
+  };
+  for (DType dt : {DType::f64, DType::f32})
+    for (const AttentionCase& c : cases)
+      for (const Padding kind : kPaddings) {
+        const double scale = 1.0 / std::sqrt(static_cast<double>(c.d));
+        const std::vector<std::int32_t> real = padding_mask(kind, c.b, c.s);
+        expect_matches_naive(masked_attention_fn(c.causal, scale, mask_tensor(real, c.b)),
+                             masked_naive_attention_fn(c.causal, scale, real), c.inputs(dt, 21), {},
+                             c.name() + padding_name(kind));
+      }
+}
+
+// Rows (B, S, H, D) of x at positions where `real` is 0 set to 60 + small offsets: scores far
+// above the real ones if they were not masked.
+Tensor change_padded(const Tensor& x, const std::vector<std::int32_t>& real) {
+  std::vector<double> a = values(x);
+  const std::int64_t row = x.shape()[2] * x.shape()[3];
+  for (std::size_t p = 0; p < real.size(); ++p)
+    if (real[p] == 0)
+      for (std::int64_t i = 0; i < row; ++i) a[p * row + i] = 60.0 + static_cast<double>((p + i) % 3);
+  return Tensor::from_vector(a, x.shape()).to(x.dtype());
+}
+
+// Whatever (finite) k and v hold at padded positions, every output and gradient keeps its
+// bits, and padded keys get dk = dv = 0 exactly. Queries at padded positions are still
+// computed: changing q there changes only their own outputs.
+TEST(FusedFlashAttention, PaddedKeysAreInert) {
+  for (DType dt : {DType::f32, DType::f64})
+    for (bool causal : {true, false})
+      for (const Padding kind : {Padding::left, Padding::holes}) {
+        const AttentionCase c{2, 150, 150, 4, 2, 16, causal};
+        const std::string tag = c.name() + padding_name(kind) + " " + dtype_name(dt);
+        const std::vector<std::int32_t> real = padding_mask(kind, c.b, c.s);
+        const Fn fn = masked_attention_fn(causal, 0.25, mask_tensor(real, c.b));
+        const std::vector<Tensor> in = c.inputs(dt, 31);
+        const GradRun a = run_with_grad(fn, in, {true, true, true});
+        const GradRun b = run_with_grad(fn, {in[0], change_padded(in[1], real), change_padded(in[2], real)},
+                                        {true, true, true});
+        EXPECT_TRUE(same_bits(a.out, b.out)) << tag;
+        for (std::size_t j = 0; j < 3; ++j) EXPECT_TRUE(same_bits(a.grads[j], b.grads[j])) << tag << " grad " << j;
+        std::vector<std::int32_t> padded(real.size());
+        for (std::size_t p = 0; p < real.size(); ++p) padded[p] = 1 - real[p];
+        for (std::size_t j = 1; j < 3; ++j)
+          for (const double g : rows_where(a.grads[j], padded)) ASSERT_EQ(g, 0.0) << tag << " grad " << j;
+        const Tensor moved = fn({change_padded(in[0], real), change_padded(in[1], real), change_padded(in[2], real)});
+        EXPECT_TRUE(same_bits(rows_where(a.out, real), rows_where(moved, real))) << tag << " with q changed too";
+      }
+}
+
+// An all-ones mask of any dtype gives the bits of no mask, and a mask's dtype and nonzero
+// values do not matter (nonzero = real key). T < S too.
+TEST(FusedFlashAttention, MaskValuesAndDtypes) {
+  const AttentionCase cases[] = {{2, 150, 150, 4, 2, 16, true}, {2, 150, 150, 4, 2, 16, false},
+                                 {2, 40, 150, 4, 2, 16, true}};
+  for (const AttentionCase& c : cases) {
+    const std::vector<Tensor> in = c.inputs(DType::f32, 41);
+    const GradRun plain = run_with_grad(fused_attention_fn(c.causal, 0.25), in, {true, true, true});
+    const std::vector<std::int32_t> holes = padding_mask(Padding::holes, c.b, c.s);
+    const GradRun holed = run_with_grad(masked_attention_fn(c.causal, 0.25, mask_tensor(holes, c.b)), in,
+                                        {true, true, true});
+    for (const DType mt : {DType::i32, DType::i64, DType::f32, DType::f64}) {
+      const std::string tag = c.name() + " mask " + dtype_name(mt);
+      const double value = mt == DType::f64 ? 0.5 : mt == DType::i64 ? -3.0 : 2.0;
+      const GradRun ones = run_with_grad(masked_attention_fn(c.causal, 0.25, Tensor::full({c.b, c.s}, value, mt)), in,
+                                         {true, true, true});
+      std::vector<double> scaled(holes.begin(), holes.end());
+      for (double& x : scaled) x *= value;
+      const GradRun other = run_with_grad(
+          masked_attention_fn(c.causal, 0.25, Tensor::from_vector(scaled, {c.b, c.s}).to(mt)), in, {true, true, true});
+      EXPECT_TRUE(same_bits(plain.out, ones.out)) << tag;
+      EXPECT_TRUE(same_bits(holed.out, other.out)) << tag;
+      for (std::size_t j = 0; j < 3; ++j) {
+        EXPECT_TRUE(same_bits(plain.grads[j], ones.grads[j])) << tag << " grad " << j;
+        EXPECT_TRUE(same_bits(holed.grads[j], other.grads[j])) << tag << " grad " << j;
+      }
+    }
+  }
+}
+
+// Queries that see no real key (left padding with the causal mask; a batch row whose keys
+// are all padded) give exactly 0 and zero dq; nothing is NaN or inf, even with scores in the
+// thousands.
+TEST(FusedFlashAttention, QueriesWithoutRealKeys) {
+  for (DType dt : {DType::f32, DType::f64})
+    for (bool causal : {true, false})
+      for (double scale : {0.3, 300.0}) {
+        const AttentionCase c{2, 150, 150, 2, 1, 8, causal};
+        std::vector<std::int32_t> real = padding_mask(Padding::left, c.b, c.s);  // batch 0 from t = 50
+        std::fill(real.begin() + c.s, real.end(), 0);                             // batch 1: no real key
+        const std::string tag = c.name() + " scale " + std::to_string(scale) + " " + dtype_name(dt);
+        const GradRun r = run_with_grad(masked_attention_fn(causal, scale, mask_tensor(real, c.b)), c.inputs(dt, 51),
+                                        {true, true, true});
+        for (const Tensor& x : {r.out, r.grads[0], r.grads[1], r.grads[2]})
+          for (const double e : values(x)) ASSERT_TRUE(std::isfinite(e)) << tag;
+        std::vector<std::int32_t> empty(real.size(), 0);  // queries that see no real key
+        for (std::int64_t t = 0; t < c.t; ++t) {
+          empty[t] = causal && t < c.s / 3;
+          empty[c.t + t] = 1;
+        }
+        for (const double x : rows_where(r.out, empty)) ASSERT_EQ(x, 0.0) << tag;
+        for (const double x : rows_where(r.grads[0], empty)) ASSERT_EQ(x, 0.0) << tag;
+        for (std::size_t j = 1; j < 3; ++j)
+          for (const double g : values(slice(r.grads[j], 0, 1, 2))) ASSERT_EQ(g, 0.0) << tag << " grad " << j;
+      }
+}
+
+// Replaces positions > t of x (B, L, H, D) with other values.
+Tensor change_after(const Tensor& x, std::int64_t t, std::uint64_t stream) {
+  std::vector<double> a = values(x);
+  const std::vector<double> r = values(randn(x.shape(), stream, DType::f64));
+  const std::int64_t row = x.shape()[2] * x.shape()[3], len = x.shape()[1];
+  for (std::int64_t b = 0; b < x.shape()[0]; ++b)
+    for (std::int64_t i = (b * len + t + 1) * row; i < (b + 1) * len * row; ++i) a[i] = 3.0 * r[i];
+  return Tensor::from_vector(a, x.shape()).to(x.dtype());
+}
+
+// Causal outputs up to t keep their bits when q, k, v after t change; with `masked`, a
+// holes mask that is also flipped after t in the changed run.
+TEST(FusedFlashAttention, CausalPrefixIsBitIdentical) {
+  const AttentionCase c{2, 200, 200, 4, 2, 16, true};
+  const std::vector<Tensor> in = c.inputs(DType::f32, 61);
+  for (const bool masked : {false, true})
+    for (const std::int64_t t : {13, 63, 64, 130}) {
+      const std::vector<Tensor> changed = {change_after(in[0], t, 71), change_after(in[1], t, 72),
+                                           change_after(in[2], t, 73)};
+      Tensor mask, changed_mask;
+      if (masked) {
+        std::vector<std::int32_t> real = padding_mask(Padding::holes, c.b, c.s);
+        mask = mask_tensor(real, c.b);
+        for (std::int64_t b = 0; b < c.b; ++b)
+          for (std::int64_t j = t + 1; j < c.s; ++j) real[b * c.s + j] = 1 - real[b * c.s + j];
+        changed_mask = mask_tensor(real, c.b);
+      }
+      const Tensor a = flash_attention(in[0], in[1], in[2], true, 0.25, mask);
+      const Tensor b = flash_attention(changed[0], changed[1], changed[2], true, 0.25, changed_mask);
+      std::vector<std::int32_t> prefix(c.b * c.t, 0), next(c.b * c.t, 0);
+      for (std::int64_t bb = 0; bb < c.b; ++bb) {
+        std::fill(prefix.begin() + bb * c.t, prefix.begin() + bb * c.t + t + 1, 1);
+        next[bb * c.t + t + 1] = 1;
+      }
+      EXPECT_TRUE(same_bits(rows_where(a, prefix), rows_where(b, prefix)))
+          << c.name() << (masked ? " masked" : "") << " prefix up to t=" << t << " changed";
+      EXPECT_FALSE(same_bits(rows_where(a, next), rows_where(b, next))) << "position t+1 should change";
+    }
 }
 
 // Same bits for dq, dk, dv across runs and thread counts (3 threads take the split schedule
-// for these 4 (batch, kv head) tasks, 1 and 4 threads the fused one).
+// for these 4 (batch, kv head) tasks, 1, 2 and 4 threads the fused one), without and with
+// key padding masks.
 TEST(FusedFlashAttention, BackwardDeterministic) {
   const std::vector<Tensor> in = AttentionCase{2, 200, 200, 4, 2, 32, true}.inputs(DType::f32);
   const int saved = omp_get_max_threads();
-  std::vector<std::vector<float>> runs;
-  for (int threads : {3, 3, 1, 4}) {
-    omp_set_num_threads(threads);
-    const GradRun r = run_with_grad(fused_attention_fn(true, 0.125), in, {true, true, true});
-    std::vector<float> bits = r.out.to_vector<float>();
-    for (const Tensor& g : r.grads) {
-      const std::vector<float> gv = g.to_vector<float>();
-      bits.insert(bits.end(), gv.begin(), gv.end());
+  for (const Tensor& mask : {Tensor(), mask_tensor(padding_mask(Padding::holes, 2, 200), 2),
+                             mask_tensor(padding_mask(Padding::left, 2, 200), 2)}) {
+    std::vector<std::vector<float>> runs;
+    for (int threads : {3, 3, 1, 2, 4}) {
+      omp_set_num_threads(threads);
+      const GradRun r = run_with_grad(masked_attention_fn(true, 0.125, mask), in, {true, true, true});
+      std::vector<float> bits = r.out.to_vector<float>();
+      for (const Tensor& g : r.grads) {
+        const std::vector<float> gv = g.to_vector<float>();
+        bits.insert(bits.end(), gv.begin(), gv.end());
+      }
+      runs.push_back(bits);
     }
-    runs.push_back(bits);
-  }
-  omp_set_num_threads(saved);
-  for (std::size_t i = 1; i < runs.size(); ++i) {
-    ASSERT_EQ(runs[i].size(), runs[0].size());
-    EXPECT_EQ(std::memcmp(runs[0].data(), runs[i].data(), runs[0].size() * sizeof(float)), 0) << "run " << i;
+    omp_set_num_threads(saved);
+    for (std::size_t i = 1; i < runs.size(); ++i) {
+      ASSERT_EQ(runs[i].size(), runs[0].size());
+      EXPECT_EQ(std::memcmp(runs[0].data(), runs[i].data(), runs[0].size() * sizeof(float)), 0)
+          << "run " << i << (mask.defined() ? " masked" : "");
+    }
   }
 }
 

@@ -2,7 +2,10 @@
 // gradchecks; forward and gradients against a naive O(T^2) composition of small ops with the
 // same offsets and eps (1e-10 in float64, ~1e-5 in float32); independence from the chunk
 // size; causal prefixes bit-identical when later positions change (mid-chunk); no overflow
-// with logits around +80; bitwise determinism across runs and thread counts.
+// with logits around +80; bitwise determinism across runs and thread counts. The same with
+// key padding masks (right, left and holes), plus: padded keys get zero gradients and their
+// values never change a real output, queries that see no real key give exactly 0, an
+// all-ones mask gives the bits of no mask, and logits of -1000 / +80 stay finite.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -31,29 +34,61 @@ Tensor randn(const Shape& shape, std::uint64_t stream, DType dtype) {
   return Tensor::randn(shape, 2025, stream, DType::f64).to(dtype);
 }
 
+// Key padding masks of (B, T) as 0 / 1 values: right padding (batch b keeps the first
+// T - (b + 1) T / 4 keys), left padding (batch b drops the first (b + 1) T / 3, so early
+// causal queries see no real key) and holes (a fixed scatter, some at chunk edges).
+enum class Padding { right, left, holes };
+
+std::vector<std::int32_t> padding_mask(Padding kind, std::int64_t batch, std::int64_t len) {
+  std::vector<std::int32_t> real;
+  for (std::int64_t b = 0; b < batch; ++b)
+    for (std::int64_t j = 0; j < len; ++j) {
+      switch (kind) {
+        case Padding::right: real.push_back(j < len - (b + 1) * len / 4); break;
+        case Padding::left: real.push_back(j >= (b + 1) * len / 3); break;
+        case Padding::holes: real.push_back((j * 7 + b * 3) % 5 < 3); break;
+      }
+    }
+  return real;
+}
+
+const char* padding_name(Padding kind) {
+  return kind == Padding::right ? " right padding" : kind == Padding::left ? " left padding" : " holes";
+}
+
+Tensor mask_tensor(const std::vector<std::int32_t>& real, std::int64_t batch, DType dtype = DType::i32) {
+  const std::int64_t len = static_cast<std::int64_t>(real.size()) / batch;
+  return Tensor::from_vector(real, {batch, len}).to(dtype);
+}
+
 // The reference: A = exp(q - qoff_t - o_t) exp(k)^T computed densely (with a per-(b, kv)
-// constant c moved between the factors so neither overflows in float64), masked for causal,
-// then (A v) / (rowsum(A) + eps). The offsets are computed here by plain loops, as constants.
-Tensor naive_linear_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double eps) {
+// constant c moved between the factors so neither overflows in float64), masked for causal
+// and for padded keys (real: (B, T) 0 / 1, empty = no mask), then (A v) / (rowsum(A) + eps).
+// The offsets are computed here by plain loops over the real keys, as constants. Padded
+// keys' shifted logits are replaced by 0 before exp so their columns are finite zeros.
+Tensor naive_linear_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double eps,
+                              const std::vector<std::int32_t>& real = {}) {
   const std::int64_t b_n = q.shape()[0], t_n = q.shape()[1], hq = q.shape()[2], m = q.shape()[3];
   const std::int64_t hkv = k.shape()[2], dv = v.shape()[3], group = hq / hkv;
   const std::vector<double> qv = values(q.detach()), kv = values(k.detach());
+  const auto is_real = [&](std::int64_t b, std::int64_t j) { return real.empty() || real[b * t_n + j] != 0; };
   std::vector<double> shift_q(b_n * hq * t_n), shift_k(b_n * hq);
   for (std::int64_t b = 0; b < b_n; ++b)
     for (std::int64_t g = 0; g < hkv; ++g) {
       std::vector<double> run(t_n);
       double r = -INFINITY;
       for (std::int64_t t = 0; t < t_n; ++t) {
-        for (std::int64_t f = 0; f < m; ++f) r = std::max(r, kv[((b * t_n + t) * hkv + g) * m + f]);
+        if (is_real(b, t))
+          for (std::int64_t f = 0; f < m; ++f) r = std::max(r, kv[((b * t_n + t) * hkv + g) * m + f]);
         run[t] = r;
       }
-      const double c = r;  // max over everything
+      const double c = std::isfinite(r) ? r : 0.0;  // max over every real key
       for (std::int64_t h = g * group; h < (g + 1) * group; ++h) {
         shift_k[b * hq + h] = -c;
         for (std::int64_t t = 0; t < t_n; ++t) {
           double qoff = -INFINITY;
           for (std::int64_t f = 0; f < m; ++f) qoff = std::max(qoff, qv[((b * t_n + t) * hq + h) * m + f]);
-          const double o = causal ? run[t] : c;
+          const double o = causal && std::isfinite(run[t]) ? run[t] : c;  // a row without keys is all masked
           shift_q[(b * hq + h) * t_n + t] = -qoff - o + c;
         }
       }
@@ -68,13 +103,16 @@ Tensor naive_linear_attention(const Tensor& q, const Tensor& k, const Tensor& v,
     kh = reshape(expand(unsqueeze(kh, 2), {b_n, hkv, group, t_n, m}), {b_n, hq, t_n, m});
     vh = reshape(expand(unsqueeze(vh, 2), {b_n, hkv, group, t_n, dv}), {b_n, hq, t_n, dv});
   }
-  Tensor a = matmul(exp(add(qh, sq)), exp(add(kh, sk)), false, true);  // (B, Hq, T, T)
-  if (causal) {
-    std::vector<double> mask;
-    for (std::int64_t i = 0; i < t_n; ++i)
-      for (std::int64_t j = 0; j < t_n; ++j) mask.push_back(j <= i ? 1.0 : 0.0);
-    a = mul(a, Tensor::from_vector(mask, {t_n, t_n}).to(dt));
-  }
+  Tensor ks = add(kh, sk);
+  std::vector<double> keep, key_real;  // (B, 1, T, T) and (B, 1, T, 1)
+  for (std::int64_t b = 0; b < b_n; ++b)
+    for (std::int64_t i = 0; i < t_n; ++i) {
+      key_real.push_back(is_real(b, i));
+      for (std::int64_t j = 0; j < t_n; ++j) keep.push_back((!causal || j <= i) && is_real(b, j) ? 1.0 : 0.0);
+    }
+  ks = where(Tensor::from_vector(key_real, {b_n, 1, t_n, 1}), ks, Tensor::zeros({}, dt));
+  Tensor a = matmul(exp(add(qh, sq)), exp(ks), false, true);  // (B, Hq, T, T)
+  a = mul(a, Tensor::from_vector(keep, {b_n, 1, t_n, t_n}).to(dt));
   const Tensor out = div(matmul(a, vh), add_scalar(sum(a, {3}, true), eps));
   return permute(out, {0, 2, 1, 3});
 }
@@ -98,6 +136,16 @@ Fn fused_fn(bool causal, double eps, std::int64_t chunk) {
 }
 Fn naive_fn(bool causal, double eps) {
   return [=](const std::vector<Tensor>& in) { return naive_linear_attention(in[0], in[1], in[2], causal, eps); };
+}
+Fn masked_fn(bool causal, double eps, std::int64_t chunk, const Tensor& mask) {
+  return [=](const std::vector<Tensor>& in) {
+    return linear_attention(in[0], in[1], in[2], causal, eps, chunk, mask);
+  };
+}
+Fn masked_naive_fn(bool causal, double eps, const std::vector<std::int32_t>& real) {
+  return [=](const std::vector<Tensor>& in) {
+    return naive_linear_attention(in[0], in[1], in[2], causal, eps, real);
+  };
 }
 
 struct GradRun {
@@ -192,28 +240,39 @@ Tensor change_after(const Tensor& x, std::int64_t t, double shift, std::uint64_t
   return Tensor::from_vector(a, x.shape());
 }
 
+// With `masked`, a holes mask that is also flipped after t in the changed run.
 TEST(LinearAttention, CausalPrefixIsBitIdentical) {
   struct Probe {
     std::int64_t len, chunk, t;
   };
-  for (const Probe p : {Probe{40, 8, 13}, Probe{40, 8, 21}, Probe{40, 8, 8}, Probe{100, 64, 37}, Probe{100, 64, 70}}) {
-    const Case c{2, p.len, 4, 2, 8, 6, p.chunk, true};
-    const std::vector<Tensor> in = c.inputs(DType::f32, 21);
-    const std::vector<Tensor> changed = {change_after(in[0], p.t, 1.0, 31), change_after(in[1], p.t, 6.0, 32),
-                                         change_after(in[2], p.t, 0.0, 33)};
-    const Tensor a = linear_attention(in[0], in[1], in[2], true, 1e-6, p.chunk);
-    const Tensor b = linear_attention(changed[0], changed[1], changed[2], true, 1e-6, p.chunk);
-    const std::vector<float> x = a.to_vector<float>(), y = b.to_vector<float>();
-    const std::int64_t row = c.hq * c.dv;
-    for (std::int64_t bb = 0; bb < c.b; ++bb) {
-      const std::size_t off = bb * p.len * row;
-      EXPECT_EQ(std::memcmp(x.data() + off, y.data() + off, (p.t + 1) * row * sizeof(float)), 0)
-          << c.name() << " prefix up to t=" << p.t << " changed (batch " << bb << ")";
-      EXPECT_NE(std::memcmp(x.data() + off + (p.t + 1) * row, y.data() + off + (p.t + 1) * row, row * sizeof(float)),
-                0)
-          << "position t+1 should change";
+  const Probe probes[] = {{40, 8, 13}, {40, 8, 21}, {40, 8, 8}, {100, 64, 37}, {100, 64, 70}};
+  for (const bool masked : {false, true})
+    for (const Probe p : probes) {
+      const Case c{2, p.len, 4, 2, 8, 6, p.chunk, true};
+      const std::vector<Tensor> in = c.inputs(DType::f32, 21);
+      const std::vector<Tensor> changed = {change_after(in[0], p.t, 1.0, 31), change_after(in[1], p.t, 6.0, 32),
+                                           change_after(in[2], p.t, 0.0, 33)};
+      Tensor mask, changed_mask;
+      if (masked) {
+        std::vector<std::int32_t> real = padding_mask(Padding::holes, c.b, p.len);
+        mask = mask_tensor(real, c.b);
+        for (std::int64_t bb = 0; bb < c.b; ++bb)
+          for (std::int64_t j = p.t + 1; j < p.len; ++j) real[bb * p.len + j] = 1 - real[bb * p.len + j];
+        changed_mask = mask_tensor(real, c.b);
+      }
+      const Tensor a = linear_attention(in[0], in[1], in[2], true, 1e-6, p.chunk, mask);
+      const Tensor b = linear_attention(changed[0], changed[1], changed[2], true, 1e-6, p.chunk, changed_mask);
+      const std::vector<float> x = a.to_vector<float>(), y = b.to_vector<float>();
+      const std::int64_t row = c.hq * c.dv;
+      for (std::int64_t bb = 0; bb < c.b; ++bb) {
+        const std::size_t off = bb * p.len * row;
+        EXPECT_EQ(std::memcmp(x.data() + off, y.data() + off, (p.t + 1) * row * sizeof(float)), 0)
+            << c.name() << (masked ? " masked" : "") << " prefix up to t=" << p.t << " changed (batch " << bb << ")";
+        EXPECT_NE(std::memcmp(x.data() + off + (p.t + 1) * row, y.data() + off + (p.t + 1) * row, row * sizeof(float)),
+                  0)
+            << "position t+1 should change";
+      }
     }
-  }
 }
 
 TEST(LinearAttention, LargeLogitsDoNotOverflow) {
@@ -237,23 +296,205 @@ TEST(LinearAttention, LargeLogitsDoNotOverflow) {
   }
 }
 
+// Also with a key padding mask (holes, and left padding: queries without real keys).
 TEST(LinearAttention, Deterministic) {
   const int saved = omp_get_max_threads();
-  for (bool causal : {true, false}) {
-    const Case c{2, 150, 4, 2, 16, 8, 32, causal};
-    const std::vector<Tensor> in = c.inputs(DType::f32, 51);
-    std::vector<GradRun> runs;
-    for (int threads : {saved, saved, 1, 3}) {
-      omp_set_num_threads(threads);
-      runs.push_back(run_with_grad(fused_fn(causal, 1e-6, c.chunk), in));
+  for (const Tensor& mask : {Tensor(), mask_tensor(padding_mask(Padding::holes, 2, 150), 2),
+                             mask_tensor(padding_mask(Padding::left, 2, 150), 2)})
+    for (bool causal : {true, false}) {
+      const Case c{2, 150, 4, 2, 16, 8, 32, causal};
+      const std::string tag = c.name() + (mask.defined() ? " masked" : "");
+      const std::vector<Tensor> in = c.inputs(DType::f32, 51);
+      std::vector<GradRun> runs;
+      for (int threads : {saved, saved, 1, 2, 3}) {
+        omp_set_num_threads(threads);
+        runs.push_back(run_with_grad(masked_fn(causal, 1e-6, c.chunk, mask), in));
+      }
+      omp_set_num_threads(saved);
+      for (std::size_t i = 1; i < runs.size(); ++i) {
+        EXPECT_TRUE(same_bits(runs[0].out, runs[i].out)) << tag << " run " << i;
+        for (std::size_t j = 0; j < 3; ++j)
+          EXPECT_TRUE(same_bits(runs[0].grads[j], runs[i].grads[j])) << tag << " run " << i << " grad " << j;
+      }
     }
-    omp_set_num_threads(saved);
-    for (std::size_t i = 1; i < runs.size(); ++i) {
-      EXPECT_TRUE(same_bits(runs[0].out, runs[i].out)) << c.name() << " run " << i;
-      for (std::size_t j = 0; j < 3; ++j)
-        EXPECT_TRUE(same_bits(runs[0].grads[j], runs[i].grads[j])) << c.name() << " run " << i << " grad " << j;
+}
+
+const Padding kPaddings[] = {Padding::right, Padding::left, Padding::holes};
+
+TEST(LinearAttention, MaskedGradcheck) {
+  for (const Case& c : {kCases[0], kCases[1], kCases[4], Case{2, 11, 2, 1, 3, 2, 4, true}})
+    for (const Padding kind : kPaddings) {
+      std::vector<Tensor> in = c.inputs(DType::f64, 61);
+      for (Tensor& x : in) {
+        x = x.detach();
+        x.set_requires_grad(true);
+      }
+      const Tensor mask = mask_tensor(padding_mask(kind, c.b, c.t), c.b);
+      const GradcheckResult r = gradcheck(masked_fn(c.causal, 1e-10, c.chunk, mask), in);
+      EXPECT_TRUE(r.ok) << c.name() << padding_name(kind) << ": max abs error " << r.max_abs_error
+                        << ", max rel error " << r.max_rel_error << "\n"
+                        << r.report;
+      EXPECT_EQ(tape_size(), 0u);
+    }
+}
+
+TEST(LinearAttention, MaskedMatchesNaive) {
+  for (DType dt : {DType::f64, DType::f32}) {
+    const bool f64 = dt == DType::f64;
+    for (const Case& c : kCases)
+      for (const Padding kind : kPaddings)
+        for (double eps : {1e-6, 0.5}) {
+          const std::vector<std::int32_t> real = padding_mask(kind, c.b, c.t);
+          const GradRun a = run_with_grad(masked_fn(c.causal, eps, c.chunk, mask_tensor(real, c.b)), c.inputs(dt));
+          const GradRun b = run_with_grad(masked_naive_fn(c.causal, eps, real), c.inputs(dt));
+          expect_runs_close(a, b, f64 ? 1e-10 : 1e-5, f64 ? 1e-10 : 1e-4,
+                            c.name() + padding_name(kind) + " eps " + std::to_string(eps) + (f64 ? " f64" : " f32"));
+        }
+  }
+}
+
+// Rows (B, T, H, D) of x at positions where `real` is 0 replaced: by inf / NaN / 1e4 in
+// turn when `non_finite`, else by 60 + small offsets (above every real logit).
+Tensor change_padded(const Tensor& x, const std::vector<std::int32_t>& real, bool non_finite) {
+  std::vector<double> a = values(x);
+  const std::int64_t row = x.shape()[2] * x.shape()[3];
+  for (std::size_t p = 0; p < real.size(); ++p)
+    if (real[p] == 0)
+      for (std::int64_t i = 0; i < row; ++i) {
+        double& e = a[p * row + i];
+        const std::int64_t r = (static_cast<std::int64_t>(p) + i) % 3;
+        e = non_finite ? (r == 0 ? INFINITY : r == 1 ? NAN : 1e4) : 60.0 + static_cast<double>(r);
+      }
+  return Tensor::from_vector(a, x.shape()).to(x.dtype());
+}
+
+// values(x) at positions (B, T, ...) where `real` is nonzero.
+std::vector<double> at_real(const Tensor& x, const std::vector<std::int32_t>& real) {
+  const std::vector<double> a = values(x);
+  const std::size_t row = a.size() / real.size();
+  std::vector<double> kept;
+  for (std::size_t p = 0; p < real.size(); ++p)
+    if (real[p] != 0) kept.insert(kept.end(), a.begin() + p * row, a.begin() + (p + 1) * row);
+  return kept;
+}
+
+bool same_bits(const std::vector<double>& x, const std::vector<double>& y) {
+  return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(double)) == 0;
+}
+
+// Whatever k and v hold at padded positions (inf and NaN included), every output and every
+// gradient keeps its bits, and padded keys get dk = dv = 0 exactly. Queries at padded
+// positions are still computed: changing q there changes only their own outputs.
+TEST(LinearAttention, PaddedKeysAreInert) {
+  for (DType dt : {DType::f32, DType::f64})
+    for (bool causal : {true, false})
+      for (const Padding kind : {Padding::left, Padding::holes}) {
+        const Case c{2, 30, 4, 2, 5, 3, 8, causal};
+        const std::string tag = c.name() + padding_name(kind) + " " + dtype_name(dt);
+        const std::vector<std::int32_t> real = padding_mask(kind, c.b, c.t);
+        const Fn fn = masked_fn(causal, 1e-6, c.chunk, mask_tensor(real, c.b));
+        const std::vector<Tensor> in = c.inputs(dt, 71);
+        const GradRun a = run_with_grad(fn, in);
+        const GradRun b =
+            run_with_grad(fn, {in[0], change_padded(in[1], real, true), change_padded(in[2], real, true)});
+        EXPECT_TRUE(same_bits(a.out, b.out)) << tag;
+        for (std::size_t j = 0; j < 3; ++j) EXPECT_TRUE(same_bits(a.grads[j], b.grads[j])) << tag << " grad " << j;
+        std::vector<std::int32_t> padded(real.size());
+        for (std::size_t p = 0; p < real.size(); ++p) padded[p] = 1 - real[p];
+        for (std::size_t j = 1; j < 3; ++j)
+          for (const double g : at_real(a.grads[j], padded)) ASSERT_EQ(g, 0.0) << tag << " grad " << j;
+        const Tensor moved = fn({change_padded(in[0], real, false), change_padded(in[1], real, false),
+                                 change_padded(in[2], real, false)});
+        EXPECT_TRUE(same_bits(at_real(a.out, real), at_real(moved, real))) << tag << " with q changed too";
+      }
+}
+
+// An all-ones mask of any dtype gives the bits of no mask, and a mask's dtype and nonzero
+// values do not matter (nonzero = real key).
+TEST(LinearAttention, MaskValuesAndDtypes) {
+  for (bool causal : {true, false}) {
+    const Case c{2, 70, 4, 2, 6, 5, 16, causal};
+    const std::vector<Tensor> in = c.inputs(DType::f32, 81);
+    const GradRun plain = run_with_grad(fused_fn(causal, 1e-6, c.chunk), in);
+    const std::vector<std::int32_t> holes = padding_mask(Padding::holes, c.b, c.t);
+    const GradRun holed = run_with_grad(masked_fn(causal, 1e-6, c.chunk, mask_tensor(holes, c.b)), in);
+    for (const DType mt : {DType::i32, DType::i64, DType::f32, DType::f64}) {
+      const std::string tag = c.name() + " mask " + dtype_name(mt);
+      const double value = mt == DType::f64 ? 0.5 : mt == DType::i64 ? -3.0 : 2.0;
+      const GradRun ones = run_with_grad(masked_fn(causal, 1e-6, c.chunk, Tensor::full({c.b, c.t}, value, mt)), in);
+      std::vector<double> scaled(holes.begin(), holes.end());
+      for (double& x : scaled) x *= value;
+      const Tensor holes_mt = Tensor::from_vector(scaled, {c.b, c.t}).to(mt);
+      const GradRun other = run_with_grad(masked_fn(causal, 1e-6, c.chunk, holes_mt), in);
+      EXPECT_TRUE(same_bits(plain.out, ones.out)) << tag;
+      EXPECT_TRUE(same_bits(holed.out, other.out)) << tag;
+      for (std::size_t j = 0; j < 3; ++j) {
+        EXPECT_TRUE(same_bits(plain.grads[j], ones.grads[j])) << tag << " grad " << j;
+        EXPECT_TRUE(same_bits(holed.grads[j], other.grads[j])) << tag << " grad " << j;
+      }
     }
   }
+}
+
+// Queries that see no real key (left padding; a batch row with every key padded) give
+// exactly 0 and zero gradient, with eps = 0 too, and nothing is NaN or inf.
+TEST(LinearAttention, QueriesWithoutRealKeys) {
+  for (DType dt : {DType::f32, DType::f64})
+    for (bool causal : {true, false})
+      for (double eps : {1e-6, 0.0}) {
+        const Case c{2, 21, 2, 1, 4, 3, 8, causal};
+        std::vector<std::int32_t> real = padding_mask(Padding::left, c.b, c.t);  // batch 0 from t = 7
+        std::fill(real.begin() + c.t, real.end(), 0);                             // batch 1: no real key
+        const std::string tag = c.name() + " eps " + std::to_string(eps) + " " + dtype_name(dt);
+        const GradRun r = run_with_grad(masked_fn(causal, eps, c.chunk, mask_tensor(real, c.b)), c.inputs(dt, 91));
+        for (const Tensor& x : {r.out, r.grads[0], r.grads[1], r.grads[2]})
+          for (const double e : values(x)) ASSERT_TRUE(std::isfinite(e)) << tag;
+        const std::vector<double> out = values(r.out), dq = values(r.grads[0]);
+        const std::int64_t out_row = c.hq * c.dv, q_row = c.hq * c.m, first_real = c.t / 3;
+        for (std::int64_t t = 0; t < c.t; ++t) {
+          const bool empty0 = causal && t < first_real;  // batch 0, causal: no real key yet
+          for (std::int64_t i = 0; i < out_row; ++i) {
+            if (empty0) EXPECT_EQ(out[t * out_row + i], 0.0) << tag << " t " << t;
+            EXPECT_EQ(out[(c.t + t) * out_row + i], 0.0) << tag << " batch 1, t " << t;
+          }
+          for (std::int64_t i = 0; i < q_row; ++i) {
+            if (empty0) EXPECT_EQ(dq[t * q_row + i], 0.0) << tag << " t " << t;
+            EXPECT_EQ(dq[(c.t + t) * q_row + i], 0.0) << tag << " batch 1, t " << t;
+          }
+        }
+        for (std::size_t j = 1; j < 3; ++j)
+          for (const double g : values(slice(r.grads[j], 0, 1, 2))) ASSERT_EQ(g, 0.0) << tag << " grad " << j;
+      }
+}
+
+// Real keys with logits around -1000 or +80 (the running max jumping mid-chunk) and padded
+// keys far above them (they must not enter the offsets): finite, and equal to the float64
+// reference.
+TEST(LinearAttention, MaskedExtremeLogits) {
+  for (bool causal : {true, false})
+    for (const Padding kind : {Padding::left, Padding::holes})
+      for (double base : {-1000.0, 80.0}) {
+        const Case c{2, 50, 2, 1, 8, 4, 16, causal};
+        const std::vector<std::int32_t> real = padding_mask(kind, c.b, c.t);
+        std::vector<Tensor> in = c.inputs(DType::f32, 101);
+        in[0] = add_scalar(in[0], 80.0);
+        std::vector<float> kv = add_scalar(in[1], base).to_vector<float>();
+        for (std::int64_t f = 0; f < c.m; ++f) kv[21 * c.m + f] += 20.0f;
+        for (std::size_t p = 0; p < real.size(); ++p)
+          if (real[p] == 0)
+            for (std::int64_t f = 0; f < c.m; ++f) kv[p * c.m + f] = static_cast<float>(base) + 200.0f;
+        in[1] = Tensor::from_vector(kv, in[1].shape());
+        const std::string tag = c.name() + padding_name(kind) + " logits " + std::to_string(base);
+        const Tensor mask = mask_tensor(real, c.b);
+        const GradRun a = run_with_grad(masked_fn(causal, 1e-6, c.chunk, mask), in);
+        for (const Tensor& x : {a.out, a.grads[0], a.grads[1], a.grads[2]})
+          for (const double e : values(x)) ASSERT_TRUE(std::isfinite(e)) << tag;
+        std::vector<Tensor> in64;
+        for (const Tensor& x : in) in64.push_back(x.to(DType::f64));
+        const GradRun b = run_with_grad(masked_naive_fn(causal, 1e-6, real), in64);
+        expect_runs_close(a, b, 1e-4, 1e-3, tag);
+        expect_close(a.out, b.out, 1e-5, 1e-4, tag + " forward");
+      }
 }
 
 TEST(LinearAttention, Errors) {
@@ -269,6 +510,11 @@ TEST(LinearAttention, Errors) {
       Error);  // chunk 0
   EXPECT_THROW(linear_attention(q, randn({1, 4, 1, 4}, 2, DType::f64), randn({1, 4, 1, 2}, 3, DType::f32), true, 1e-6),
                Error);  // dtype mismatch
+  const Tensor k = randn({1, 4, 1, 4}, 2, DType::f32), v = randn({1, 4, 1, 2}, 3, DType::f32);
+  for (const Tensor& mask : {Tensor::ones({1, 5}, DType::i32), Tensor::ones({2, 4}, DType::i32),
+                             Tensor::ones({4}, DType::f32), Tensor::ones({1, 4, 1}, DType::i64)})
+    testing::expect_error([&] { linear_attention(q, k, v, true, 1e-6, 64, mask); },
+                          {"linear_attention", "key_mask", mask.describe(), q.describe()});
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
-// Flash attention, fused: softmax(q k^T * scale + causal mask) v for grouped-query heads
-// as one tape entry. The forward saves only the output and the per-row logsumexp
-// (B, Hq, T); the backward kernel recomputes the probabilities tile by tile
+// Flash attention, fused: softmax(q k^T * scale + causal / key padding mask) v for
+// grouped-query heads as one tape entry. The forward saves only the output and the per-row
+// logsumexp (B, Hq, T); the backward kernel recomputes the probabilities tile by tile
 // (FlashAttention-2), so no (T, S) matrix ever exists for the whole sequence.
 #include "autograd/ops.h"
 #include "autograd/ops/op_util.h"
@@ -19,7 +19,8 @@ Tensor attention_layout(const Tensor& x) {
 
 }  // namespace
 
-Tensor flash_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, bool causal, double scale) {
+Tensor flash_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, bool causal, double scale,
+                       const Tensor& key_mask) {
   const char* name = "flash_attention";
   ops_detail::check_floating(name, q_in);
   ops_detail::check_same(name, q_in, k_in);
@@ -37,22 +38,27 @@ Tensor flash_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_i
   DARK_CHECK(d > 0, name, ": head dimension must be positive, got q ", q_in.describe());
   DARK_CHECK(hkv > 0 && hq % hkv == 0, name, ": query heads (", hq, ") must be a multiple of key/value heads (",
              hkv, "), got q ", q_in.describe(), ", k ", k_in.describe());
+  DARK_CHECK(!key_mask.defined() || (key_mask.dim() == 2 && key_mask.shape()[0] == batch &&
+                                      key_mask.shape()[1] == k_in.shape()[1] && key_mask.device() == q_in.device()),
+             name, ": key_mask must be (B, S) on q's device, got ", key_mask.describe(), " for q ", q_in.describe(),
+             ", k ", k_in.describe());
   const Tensor q = attention_layout(q_in);
   const Tensor k = attention_layout(k_in);
   const Tensor v = attention_layout(v_in);
+  const Tensor mask = ops_detail::kernel_key_mask(key_mask);
   Tensor out = Tensor::empty(q.shape(), q.dtype(), q.device());
   Tensor lse = Tensor::empty({batch, hq, q.shape()[1]}, grad_dtype(q.dtype()), q.device());
-  kernels::flash_attention_forward().get(q.device().type, q.dtype())(q, k, v, out, lse, causal, scale);
+  kernels::flash_attention_forward().get(q.device().type, q.dtype())(q, k, v, mask, out, lse, causal, scale);
   if (should_record({&q_in, &k_in, &v_in})) {
     record(name, {q_in, k_in, v_in}, {&out},
-           [q = q.detach(), k = k.detach(), v = v.detach(), out = out.detach(), lse, causal,
+           [q = q.detach(), k = k.detach(), v = v.detach(), mask, out = out.detach(), lse, causal,
             scale](BackwardContext& g) {
              const Tensor dout = g.out_grad().contiguous();
              Tensor dq = Tensor::empty(q.shape(), q.dtype(), q.device());
              Tensor dk = Tensor::empty(k.shape(), k.dtype(), k.device());
              Tensor dv = Tensor::empty(v.shape(), v.dtype(), v.device());
-             kernels::flash_attention_backward().get(q.device().type, q.dtype())(q, k, v, out, lse, dout, dq, dk, dv,
-                                                                                 causal, scale);
+             kernels::flash_attention_backward().get(q.device().type, q.dtype())(q, k, v, mask, out, lse, dout, dq, dk,
+                                                                                 dv, causal, scale);
              if (g.needs_grad(0)) g.set_input_grad(0, dq);
              if (g.needs_grad(1)) g.set_input_grad(1, dk);
              if (g.needs_grad(2)) g.set_input_grad(2, dv);

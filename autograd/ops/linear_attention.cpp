@@ -10,7 +10,7 @@
 namespace dark {
 
 Tensor linear_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, bool causal, double eps,
-                        std::int64_t chunk) {
+                        std::int64_t chunk, const Tensor& key_mask) {
   const char* name = "linear_attention";
   ops_detail::check_floating(name, q_in);
   ops_detail::check_same(name, q_in, k_in);
@@ -31,24 +31,30 @@ Tensor linear_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_
              hkv, "), got q ", q_in.describe(), ", k ", k_in.describe());
   DARK_CHECK(chunk >= 1, name, ": chunk must be >= 1, got ", chunk);
   DARK_CHECK(eps >= 0, name, ": eps must be >= 0, got ", eps);
+  DARK_CHECK(!key_mask.defined() || (key_mask.dim() == 2 && key_mask.shape()[0] == batch &&
+                                      key_mask.shape()[1] == len && key_mask.device() == q_in.device()),
+             name, ": key_mask must be (B, T) on q_logits' device, got ", key_mask.describe(), " for q ",
+             q_in.describe());
   const Tensor q = q_in.contiguous();
   const Tensor k = k_in.contiguous();
   const Tensor v = v_in.contiguous();
+  const Tensor mask = ops_detail::kernel_key_mask(key_mask);
   Tensor out = Tensor::empty({batch, len, hq, dv}, q.dtype(), q.device());
   Tensor den = Tensor::empty({batch, hq, len}, q.dtype(), q.device());
   if (len > 0)
-    kernels::linear_attention_forward().get(q.device().type, q.dtype())(q, k, v, out, den, causal, eps, chunk);
+    kernels::linear_attention_forward().get(q.device().type, q.dtype())(q, k, v, mask, out, den, causal, eps,
+                                                                        chunk);
   if (should_record({&q_in, &k_in, &v_in})) {
     record(name, {q_in, k_in, v_in}, {&out},
-           [q = q.detach(), k = k.detach(), v = v.detach(), out = out.detach(), den, causal,
+           [q = q.detach(), k = k.detach(), v = v.detach(), mask, out = out.detach(), den, causal,
             chunk](BackwardContext& g) {
              const Tensor dout = g.out_grad().contiguous();
              Tensor dq = Tensor::empty(q.shape(), q.dtype(), q.device());
              Tensor dk = Tensor::empty(k.shape(), k.dtype(), k.device());
              Tensor dv = Tensor::empty(v.shape(), v.dtype(), v.device());
              if (q.shape()[1] > 0)
-               kernels::linear_attention_backward().get(q.device().type, q.dtype())(q, k, v, out, den, dout, dq, dk,
-                                                                                   dv, causal, chunk);
+               kernels::linear_attention_backward().get(q.device().type, q.dtype())(q, k, v, mask, out, den, dout, dq,
+                                                                                   dk, dv, causal, chunk);
              if (g.needs_grad(0)) g.set_input_grad(0, dq);
              if (g.needs_grad(1)) g.set_input_grad(1, dk);
              if (g.needs_grad(2)) g.set_input_grad(2, dv);

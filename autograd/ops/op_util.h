@@ -1,6 +1,7 @@
 // Checks and helpers shared by the op files. Error messages name the op and describe the
 // tensors ("add: dtype mismatch: f32[2, 3] cpu vs f64[3] cpu").
 #pragma once
+#include "autograd/ops.h"
 #include "autograd/tape.h"
 #include "core/kernels.h"
 #include "core/tensor.h"
@@ -21,6 +22,12 @@ inline void check_same(const char* op, const Tensor& a, const Tensor& b) {
 inline void check_floating(const char* op, const Tensor& t) {
   check_defined(op, t);
   DARK_CHECK(is_floating(t.dtype()), op, ": expected a floating-point tensor, got ", t.describe());
+}
+
+// The attention kernels read a key padding mask as i32 0 / 1 (nonzero of any dtype is a
+// real key); undefined stays undefined (no mask).
+inline Tensor kernel_key_mask(const Tensor& mask) {
+  return mask.defined() ? ne(mask, Tensor::zeros({}, mask.dtype(), mask.device())).to(DType::i32) : Tensor();
 }
 
 inline void check_index(const char* op, const Tensor& index) {

@@ -4,6 +4,8 @@
 // It walks the tiles of kFwdBlockK keys the queries can see, keeps a running row max m,
 // row sum l and unnormalised output (online softmax), and at the end writes
 // out = acc / l and lse = m + log(l). Per thread only O(kFwdBlockQ * (kFwdBlockK + D)) scratch.
+// Padded keys (key mask 0) get score -inf in every tile, so they carry no probability; the
+// tile geometry stays that of the unmasked call (an all-ones mask changes no bit).
 //
 // Backward: D_i = rowsum(dO * O) first; then, tile pair by tile pair, P = exp(S - lse) is
 // recomputed and
@@ -11,7 +13,8 @@
 // Each of dK, dV (per key tile) and dQ (per query tile) is owned by one task at a time and
 // accumulated in a fixed order (see use_fused_schedule for the two schedules, which do the
 // same arithmetic). Nothing is atomic, so the result is bitwise the same for any number
-// of threads. Extra memory: D_i (B, Hq, T) and per-thread tiles.
+// of threads. Extra memory: D_i (B, Hq, T) and per-thread tiles. A padded key has P = 0,
+// hence dS = 0: its dK and dV rows stay exactly 0.
 //
 // Matrix products on tiles go to oneDNN's sgemm (float32; single-threaded inside our
 // parallel region) or a plain loop (float64, used for gradchecks). The tile loops over
@@ -43,15 +46,17 @@ constexpr std::int64_t kFwdBlockQ = 64, kFwdBlockK = 128;
 constexpr std::int64_t kBwdBlockQ = 128, kBwdBlockK = 64;
 
 
-// Shapes, strides and the causal geometry of one call.
+// Shapes, strides, the causal geometry and the key padding mask of one call.
 struct Geometry {
   std::int64_t batch, t, s, hq, hkv, d, group;
   std::int64_t q_strides[3], k_strides[3], v_strides[3];  // batch, sequence, head (D has stride 1)
   bool causal;
+  const std::int32_t* key_mask;  // (B, S), 0 = padded key; nullptr: every key is real
 
-  Geometry(const Tensor& q, const Tensor& k, const Tensor& v, bool causal_)
+  Geometry(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask_, bool causal_)
       : batch(q.shape()[0]), t(q.shape()[1]), s(k.shape()[1]), hq(q.shape()[2]), hkv(k.shape()[2]),
-        d(q.shape()[3]), group(q.shape()[2] / k.shape()[2]), causal(causal_) {
+        d(q.shape()[3]), group(q.shape()[2] / k.shape()[2]), causal(causal_),
+        key_mask(key_mask_.defined() ? key_mask_.data<std::int32_t>() : nullptr) {
     for (int i = 0; i < 3; ++i) {
       q_strides[i] = q.stride(i);
       k_strides[i] = k.stride(i);
@@ -103,14 +108,15 @@ DARK_INLINE void online_softmax_rows(T* tile, std::int64_t ld, std::int64_t rows
   }
 }
 
-// P = exp(S - lse) on the visible columns, 0 elsewhere.
+// P = exp(S - lse) on the visible columns, 0 elsewhere. A row that saw no real key
+// (lse = -inf; its visible scores, if any, are padded keys' -inf) is all 0.
 template <class T>
 DARK_INLINE void probabilities_rows(T* tile, std::int64_t ld, std::int64_t rows, std::int64_t cols,
                                     const std::int64_t* visible, const T* lse) {
   for (std::int64_t r = 0; r < rows; ++r) {
     T* row = tile + r * ld;
-    const std::int64_t n = visible[r];
     const T shift = lse[r];
+    const std::int64_t n = shift == neg_inf<T>() ? 0 : visible[r];
 #pragma omp simd
     for (std::int64_t c = 0; c < n; ++c) row[c] = vmath::exp(row[c] - shift);
     for (std::int64_t c = n; c < cols; ++c) row[c] = 0;
@@ -168,6 +174,17 @@ void visible_columns(const Geometry& g, std::int64_t t0, std::int64_t rows, std:
     visible[r] = std::clamp<std::int64_t>(g.key_end(t0 + r) - s0, 0, cols);
 }
 
+// Scores of padded keys in the tile of key block [s0, s0 + cols) of batch b become -inf.
+template <class T>
+void mask_padded_keys(const Geometry& g, std::int64_t b, std::int64_t s0, T* tile, std::int64_t ld, std::int64_t rows,
+                      std::int64_t cols) {
+  if (g.key_mask == nullptr) return;
+  const std::int32_t* real = g.key_mask + b * g.s + s0;
+  for (std::int64_t c = 0; c < cols; ++c)
+    if (real[c] == 0)
+      for (std::int64_t r = 0; r < rows; ++r) tile[r * ld + c] = neg_inf<T>();
+}
+
 // Runs task(i, scratch) for i in [0, n) on the OpenMP threads, each with its own scratch.
 // Dynamic scheduling balances causal tiles of unequal cost; every task writes disjoint
 // outputs in a fixed order, so the schedule never changes a result. Inside, the thread
@@ -215,9 +232,9 @@ struct ForwardScratch {
 };
 
 template <class T>
-void flash_attention_forward_kernel(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out, Tensor& lse,
-                                    bool causal, double scale_d) {
-  const Geometry g(q, k, v, causal);
+void flash_attention_forward_kernel(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
+                                    Tensor& out, Tensor& lse, bool causal, double scale_d) {
+  const Geometry g(q, k, v, key_mask, causal);
   const T scale = static_cast<T>(scale_d);
   const T* pq = q.data<T>();
   const T* pk = k.data<T>();
@@ -252,6 +269,7 @@ void flash_attention_forward_kernel(const Tensor& q, const Tensor& k, const Tens
       if (!gemm('N', 'T', rows, cols, d, scale, qt, g.q_strides[1], kh + s0 * g.k_strides[1], g.k_strides[1], T(0),
                 s.tile.data(), kFwdBlockK))
         return false;
+      mask_padded_keys(g, b, s0, s.tile.data(), kFwdBlockK, rows, cols);
       visible_columns(g, t0, rows, s0, cols, s.visible.data());
       online_softmax(s.tile.data(), kFwdBlockK, rows, cols, s.visible.data(), s.m.data(), s.l.data(), s.alpha.data());
       for (std::int64_t r = 0; r < rows; ++r) {
@@ -274,7 +292,7 @@ void flash_attention_forward_kernel(const Tensor& q, const Tensor& k, const Tens
 #pragma omp simd
         for (std::int64_t j = 0; j < d; ++j) o[j] = acc[j] * inv;
         row_lse = s.m[r] + vmath::log(s.l[r]);
-      } else {  // the row sees no key
+      } else {  // the row sees no real key
         std::fill(o, o + d, T(0));
         row_lse = neg_inf<T>();
       }
@@ -316,6 +334,7 @@ bool backward_tile(const BackwardArgs<T>& a, std::int64_t b, std::int64_t h, std
   const std::int64_t ldo = g.hq * d, ldkv = g.hkv * d;
   if (!gemm('N', 'T', rows, cols, d, a.scale, qt, g.q_strides[1], kt, g.k_strides[1], T(0), s.p.data(), kBwdBlockK))
     return false;
+  mask_padded_keys(g, b, s0, s.p.data(), kBwdBlockK, rows, cols);
   visible_columns(g, t0, rows, s0, cols, s.visible.data());
   probabilities(s.p.data(), kBwdBlockK, rows, cols, s.visible.data(), a.lse + (b * g.hq + h) * g.t + t0);
   if (want_dkv &&
@@ -372,10 +391,10 @@ bool use_fused_schedule(const Geometry& g) {
 }
 
 template <class T>
-void flash_attention_backward_kernel(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                                     const Tensor& lse, const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv,
-                                     bool causal, double scale_d) {
-  const Geometry g(q, k, v, causal);
+void flash_attention_backward_kernel(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
+                                     const Tensor& out, const Tensor& lse, const Tensor& dout, Tensor& dq, Tensor& dk,
+                                     Tensor& dv, bool causal, double scale_d) {
+  const Geometry g(q, k, v, key_mask, causal);
   const std::int64_t d = g.d;
   const T* po = out.data<T>();
   const T* pdo = dout.data<T>();

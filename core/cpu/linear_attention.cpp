@@ -26,6 +26,15 @@
 // dq = Phi * dPhi, dk = E * dE, dv = dVx[:, :Dv]. States are recomputed, never stored:
 // extra memory is O(T) offsets plus O(C (C + m + Dv) + m Dv) scratch per thread.
 // Deterministic: fixed summation order, no atomics, independent of the thread count.
+//
+// Key padding mask: a padded key j is left out of the offsets and gets E_j = 0, Vx_j = 0 and
+// zero decay weights (its logits and values never enter the arithmetic), so it adds nothing
+// to any sum and its dk, dv are 0. The offsets are -inf until the first real key, and exp is
+// only ever taken of differences of finite offsets: a state that holds no real key yet is
+// exact zeros and is never rescaled; a query row whose offset is -inf sees no real key and
+// gets out = 0 and G = 0; R stops folding at the first chunk that starts at offset -inf (all
+// keys before it are padded, so R has nothing left to reach). Without a mask (or with all
+// ones) every branch takes the unmasked path: the same bits.
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
 
@@ -43,9 +52,13 @@
 namespace dark::cpu {
 namespace {
 
-
 inline float exp_t(float x) { return vmath::exp(x); }
 inline double exp_t(double x) { return std::exp(x); }
+
+template <class T>
+constexpr T neg_inf() {
+  return -std::numeric_limits<T>::infinity();
+}
 
 // Runs task(i) for i in [0, n) on the OpenMP threads (dynamic schedule; each task writes
 // disjoint outputs, so timing never changes a result). Nested thread count 1 keeps
@@ -65,47 +78,68 @@ bool run_tasks(std::int64_t n, Task&& task) {
   return ok.load();
 }
 
+// A chunk-recurrence state (S of the forward sweeps, R of the reverse one): an m x W matrix
+// held at offset `at`. While `held` is false it holds nothing real: exact zeros, and `at`
+// is meaningless (it may stand for the offset -inf, whose differences are never taken).
+template <class T>
+struct State {
+  std::vector<T> mat;
+  T at = 0;
+  bool held = false;
+};
+
 // Shapes of one call and the per-task chunk builders. All tensors contiguous:
 // q (B, T, Hq, m), k (B, T, Hkv, m), v (B, T, Hkv, Dv), out / dout (B, T, Hq, Dv),
-// den (B, Hq, T).
+// den (B, Hq, T), key mask (B, T) i32.
 template <class T>
 struct Problem {
   std::int64_t batch, len, hq, hkv, m, dv, w, group, chunk;
   bool causal;
   const T *q, *k, *v;
+  const std::int32_t* key_mask;  // nullptr: every key is real
 
-  Problem(const Tensor& q_, const Tensor& k_, const Tensor& v_, bool causal_, std::int64_t chunk_)
+  Problem(const Tensor& q_, const Tensor& k_, const Tensor& v_, const Tensor& key_mask_, bool causal_,
+          std::int64_t chunk_)
       : batch(q_.shape()[0]), len(q_.shape()[1]), hq(q_.shape()[2]), hkv(k_.shape()[2]), m(q_.shape()[3]),
         dv(v_.shape()[3]), w(v_.shape()[3] + 1), group(q_.shape()[2] / k_.shape()[2]),
         chunk(std::max<std::int64_t>(1, std::min(chunk_, q_.shape()[1]))), causal(causal_), q(q_.data<T>()),
-        k(k_.data<T>()), v(v_.data<T>()) {}
+        k(k_.data<T>()), v(v_.data<T>()),
+        key_mask(key_mask_.defined() ? key_mask_.data<std::int32_t>() : nullptr) {}
 
   const T* krow(std::int64_t b, std::int64_t j, std::int64_t kv) const { return k + ((b * len + j) * hkv + kv) * m; }
   const T* vrow(std::int64_t b, std::int64_t j, std::int64_t kv) const { return v + ((b * len + j) * hkv + kv) * dv; }
   const T* qrow(std::int64_t b, std::int64_t t, std::int64_t h) const { return q + ((b * len + t) * hq + h) * m; }
   std::int64_t out_index(std::int64_t b, std::int64_t t, std::int64_t h) const { return ((b * len + t) * hq + h) * dv; }
+  bool real(std::int64_t b, std::int64_t j) const { return key_mask == nullptr || key_mask[b * len + j] != 0; }
 
-  // Key offsets o[0, T) of (b, kv).
+  // Key offsets o[0, T) of (b, kv): -inf where no real key is in view.
   void offsets(std::int64_t b, std::int64_t kv, std::vector<T>& o) const {
     o.resize(len);
-    T run = -std::numeric_limits<T>::infinity();
+    T run = neg_inf<T>();
     for (std::int64_t j = 0; j < len; ++j) {
-      const T* kr = krow(b, j, kv);
-      for (std::int64_t f = 0; f < m; ++f) run = kr[f] > run ? kr[f] : run;
+      if (real(b, j)) {
+        const T* kr = krow(b, j, kv);
+        for (std::int64_t f = 0; f < m; ++f) run = kr[f] > run ? kr[f] : run;
+      }
       o[j] = run;
     }
     if (!causal) std::fill(o.begin(), o.end(), run);
   }
-  // E (L x m) and Vx (L x W) for positions [c0, c0 + L).
+  // E (L x m) and Vx (L x W) for positions [c0, c0 + L); rows of padded keys are 0.
   void keys(std::int64_t b, std::int64_t kv, std::int64_t c0, std::int64_t n, const std::vector<T>& o, T* e,
             T* vx) const {
     for (std::int64_t r = 0; r < n; ++r) {
+      T* er = e + r * m;
+      T* xr = vx + r * w;
+      if (!real(b, c0 + r)) {
+        std::fill(er, er + m, T(0));
+        std::fill(xr, xr + w, T(0));
+        continue;
+      }
       const T* kr = krow(b, c0 + r, kv);
       const T off = o[c0 + r];
-      T* er = e + r * m;
       for (std::int64_t f = 0; f < m; ++f) er[f] = exp_t(kr[f] - off);
       const T* vr = vrow(b, c0 + r, kv);
-      T* xr = vx + r * w;
       std::copy(vr, vr + dv, xr);
       xr[dv] = T(1);
     }
@@ -114,92 +148,112 @@ struct Problem {
   void queries(std::int64_t b, std::int64_t h, std::int64_t c0, std::int64_t n, T* phi) const {
     for (std::int64_t r = 0; r < n; ++r) {
       const T* qr = qrow(b, c0 + r, h);
-      T mx = -std::numeric_limits<T>::infinity();
+      T mx = neg_inf<T>();
       for (std::int64_t f = 0; f < m; ++f) mx = qr[f] > mx ? qr[f] : mx;
       T* pr = phi + r * m;
       for (std::int64_t f = 0; f < m; ++f) pr[f] = exp_t(qr[f] - mx);
     }
   }
-  // The causal intra-chunk weights D[r][c] = exp(o_c - o_r) for c <= r, else 0 (L x L, ld chunk).
-  void decay(std::int64_t c0, std::int64_t n, const std::vector<T>& o, T* d) const {
+  // The causal intra-chunk weights D[r][c] = exp(o_c - o_r) for real keys c <= r, else 0
+  // (L x L, ld chunk).
+  void decay(std::int64_t b, std::int64_t c0, std::int64_t n, const std::vector<T>& o, T* d) const {
     for (std::int64_t r = 0; r < n; ++r)
-      for (std::int64_t c = 0; c < n; ++c) d[r * chunk + c] = c <= r ? exp_t(o[c0 + c] - o[c0 + r]) : T(0);
+      for (std::int64_t c = 0; c < n; ++c)
+        d[r * chunk + c] = c <= r && real(b, c0 + c) ? exp_t(o[c0 + c] - o[c0 + r]) : T(0);
   }
   void apply_decay(T* p, const T* d, std::int64_t n) const {
     for (std::int64_t r = 0; r < n; ++r)
       for (std::int64_t c = 0; c < n; ++c) p[r * chunk + c] *= d[r * chunk + c];
   }
+  // y_r += z_r exp(at - o_r) for rows r of chunk c0 (cols wide): the part of a held state
+  // (at <= o_r, both finite) seen by the chunk's queries.
+  void add_state(std::int64_t c0, std::int64_t n, const std::vector<T>& o, T at, const T* z, T* y,
+                 std::int64_t cols) const {
+    for (std::int64_t r = 0; r < n; ++r) {
+      const T f = exp_t(at - o[c0 + r]);
+      for (std::int64_t j = 0; j < cols; ++j) y[r * cols + j] += z[r * cols + j] * f;
+    }
+  }
+  // Folds chunk [c0, c0 + n) (E and Vx from keys(); Vx is scaled in place) into S, which
+  // moves to the chunk's last offset. Before the first real key S stays empty.
+  bool fold_keys(std::int64_t b, std::int64_t c0, std::int64_t n, const std::vector<T>& o, const T* e, T* vx,
+                 State<T>& s) const {
+    const T o_new = o[c0 + n - 1];
+    if (o_new == neg_inf<T>()) return true;
+    if (s.held) {
+      const T f = exp_t(s.at - o_new);
+      for (T& x : s.mat) x *= f;
+    }
+    for (std::int64_t r = 0; r < n; ++r) {
+      if (!real(b, c0 + r)) continue;  // a zero row
+      const T f = exp_t(o[c0 + r] - o_new);
+      for (std::int64_t j = 0; j < w; ++j) vx[r * w + j] *= f;
+    }
+    if (!gemm('T', 'N', m, w, n, T(1), e, m, vx, w, T(1), s.mat.data(), w)) return false;
+    s.at = o_new;
+    s.held = true;
+    return true;
+  }
 };
 
 template <class T>
-void linear_attention_forward_kernel(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out, Tensor& den,
-                                     bool causal, double eps_d, std::int64_t chunk) {
-  const Problem<T> pr(q, k, v, causal, chunk);
+void linear_attention_forward_kernel(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
+                                     Tensor& out, Tensor& den, bool causal, double eps_d, std::int64_t chunk) {
+  const Problem<T> pr(q, k, v, key_mask, causal, chunk);
   const T eps = static_cast<T>(eps_d);
   T* po = out.data<T>();
   T* pden = den.data<T>();
   const std::int64_t c = pr.chunk, m = pr.m, w = pr.w, dv = pr.dv;
-  auto write_rows = [&](std::int64_t b, std::int64_t h, std::int64_t c0, std::int64_t n, const T* y) {
+  // out = num / (den + eps); 0 for a query that sees no real key (num = den = 0).
+  auto write_rows = [&](std::int64_t b, std::int64_t h, std::int64_t c0, std::int64_t n, const std::vector<T>& o,
+                        const T* y) {
     for (std::int64_t r = 0; r < n; ++r) {
       const T* yr = y + r * w;
       const T d = yr[dv] + eps;
-      T* o = po + pr.out_index(b, c0 + r, h);
-      for (std::int64_t j = 0; j < dv; ++j) o[j] = yr[j] / d;
+      T* out_row = po + pr.out_index(b, c0 + r, h);
+      if (o[c0 + r] == neg_inf<T>())
+        std::fill(out_row, out_row + dv, T(0));
+      else
+        for (std::int64_t j = 0; j < dv; ++j) out_row[j] = yr[j] / d;
       pden[(b * pr.hq + h) * pr.len + c0 + r] = d;
     }
   };
   auto task = [&](std::int64_t i) {
     const std::int64_t kv = i % pr.hkv, b = i / pr.hkv;
-    std::vector<T> o, e(c * m), vx(c * w), phi(c * m), p(c * c), dec(c * c), y(c * w), z(c * w), s(m * w, T(0));
+    std::vector<T> o, e(c * m), vx(c * w), phi(c * m), p(c * c), dec(c * c), y(c * w), z(c * w);
+    State<T> s{std::vector<T>(m * w, T(0))};
     pr.offsets(b, kv, o);
     if (!causal) {  // S = sum_j E_j^T Vx_j, then Y = Phi S
       for (std::int64_t c0 = 0; c0 < pr.len; c0 += c) {
         const std::int64_t n = std::min(c, pr.len - c0);
         pr.keys(b, kv, c0, n, o, e.data(), vx.data());
-        if (!gemm('T', 'N', m, w, n, T(1), e.data(), m, vx.data(), w, T(1), s.data(), w)) return false;
+        if (!gemm('T', 'N', m, w, n, T(1), e.data(), m, vx.data(), w, T(1), s.mat.data(), w)) return false;
       }
       for (std::int64_t h = kv * pr.group; h < (kv + 1) * pr.group; ++h)
         for (std::int64_t c0 = 0; c0 < pr.len; c0 += c) {
           const std::int64_t n = std::min(c, pr.len - c0);
           pr.queries(b, h, c0, n, phi.data());
-          if (!gemm('N', 'N', n, w, m, T(1), phi.data(), m, s.data(), w, T(0), y.data(), w)) return false;
-          write_rows(b, h, c0, n, y.data());
+          if (!gemm('N', 'N', n, w, m, T(1), phi.data(), m, s.mat.data(), w, T(0), y.data(), w)) return false;
+          write_rows(b, h, c0, n, o, y.data());
         }
       return true;
     }
-    bool have_state = false;
-    T o_s = 0;
     for (std::int64_t c0 = 0; c0 < pr.len; c0 += c) {
       const std::int64_t n = std::min(c, pr.len - c0);
       pr.keys(b, kv, c0, n, o, e.data(), vx.data());
-      pr.decay(c0, n, o, dec.data());
+      pr.decay(b, c0, n, o, dec.data());
       for (std::int64_t h = kv * pr.group; h < (kv + 1) * pr.group; ++h) {
         pr.queries(b, h, c0, n, phi.data());
         if (!gemm('N', 'T', n, n, m, T(1), phi.data(), m, e.data(), m, T(0), p.data(), c)) return false;
         pr.apply_decay(p.data(), dec.data(), n);
         if (!gemm('N', 'N', n, w, n, T(1), p.data(), c, vx.data(), w, T(0), y.data(), w)) return false;
-        if (have_state) {
-          if (!gemm('N', 'N', n, w, m, T(1), phi.data(), m, s.data(), w, T(0), z.data(), w)) return false;
-          for (std::int64_t r = 0; r < n; ++r) {
-            const T f = exp_t(o_s - o[c0 + r]);
-            for (std::int64_t j = 0; j < w; ++j) y[r * w + j] += z[r * w + j] * f;
-          }
+        if (s.held) {
+          if (!gemm('N', 'N', n, w, m, T(1), phi.data(), m, s.mat.data(), w, T(0), z.data(), w)) return false;
+          pr.add_state(c0, n, o, s.at, z.data(), y.data(), w);
         }
-        write_rows(b, h, c0, n, y.data());
+        write_rows(b, h, c0, n, o, y.data());
       }
-      // fold the chunk into S, re-expressed at the chunk's last offset
-      const T o_new = o[c0 + n - 1];
-      if (have_state) {
-        const T f = exp_t(o_s - o_new);
-        for (T& x : s) x *= f;
-      }
-      for (std::int64_t r = 0; r < n; ++r) {
-        const T f = exp_t(o[c0 + r] - o_new);
-        for (std::int64_t j = 0; j < w; ++j) vx[r * w + j] *= f;
-      }
-      if (!gemm('T', 'N', m, w, n, T(1), e.data(), m, vx.data(), w, T(1), s.data(), w)) return false;
-      o_s = o_new;
-      have_state = true;
+      if (!pr.fold_keys(b, c0, n, o, e.data(), vx.data(), s)) return false;
     }
     return true;
   };
@@ -208,10 +262,10 @@ void linear_attention_forward_kernel(const Tensor& q, const Tensor& k, const Ten
 }
 
 template <class T>
-void linear_attention_backward_kernel(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                                      const Tensor& den, const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv_t,
-                                      bool causal, std::int64_t chunk) {
-  const Problem<T> pr(q, k, v, causal, chunk);
+void linear_attention_backward_kernel(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
+                                      const Tensor& out, const Tensor& den, const Tensor& dout, Tensor& dq, Tensor& dk,
+                                      Tensor& dv_t, bool causal, std::int64_t chunk) {
+  const Problem<T> pr(q, k, v, key_mask, causal, chunk);
   const T* po = out.data<T>();
   const T* pden = den.data<T>();
   const T* pdo = dout.data<T>();
@@ -219,12 +273,17 @@ void linear_attention_backward_kernel(const Tensor& q, const Tensor& k, const Te
   T* pdk = dk.data<T>();
   T* pdv = dv_t.data<T>();
   const std::int64_t c = pr.chunk, m = pr.m, w = pr.w, dv = pr.dv;
-  // G (L x W) of query head h for positions [c0, c0 + L).
-  auto grads = [&](std::int64_t b, std::int64_t h, std::int64_t c0, std::int64_t n, T* g) {
+  // G (L x W) of query head h for positions [c0, c0 + L); 0 for a query that sees no real
+  // key (its output is the constant 0).
+  auto grads = [&](std::int64_t b, std::int64_t h, std::int64_t c0, std::int64_t n, const std::vector<T>& o, T* g) {
     for (std::int64_t r = 0; r < n; ++r) {
+      T* gr = g + r * w;
+      if (o[c0 + r] == neg_inf<T>()) {
+        std::fill(gr, gr + w, T(0));
+        continue;
+      }
       const std::int64_t idx = pr.out_index(b, c0 + r, h);
       const T inv = T(1) / pden[(b * pr.hq + h) * pr.len + c0 + r];
-      T* gr = g + r * w;
       T dot = 0;
       for (std::int64_t j = 0; j < dv; ++j) {
         gr[j] = pdo[idx + j] * inv;
@@ -251,108 +310,101 @@ void linear_attention_backward_kernel(const Tensor& q, const Tensor& k, const Te
     const std::int64_t kv = i % pr.hkv, b = i / pr.hkv;
     const std::int64_t h0 = kv * pr.group, h1 = (kv + 1) * pr.group;
     std::vector<T> o, e(c * m), vx(c * w), phi(c * m), g(c * w), p(c * c), mm(c * c), dec(c * c), dphi(c * m),
-        zm(c * m), zw(c * w), de(c * m), dvx(c * w), s(m * w, T(0)), rs(m * w, T(0));
+        zm(c * m), zw(c * w), de(c * m), dvx(c * w);
+    State<T> s{std::vector<T>(m * w, T(0))}, rs{std::vector<T>(m * w, T(0))};
     pr.offsets(b, kv, o);
     if (!causal) {
       for (std::int64_t c0 = 0; c0 < pr.len; c0 += c) {  // S, as in the forward
         const std::int64_t n = std::min(c, pr.len - c0);
         pr.keys(b, kv, c0, n, o, e.data(), vx.data());
-        if (!gemm('T', 'N', m, w, n, T(1), e.data(), m, vx.data(), w, T(1), s.data(), w)) return false;
+        if (!gemm('T', 'N', m, w, n, T(1), e.data(), m, vx.data(), w, T(1), s.mat.data(), w)) return false;
       }
       for (std::int64_t h = h0; h < h1; ++h)  // dPhi = G S^T; R = sum Phi^T G
         for (std::int64_t c0 = 0; c0 < pr.len; c0 += c) {
           const std::int64_t n = std::min(c, pr.len - c0);
           pr.queries(b, h, c0, n, phi.data());
-          grads(b, h, c0, n, g.data());
-          if (!gemm('N', 'T', n, m, w, T(1), g.data(), w, s.data(), w, T(0), dphi.data(), m)) return false;
+          grads(b, h, c0, n, o, g.data());
+          if (!gemm('N', 'T', n, m, w, T(1), g.data(), w, s.mat.data(), w, T(0), dphi.data(), m)) return false;
           write_dq(b, h, c0, n, phi.data(), dphi.data());
-          if (!gemm('T', 'N', m, w, n, T(1), phi.data(), m, g.data(), w, T(1), rs.data(), w)) return false;
+          if (!gemm('T', 'N', m, w, n, T(1), phi.data(), m, g.data(), w, T(1), rs.mat.data(), w)) return false;
         }
       for (std::int64_t c0 = 0; c0 < pr.len; c0 += c) {  // dE = Vx R^T, dVx = E R
         const std::int64_t n = std::min(c, pr.len - c0);
         pr.keys(b, kv, c0, n, o, e.data(), vx.data());
-        if (!gemm('N', 'T', n, m, w, T(1), vx.data(), w, rs.data(), w, T(0), de.data(), m)) return false;
-        if (!gemm('N', 'N', n, w, m, T(1), e.data(), m, rs.data(), w, T(0), dvx.data(), w)) return false;
+        if (!gemm('N', 'T', n, m, w, T(1), vx.data(), w, rs.mat.data(), w, T(0), de.data(), m)) return false;
+        if (!gemm('N', 'N', n, w, m, T(1), e.data(), m, rs.mat.data(), w, T(0), dvx.data(), w)) return false;
         write_dkv(b, kv, c0, n, e.data(), de.data(), dvx.data());
       }
       return true;
     }
     // causal, forward sweep: dq (recomputing S exactly as the forward does)
-    bool have_state = false;
-    T o_s = 0;
     for (std::int64_t c0 = 0; c0 < pr.len; c0 += c) {
       const std::int64_t n = std::min(c, pr.len - c0);
       pr.keys(b, kv, c0, n, o, e.data(), vx.data());
-      pr.decay(c0, n, o, dec.data());
+      pr.decay(b, c0, n, o, dec.data());
       for (std::int64_t h = h0; h < h1; ++h) {
         pr.queries(b, h, c0, n, phi.data());
-        grads(b, h, c0, n, g.data());
+        grads(b, h, c0, n, o, g.data());
         if (!gemm('N', 'T', n, n, w, T(1), g.data(), w, vx.data(), w, T(0), mm.data(), c)) return false;
         pr.apply_decay(mm.data(), dec.data(), n);
         if (!gemm('N', 'N', n, m, n, T(1), mm.data(), c, e.data(), m, T(0), dphi.data(), m)) return false;
-        if (have_state) {
-          if (!gemm('N', 'T', n, m, w, T(1), g.data(), w, s.data(), w, T(0), zm.data(), m)) return false;
-          for (std::int64_t r = 0; r < n; ++r) {
-            const T f = exp_t(o_s - o[c0 + r]);
-            for (std::int64_t j = 0; j < m; ++j) dphi[r * m + j] += zm[r * m + j] * f;
-          }
+        if (s.held) {
+          if (!gemm('N', 'T', n, m, w, T(1), g.data(), w, s.mat.data(), w, T(0), zm.data(), m)) return false;
+          pr.add_state(c0, n, o, s.at, zm.data(), dphi.data(), m);
         }
         write_dq(b, h, c0, n, phi.data(), dphi.data());
       }
-      const T o_new = o[c0 + n - 1];
-      if (have_state) {
-        const T f = exp_t(o_s - o_new);
-        for (T& x : s) x *= f;
-      }
-      for (std::int64_t r = 0; r < n; ++r) {
-        const T f = exp_t(o[c0 + r] - o_new);
-        for (std::int64_t j = 0; j < w; ++j) vx[r * w + j] *= f;
-      }
-      if (!gemm('T', 'N', m, w, n, T(1), e.data(), m, vx.data(), w, T(1), s.data(), w)) return false;
-      o_s = o_new;
-      have_state = true;
+      if (!pr.fold_keys(b, c0, n, o, e.data(), vx.data(), s)) return false;
     }
-    // causal, reverse sweep: dk, dv with the state R held at o_r (the earliest folded offset)
-    have_state = false;
-    T o_r = 0;
+    // causal, reverse sweep: dk, dv with the state R held at o_R = the offset of the earliest
+    // position folded in (so both exp factors below are <= 1)
     const std::int64_t last = (pr.len - 1) / c * c;
     for (std::int64_t c0 = last; c0 >= 0; c0 -= c) {
       const std::int64_t n = std::min(c, pr.len - c0);
       pr.keys(b, kv, c0, n, o, e.data(), vx.data());
-      pr.decay(c0, n, o, dec.data());
-      const T o_new = o[c0];
-      if (have_state) {  // later chunks: dE_j = e^(o_j - o_r) R Vx_j, dVx_j = e^(o_j - o_r) R^T E_j
-        if (!gemm('N', 'T', n, m, w, T(1), vx.data(), w, rs.data(), w, T(0), de.data(), m)) return false;
-        if (!gemm('N', 'N', n, w, m, T(1), e.data(), m, rs.data(), w, T(0), dvx.data(), w)) return false;
+      pr.decay(b, c0, n, o, dec.data());
+      if (rs.held) {  // later chunks: dE_j = e^(o_j - o_R) R Vx_j, dVx_j = e^(o_j - o_R) R^T E_j
+        if (!gemm('N', 'T', n, m, w, T(1), vx.data(), w, rs.mat.data(), w, T(0), de.data(), m)) return false;
+        if (!gemm('N', 'N', n, w, m, T(1), e.data(), m, rs.mat.data(), w, T(0), dvx.data(), w)) return false;
         for (std::int64_t r = 0; r < n; ++r) {
-          const T f = exp_t(o[c0 + r] - o_r);
+          if (!pr.real(b, c0 + r)) continue;  // zero rows (E_j = Vx_j = 0)
+          const T f = exp_t(o[c0 + r] - rs.at);
           for (std::int64_t j = 0; j < m; ++j) de[r * m + j] *= f;
           for (std::int64_t j = 0; j < w; ++j) dvx[r * w + j] *= f;
         }
-        const T f = exp_t(o_new - o_r);
-        for (T& x : rs) x *= f;
       } else {
         std::fill(de.begin(), de.end(), T(0));
         std::fill(dvx.begin(), dvx.end(), T(0));
       }
+      // R moves to o_new = o[c0]. If that is -inf, no key before c0 is real: R (which only
+      // reaches earlier keys) is no longer needed, so this chunk is not folded in.
+      const T o_new = o[c0];
+      const bool fold = o_new != neg_inf<T>();
+      if (rs.held && fold) {
+        const T f = exp_t(o_new - rs.at);
+        for (T& x : rs.mat) x *= f;
+      }
       for (std::int64_t h = h0; h < h1; ++h) {
         pr.queries(b, h, c0, n, phi.data());
-        grads(b, h, c0, n, g.data());
+        grads(b, h, c0, n, o, g.data());
         if (!gemm('N', 'T', n, n, w, T(1), g.data(), w, vx.data(), w, T(0), mm.data(), c)) return false;
         pr.apply_decay(mm.data(), dec.data(), n);
         if (!gemm('T', 'N', n, m, n, T(1), mm.data(), c, phi.data(), m, T(1), de.data(), m)) return false;
         if (!gemm('N', 'T', n, n, m, T(1), phi.data(), m, e.data(), m, T(0), p.data(), c)) return false;
         pr.apply_decay(p.data(), dec.data(), n);
         if (!gemm('T', 'N', n, w, n, T(1), p.data(), c, g.data(), w, T(1), dvx.data(), w)) return false;
+        if (!fold) continue;
         for (std::int64_t r = 0; r < n; ++r) {  // fold into R at o_new
           const T f = exp_t(o_new - o[c0 + r]);
           for (std::int64_t j = 0; j < w; ++j) zw[r * w + j] = g[r * w + j] * f;
         }
-        if (!gemm('T', 'N', m, w, n, T(1), phi.data(), m, zw.data(), w, T(1), rs.data(), w)) return false;
+        if (!gemm('T', 'N', m, w, n, T(1), phi.data(), m, zw.data(), w, T(1), rs.mat.data(), w)) return false;
       }
       write_dkv(b, kv, c0, n, e.data(), de.data(), dvx.data());
-      o_r = o_new;
-      have_state = true;
+      if (fold) {
+        rs.at = o_new;
+        rs.held = true;
+      }
     }
     return true;
   };
