@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <string>
 
 #include "train/config.h"
@@ -42,6 +43,18 @@ TEST(Config, DefaultsResolve) {
   EXPECT_EQ(c.model.init_std, 0.02);
   EXPECT_EQ(c.attention.kind, AttentionKind::softmax);
   EXPECT_EQ(c.attention.num_features, 64);
+  EXPECT_EQ(c.attention.draw, FeatureDrawKind::orthogonal);
+  EXPECT_EQ(c.attention.redraw_interval, 1000);
+  EXPECT_EQ(c.attention.eps, 1e-6);
+  EXPECT_EQ(c.attention.mode, AttentionMode::linear);
+  EXPECT_EQ(c.attention.proposal, ProposalKind::isotropic);
+  EXPECT_EQ(c.attention.chunk_size, 64);
+  EXPECT_EQ(c.attention.calibration_batches, 4);
+  EXPECT_EQ(c.attention.darkformer.scope, DarkformerScope::head);
+  EXPECT_EQ(c.attention.darkformer.rank, 0);
+  EXPECT_EQ(c.attention.darkformer.init, DarkformerInit::identity);
+  EXPECT_EQ(c.attention.lfk.init, LfkInit::orthogonal);
+  EXPECT_TRUE(c.attention.layers.empty());
   EXPECT_EQ(c.data.corpus, "debdocs");
   EXPECT_TRUE(c.data.sources.empty());
   EXPECT_EQ(c.data.dir, "cache/data/debdocs-sentencepiece-8192");
@@ -57,7 +70,7 @@ TEST(Config, DefaultsResolve) {
   EXPECT_EQ(c.optimizer.eps, 1e-8);
   EXPECT_EQ(c.optimizer.weight_decay, 0.1);
   EXPECT_EQ(c.optimizer.momentum, 0.0);
-  EXPECT_EQ(c.optimizer.no_decay, (std::vector<std::string>{"*norm*", "*embed_tokens*"}));
+  EXPECT_EQ(c.optimizer.no_decay, (std::vector<std::string>{"*norm*", "*embed_tokens*", "*feature_map*"}));
   EXPECT_EQ(c.optimizer.grad_clip, 1.0);
   EXPECT_EQ(c.schedule.kind, ScheduleKind::cosine);
   EXPECT_EQ(c.schedule.warmup_steps, 100);
@@ -201,7 +214,8 @@ TEST(Config, UnknownKeysSuggestTheClosest) {
   EXPECT_EQ(parse_error(R"({"training": {"lr": 0.1}})"),
             "config: training.lr: unknown key (did you mean optimizer.lr?)");
   EXPECT_EQ(parse_error(R"({"attention": {"features": 3}})"),
-            "config: attention.features: unknown key (attention has: kind, num_features)");
+            "config: attention.features: unknown key (attention has: kind, num_features, draw, "
+            "redraw_interval, eps, mode, proposal, chunk_size, calibration_batches, darkformer, lfk, layers)");
   EXPECT_EQ(
       parse_error(R"({"xyzzy": 1})"),
       "config: xyzzy: unknown key (top-level keys: model, attention, data, optimizer, schedule, training, "
@@ -266,10 +280,15 @@ TEST(Config, JsonRoundTrip) {
       "training": {"steps": 77}, "schedule": {"kind": "linear", "warmup_steps": 7}})");
   const RunConfig c = parse_config(doc, "rt");
   const json resolved = to_json(c);
-  // Every documented key is present, and nothing else.
-  std::size_t leaves = 0;
-  for (const auto& [section, value] : resolved.items()) leaves += value.is_object() ? value.size() : 1;
-  EXPECT_EQ(leaves, config_keys().size());
+  // Every documented key is present, and nothing else. Leaves are values other than non-empty
+  // objects: attention.layers is empty here.
+  const std::function<std::size_t(const json&)> leaves = [&](const json& v) -> std::size_t {
+    if (!v.is_object() || v.empty()) return 1;
+    std::size_t n = 0;
+    for (const json& child : v) n += leaves(child);
+    return n;
+  };
+  EXPECT_EQ(leaves(resolved), config_keys().size());
   for (const ConfigKey& k : config_keys()) {
     std::string pointer = "/" + k.path;
     std::replace(pointer.begin(), pointer.end(), '.', '/');
@@ -281,6 +300,188 @@ TEST(Config, JsonRoundTrip) {
   EXPECT_EQ(resolved["data"]["sources"], json::parse(R"(["a/*.txt", "b/**.md"])"));
   // json -> struct -> json is the identity on a resolved config, whatever the stem.
   EXPECT_EQ(to_json(parse_config(resolved, "other")), resolved);
+}
+
+TEST(Config, NestedSections) {
+  const RunConfig c = parse_config(json::parse(R"({"attention": {"kind": "darkformer", "draw": "iid",
+      "redraw_interval": 0, "eps": 1e-4, "mode": "exact", "chunk_size": 32, "calibration_batches": 2,
+      "darkformer": {"scope": "layer", "rank": 16, "init": "whiten"}, "lfk": {"init": "iid"}}})"));
+  EXPECT_EQ(c.attention.draw, FeatureDrawKind::iid);
+  EXPECT_EQ(c.attention.redraw_interval, 0);
+  EXPECT_EQ(c.attention.eps, 1e-4);
+  EXPECT_EQ(c.attention.mode, AttentionMode::exact);
+  EXPECT_EQ(c.attention.chunk_size, 32);
+  EXPECT_EQ(c.attention.calibration_batches, 2);
+  EXPECT_EQ(c.attention.darkformer.scope, DarkformerScope::layer);
+  EXPECT_EQ(c.attention.darkformer.rank, 16);
+  EXPECT_EQ(c.attention.darkformer.init, DarkformerInit::whiten);
+  EXPECT_EQ(c.attention.lfk.init, LfkInit::iid);
+  EXPECT_EQ(enum_name(ProposalKind::variance_optimal), "variance_optimal");
+
+  // --set reaches the third level and keeps the keys beside it.
+  json doc = json::parse(R"({"attention": {"darkformer": {"scope": "layer"}}})");
+  apply_override(doc, "attention.darkformer.rank=8");
+  apply_override(doc, "attention.lfk.init=iid");  // creates the section
+  apply_override(doc, R"(attention.layers={"1": {"kind": "softmax"}})");
+  const RunConfig o = parse_config(doc);
+  EXPECT_EQ(o.attention.darkformer.rank, 8);
+  EXPECT_EQ(o.attention.darkformer.scope, DarkformerScope::layer);
+  EXPECT_EQ(o.attention.lfk.init, LfkInit::iid);
+  ASSERT_EQ(o.attention.layers.size(), 1u);
+  EXPECT_EQ(o.attention.layers[0].settings, json::parse(R"({"kind": "softmax"})"));
+
+  EXPECT_EQ(parse_error(R"({"attention": {"darkformer": {"scope": "model"}}})"),
+            R"(config: attention.darkformer.scope: "model" is not one of head, layer)");
+  EXPECT_EQ(parse_error(R"({"attention": {"darkformer": {"rank": -1}}})"),
+            "config: attention.darkformer.rank: expected a non-negative integer, got -1");
+  EXPECT_EQ(parse_error(R"({"attention": {"eps": 0}})"), "config: attention.eps: expected a number > 0, got 0");
+  EXPECT_EQ(parse_error(R"({"attention": {"darkformer": 4}})"),
+            "config: attention.darkformer: expected an object, got 4");
+  json wrong = json::parse(R"({"attention": {"darkformer": 4}})");
+  EXPECT_EQ(error_of([&] { apply_override(wrong, "attention.darkformer.rank=8"); }),
+            "config: attention.darkformer: expected an object, got 4");
+}
+
+TEST(Config, NestedUnknownKeysSuggestTheClosest) {
+  EXPECT_EQ(parse_error(R"({"attention": {"darkformer": {"rnak": 8}}})"),
+            "config: attention.darkformer.rnak: unknown key (did you mean attention.darkformer.rank?)");
+  EXPECT_EQ(parse_error(R"({"attention": {"darkformr": {"rank": 8}}})"),
+            "config: attention.darkformr: unknown key (did you mean attention.darkformer?)");
+  EXPECT_EQ(parse_error(R"({"attention": {"darkformer": {"xyzzy": 1}}})"),
+            "config: attention.darkformer.xyzzy: unknown key (attention.darkformer has: scope, rank, init)");
+  json any = json::object();
+  EXPECT_EQ(error_of([&] { apply_override(any, "attention.darkformer.rnak=8"); }),
+            "config: attention.darkformer.rnak: unknown key (did you mean attention.darkformer.rank?)");
+  EXPECT_EQ(error_of([&] { apply_override(any, "attention.lfk.xyzzy=1"); }),
+            "config: attention.lfk.xyzzy: unknown key (attention.lfk has: init)");
+}
+
+TEST(Config, PerLayerOverrides) {
+  const RunConfig c = parse_config(json::parse(R"({"model": {"n_layers": 6}, "attention": {"kind": "performer",
+      "num_features": 32, "layers": {"0-1": {"kind": "softmax"},
+                                     "5": {"num_features": 1.28e2, "darkformer": {"rank": 16}}}}})"));
+  ASSERT_EQ(c.attention.layers.size(), 2u);
+  EXPECT_EQ(c.attention.layers[0].first, 0);
+  EXPECT_EQ(c.attention.layers[0].last, 1);
+  EXPECT_EQ(c.attention.layers[0].settings, json::parse(R"({"kind": "softmax"})"));
+  EXPECT_EQ(c.attention.layers[1].first, 5);
+  EXPECT_EQ(c.attention.layers[1].last, 5);
+  // Stored as the setters read them: 1.28e2 is the integer 128.
+  EXPECT_EQ(c.attention.layers[1].settings, json::parse(R"({"num_features": 128, "darkformer": {"rank": 16}})"));
+  EXPECT_EQ(c.attention.kind, AttentionKind::performer);  // the base is untouched
+
+  for (int layer = 0; layer < 6; ++layer) {
+    const AttentionConfig a = attention_for_layer(c, layer);
+    SCOPED_TRACE(layer);
+    EXPECT_TRUE(a.layers.empty());
+    EXPECT_EQ(a.kind, layer <= 1 ? AttentionKind::softmax : AttentionKind::performer);
+    EXPECT_EQ(a.num_features, layer == 5 ? 128 : 32);
+    EXPECT_EQ(a.darkformer.rank, layer == 5 ? 16 : 0);
+    EXPECT_EQ(a.darkformer.scope, DarkformerScope::head);  // not overridden anywhere
+  }
+}
+
+TEST(Config, PerLayerOverrideErrors) {
+  const auto with_layers = [](const std::string& layers) {
+    return parse_error(R"({"attention": {"layers": )" + layers + "}}");
+  };
+  for (const std::string key : {"2-1", "1-1", "a", "-1", "01", "1-", "1-2-3", "", " 1"}) {
+    EXPECT_EQ(with_layers("{\"" + key + "\": {}}"),
+              "config: attention.layers." + key +
+                  R"(: expected a layer ("3") or an inclusive range first-last with first < last ("0-1"))");
+  }
+  EXPECT_EQ(with_layers(R"({"4": {}})"), "config: attention.layers.4: layer 4 does not exist (model.n_layers = 4)");
+  EXPECT_EQ(with_layers(R"({"2-7": {}})"),
+            "config: attention.layers.2-7: layer 7 does not exist (model.n_layers = 4)");
+  EXPECT_EQ(with_layers(R"({"0-2": {}, "2-3": {}})"),
+            "config: attention.layers.2-3: overlaps attention.layers.0-2 (both cover layer 2)");
+  EXPECT_EQ(with_layers(R"({"0-3": {}, "2": {}})"),
+            "config: attention.layers.2: overlaps attention.layers.0-3 (both cover layer 2)");
+  EXPECT_EQ(with_layers(R"({"0": {}, "1-2": {}, "3": {}})"), "");  // adjacent ranges are fine
+  EXPECT_EQ(with_layers(R"({"0-1": {"kind": "soft"}})"),
+            R"(config: attention.layers.0-1.kind: "soft" is not one of softmax, performer, lfk, darkformer)");
+  EXPECT_EQ(with_layers(R"({"0-1": {"num_feature": 8}})"),
+            "config: attention.layers.0-1.num_feature: unknown key (did you mean num_features?)");
+  EXPECT_EQ(with_layers(R"({"3": {"darkformer": {"rank": "8"}}})"),
+            R"(config: attention.layers.3.darkformer.rank: expected an integer, got "8")");
+  EXPECT_EQ(with_layers(R"({"3": {"darkformer": {"rnak": 8}}})"),
+            "config: attention.layers.3.darkformer.rnak: unknown key (did you mean darkformer.rank?)");
+  EXPECT_EQ(with_layers(R"({"3": {"darkformer": 2}})"),
+            "config: attention.layers.3.darkformer: expected an object, got 2");
+  EXPECT_EQ(with_layers(R"({"3": {"layers": {}}})"),
+            "config: attention.layers.3.layers: not allowed inside a per-layer override");
+  EXPECT_EQ(with_layers(R"({"3": "softmax"})"),
+            R"(config: attention.layers.3: expected an object of attention keys, got "softmax")");
+  EXPECT_EQ(with_layers("[1]"),
+            "config: attention.layers: expected an object mapping layers to attention keys, got [1]");
+
+  // validate_config checks overrides built in code the same way.
+  RunConfig c = parse_config(json::object());
+  c.attention.layers = {{3, 2, json::object()}};
+  EXPECT_EQ(error_of([&] { validate_config(c); }),
+            R"(config: attention.layers.3-2: expected a layer ("3") or an inclusive range first-last )"
+            R"(with first < last ("0-1"))");
+  c.attention.layers = {{1, 1, json{{"kind", "sofmax"}}}};
+  EXPECT_EQ(error_of([&] { validate_config(c); }),
+            R"(config: attention.layers.1.kind: "sofmax" is not one of softmax, performer, lfk, darkformer)");
+}
+
+TEST(Config, AttentionCrossFieldRules) {
+  // The default model's head dimension is 256 / 4 = 64.
+  EXPECT_EQ(parse_error(R"({"attention": {"darkformer": {"rank": 65}}})"),
+            "config: attention.darkformer.rank: 65 exceeds the head dimension model.d_model / model.n_heads = 64");
+  EXPECT_EQ(parse_error(R"({"attention": {"kind": "lfk", "mode": "exact"}})"),
+            R"(config: attention.mode: "exact" cannot be used with kind "lfk": LFK learns its feature map, )"
+            "so there is no fixed kernel to evaluate exactly");
+  for (const std::string kind : {"lfk", "softmax"}) {
+    EXPECT_EQ(parse_error(R"({"attention": {"kind": ")" + kind + R"(", "proposal": "variance_optimal"}})"),
+              R"(config: attention.proposal: "variance_optimal" cannot be used with kind ")" + kind +
+                  R"(": only performer and darkformer draw random features (lfk learns them, softmax has none))");
+  }
+  EXPECT_EQ(parse_error(R"({"attention": {"kind": "performer", "mode": "exact", "proposal": "variance_optimal"}})"),
+            R"(config: attention.proposal: "variance_optimal" cannot be used with mode "exact": )"
+            "exact attention draws no features");
+  for (const char* allowed : {
+           R"({"attention": {"darkformer": {"rank": 64}}})",
+           R"({"attention": {"kind": "performer", "mode": "exact"}})",
+           R"({"attention": {"kind": "darkformer", "mode": "exact"}})",
+           R"({"attention": {"kind": "performer", "proposal": "variance_optimal"}})",
+           R"({"attention": {"kind": "darkformer", "proposal": "variance_optimal"}})",
+       }) {
+    EXPECT_NO_THROW(parse_config(json::parse(allowed))) << allowed;
+  }
+
+  // Each override's effective settings (base plus override) obey the same rules; errors name
+  // the override.
+  EXPECT_EQ(parse_error(R"({"attention": {"kind": "performer", "mode": "exact",
+                                           "layers": {"1-2": {"kind": "lfk"}}}})"),
+            R"(config: attention.layers.1-2.mode: "exact" cannot be used with kind "lfk": LFK learns its )"
+            "feature map, so there is no fixed kernel to evaluate exactly");
+  EXPECT_EQ(parse_error(R"({"attention": {"layers": {"3": {"darkformer": {"rank": 80}}}}})"),
+            "config: attention.layers.3.darkformer.rank: 80 exceeds the head dimension model.d_model / "
+            "model.n_heads = 64");
+  EXPECT_EQ(parse_error(R"({"attention": {"kind": "performer", "proposal": "variance_optimal",
+                                           "layers": {"0": {"kind": "softmax"}}}})"),
+            R"(config: attention.layers.0.proposal: "variance_optimal" cannot be used with kind "softmax": )"
+            "only performer and darkformer draw random features (lfk learns them, softmax has none)");
+  // An override that changes the kind can also reset the options its kind refuses.
+  EXPECT_NO_THROW(parse_config(json::parse(R"({"attention": {"kind": "performer", "proposal": "variance_optimal",
+      "layers": {"0": {"kind": "softmax", "proposal": "isotropic"}}}})")));
+}
+
+TEST(Config, JsonRoundTripWithNestedKeysAndOverrides) {
+  const json doc = json::parse(R"({"model": {"n_layers": 6}, "attention": {"kind": "darkformer",
+      "darkformer": {"rank": 32, "scope": "layer"}, "lfk": {"init": "iid"},
+      "layers": {"0-1": {"kind": "softmax"}, "5": {"num_features": 2e2, "darkformer": {"init": "whiten"}}}}})");
+  const json resolved = to_json(parse_config(doc, "rt"));
+  EXPECT_EQ(resolved["attention"]["darkformer"],
+            json::parse(R"({"scope": "layer", "rank": 32, "init": "identity"})"));
+  EXPECT_EQ(resolved["attention"]["lfk"], json::parse(R"({"init": "iid"})"));
+  EXPECT_EQ(resolved["attention"]["layers"],
+            json::parse(R"({"0-1": {"kind": "softmax"},
+                            "5": {"num_features": 200, "darkformer": {"init": "whiten"}}})"));
+  // Through text, as config.json is read back.
+  EXPECT_EQ(to_json(parse_config(json::parse(resolved.dump()), "other")), resolved);
 }
 
 TEST(Config, FilesAndWriteResolved) {
@@ -335,11 +536,16 @@ TEST(Config, Tables) {
             std::string::npos);
   EXPECT_NE(md.find("| `model.dropout` | number | `0.0` | [0, 1) | dropout probability |"),
             std::string::npos);
-  EXPECT_NE(md.find("`[\"*norm*\",\"*embed_tokens*\"]`"), std::string::npos);
+  EXPECT_NE(md.find("`[\"*norm*\",\"*embed_tokens*\",\"*feature_map*\"]`"), std::string::npos);
   EXPECT_NE(md.find("\"\" = runs/&lt;config file stem>"), std::string::npos);
+  EXPECT_NE(md.find("| `attention.darkformer.scope` | string | `\"head\"` | head, layer | DARKFormer: "),
+            std::string::npos);
+  EXPECT_NE(md.find("| `attention.layers` | object | `{}` | layer or range -> attention keys | per-layer "),
+            std::string::npos);
 
-  RunConfig c =
-      parse_config(json::parse(R"({"training": {"steps": 50}, "schedule": {"warmup_steps": 5}})"), "t");
+  RunConfig c = parse_config(json::parse(R"({"training": {"steps": 50}, "schedule": {"warmup_steps": 5},
+      "attention": {"layers": {"1": {"kind": "softmax"}}}})"),
+                             "t");
   const std::string table = config_table(c);
   EXPECT_EQ(static_cast<std::size_t>(std::count(table.begin(), table.end(), '\n')), config_keys().size());
   // Keys padded to the longest key (training.max_consecutive_skips) plus two spaces.
@@ -351,6 +557,8 @@ TEST(Config, Tables) {
   EXPECT_NE(table.find(row("training.batch_size", "16")), std::string::npos) << table;
   EXPECT_NE(table.find(row("model.d_ff", "704  (default 0)")), std::string::npos) << table;
   EXPECT_NE(table.find(row("output.dir", "\"runs/t\"  (default \"\")")), std::string::npos) << table;
+  EXPECT_NE(table.find(row("attention.layers", R"({"1":{"kind":"softmax"}}  (default {}))")), std::string::npos)
+      << table;
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -271,6 +272,52 @@ Field choice(std::string path, Access access, std::string description) {
           }};
 }
 
+// ---------------------------------------------------------------- per-layer overrides
+// The key of a layer range: "3" for one layer, "0-1" for an inclusive range.
+std::string range_key(int first, int last) {
+  return first == last ? std::to_string(first) : str(first, "-", last);
+}
+
+// The inverse of range_key, and only that: digits without sign or leading zeros, and first <
+// last in a range, so that every range has one spelling and to_json writes keys back as given.
+std::pair<int, int> layer_range(const std::string& key, const std::string& where) {
+  const auto layer = [](std::string_view text, int& out) {
+    if (text.empty() || text.find_first_not_of("0123456789") != std::string_view::npos) return false;
+    if (text.size() > 1 && text[0] == '0') return false;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+    return ec == std::errc() && end == text.data() + text.size();
+  };
+  const std::string_view text = key;
+  const std::size_t dash = text.find('-');
+  int first = 0;
+  int last = 0;
+  const bool valid = layer(text.substr(0, dash), first) &&
+                     layer(dash == std::string_view::npos ? text : text.substr(dash + 1), last) &&
+                     (dash == std::string_view::npos || first < last);
+  if (!valid) fail(where, "expected a layer (\"3\") or an inclusive range first-last with first < last (\"0-1\")");
+  return {first, last};
+}
+
+// Parses attention.layers (defined below the schema, whose fields it uses).
+std::vector<AttentionLayerOverride> layer_overrides_value(const json& v, const std::string& where);
+
+template <class Access>
+Field layer_overrides(std::string path, Access access, std::string description) {
+  return {std::move(path),
+          "object",
+          "layer or range -> attention keys",
+          std::move(description),
+          false,
+          [access](const RunConfig& c) {
+            json out = json::object();
+            for (const AttentionLayerOverride& o : access(c)) out[range_key(o.first, o.last)] = o.settings;
+            return out;
+          },
+          [access](RunConfig& c, const json& v, const std::string& where) {
+            access(c) = layer_overrides_value(v, where);
+          }};
+}
+
 // The schema, in documentation order. Defaults are RunConfig's member initialisers.
 std::vector<Field> make_schema() {
   return {
@@ -294,9 +341,44 @@ std::vector<Field> make_schema() {
               "longest sequence the model accepts (RoPE table length); 0 = data.seq_len"),
 
       choice(DARK_CONFIG_MEMBER(attention.kind),
-             "attention mechanism; the model builder rejects kinds this build does not implement"),
+             "attention mechanism of every layer (attention.layers overrides it per layer)"),
       integer(DARK_CONFIG_MEMBER(attention.num_features), 1,
-              "random features per head (random-feature kinds)"),
+              "random features per head, m (performer, lfk, darkformer); cost and accuracy grow with m"),
+      choice(DARK_CONFIG_MEMBER(attention.draw),
+             "how the random features are drawn: iid Gaussian rows, or orthogonal blocks (Haar "
+             "rotations with chi-distributed row norms; lower variance)"),
+      integer(DARK_CONFIG_MEMBER(attention.redraw_interval), 0,
+              "optimizer steps between random-feature redraws in training; 0 = never (one draw per run)"),
+      number(DARK_CONFIG_MEMBER(attention.eps), positive(),
+             "guard added to the linear-attention denominator, in offset-scaled units (features "
+             "rescaled so the largest so far is 1)"),
+      choice(DARK_CONFIG_MEMBER(attention.mode),
+             "linear = the random-feature estimate, linear in sequence length; exact = the same "
+             "kernel evaluated exactly, quadratic (separates kernel from estimator; not lfk)"),
+      choice(DARK_CONFIG_MEMBER(attention.proposal),
+             "distribution of the feature draws: isotropic N(0, I), or variance_optimal N(0, C*) "
+             "fitted on calibration batches (performer and darkformer in mode linear only)"),
+      integer(DARK_CONFIG_MEMBER(attention.chunk_size), 1,
+              "tokens per chunk of causal linear attention: a speed/memory trade-off, not a "
+              "modelling choice"),
+      integer(DARK_CONFIG_MEMBER(attention.calibration_batches), 1,
+              "training batches measured before step 1 for darkformer.init whiten and proposal "
+              "variance_optimal; unused otherwise"),
+      choice(DARK_CONFIG_MEMBER(attention.darkformer.scope),
+             "DARKFormer: head = one learned M per (layer, key/value head); layer = one M per layer, shared by "
+             "its heads"),
+      integer(DARK_CONFIG_MEMBER(attention.darkformer.rank), 0,
+              "DARKFormer: rows r of M (r x head dim); 0 = full rank (head dim); at most "
+              "model.d_model / model.n_heads"),
+      choice(DARK_CONFIG_MEMBER(attention.darkformer.init),
+             "DARKFormer: M's initial value; identity = exactly Performer with the same features, "
+             "whiten = from the queries' and keys' covariance on calibration batches"),
+      choice(DARK_CONFIG_MEMBER(attention.lfk.init),
+             "LFK: how the learned W (m x head dim) starts: a Performer feature draw of this kind"),
+      layer_overrides(DARK_CONFIG_MEMBER(attention.layers),
+                      "per-layer overrides, e.g. {\"0-1\": {\"kind\": \"softmax\"}}: any attention key but "
+                      "layers, for a layer or an inclusive range; ranges disjoint, below model.n_layers; "
+                      "{} = none"),
 
       text(DARK_CONFIG_MEMBER(data.corpus), true, "named corpus to build token shards from"),
       text_list(DARK_CONFIG_MEMBER(data.sources), "files, folders or glob patterns of text; when given, they replace data.corpus"),
@@ -365,8 +447,12 @@ const Field* find_field(const std::string& path) {
   return nullptr;
 }
 
-std::string section_of(const std::string& path) {
-  const std::size_t dot = path.find('.');
+std::string join(const std::string& prefix, const std::string& key) {
+  return prefix.empty() ? key : prefix + "." + key;
+}
+
+std::string parent_of(const std::string& path) {
+  const std::size_t dot = path.rfind('.');
   return dot == std::string::npos ? "" : path.substr(0, dot);
 }
 
@@ -375,22 +461,38 @@ std::string leaf_of(const std::string& path) {
   return dot == std::string::npos ? path : path.substr(dot + 1);
 }
 
-bool is_section(const std::string& name) {
+// A section is a JSON object of the schema: a proper prefix of some field's path.
+bool is_section(const std::string& path) {
   for (const Field& f : schema()) {
-    if (section_of(f.path) == name) return true;
+    if (f.path.starts_with(path + ".")) return true;
   }
   return false;
 }
 
-// Top-level names in documentation order: the sections and the top-level fields.
-std::vector<std::string> top_level_names() {
+// Every name below `root` ("" = the whole config), relative to it, in documentation order:
+// each section just before its first field ("darkformer", then "darkformer.scope").
+std::vector<std::string> names_below(const std::string& root) {
   std::vector<std::string> names;
-  for (const Field& f : schema()) {
-    const std::string section = section_of(f.path);
-    const std::string name = section.empty() ? f.path : section;
+  const auto add = [&names](const std::string& name) {
     if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+  };
+  for (const Field& f : schema()) {
+    if (!root.empty() && !f.path.starts_with(root + ".")) continue;
+    const std::string rel = root.empty() ? f.path : f.path.substr(root.size() + 1);
+    for (std::size_t dot = rel.find('.'); dot != std::string::npos; dot = rel.find('.', dot + 1))
+      add(rel.substr(0, dot));
+    add(rel);
   }
   return names;
+}
+
+// The names directly inside `section`, comma-separated ("" = the top-level names).
+std::string children_of(const std::string& section) {
+  std::string out;
+  for (const std::string& name : names_below(section)) {
+    if (name.find('.') == std::string::npos) out += (out.empty() ? "" : ", ") + name;
+  }
+  return out;
 }
 
 std::size_t edit_distance(const std::string& a, const std::string& b) {
@@ -408,45 +510,132 @@ std::size_t edit_distance(const std::string& a, const std::string& b) {
   return row[b.size()];
 }
 
-// "config: PATH: unknown key (did you mean CLOSEST?)"; without a close key, the keys that
-// do exist where PATH points.
-[[noreturn]] void unknown_key(const std::string& path) {
-  std::vector<std::string> candidates;
-  if (path.find('.') == std::string::npos) {
-    candidates = top_level_names();
-  } else {
-    for (const Field& f : schema()) candidates.push_back(f.path);
-  }
-  const std::string leaf = leaf_of(path);
+// Where the keys of a JSON object point: schema paths below `root` ("" = the whole config),
+// named in errors below `shown`. A per-layer override's keys: root "attention", shown
+// "attention.layers.0-1".
+struct Scope {
+  std::string root;
+  std::string shown;
+};
+
+// "config: PATH: unknown key (did you mean CLOSEST?)", CLOSEST relative to the scope's root;
+// without a close key, the keys that do exist in the nearest enclosing section.
+[[noreturn]] void unknown_key(const std::string& rel, const Scope& scope) {
+  const std::string where = join(scope.shown, rel);
+  const std::string leaf = leaf_of(rel);
   std::size_t best_score = std::numeric_limits<std::size_t>::max();
   std::string best;
-  for (const std::string& c : candidates) {
+  for (const std::string& c : names_below(scope.root)) {
     // A key typed into the wrong section ("optimizer.warmup_steps") is close too.
-    const std::size_t score = std::min(edit_distance(path, c), edit_distance(leaf, leaf_of(c)) + 1);
+    const std::size_t score = std::min(edit_distance(rel, c), edit_distance(leaf, leaf_of(c)) + 1);
     if (score < best_score) {
       best_score = score;
       best = c;
     }
   }
   if (best_score <= std::max<std::size_t>(2, leaf.size() / 3))
-    fail(path, str("unknown key (did you mean ", best, "?)"));
-  const std::string section = section_of(path);
-  if (!section.empty() && is_section(section)) {
-    std::string keys;
-    for (const Field& f : schema()) {
-      if (section_of(f.path) == section) keys += (keys.empty() ? "" : ", ") + leaf_of(f.path);
+    fail(where, str("unknown key (did you mean ", best, "?)"));
+  std::string section = parent_of(rel);
+  while (!section.empty() && !is_section(join(scope.root, section))) section = parent_of(section);
+  section = join(scope.root, section);
+  if (section.empty()) fail(where, str("unknown key (top-level keys: ", children_of(""), ")"));
+  fail(where, str("unknown key (", section, " has: ", children_of(section), ")"));
+}
+
+using Visit = std::function<void(const Field&, const json& value, const std::string& where)>;
+
+// Calls `visit` for every field `object` sets, recursing into sections (which must be
+// objects); an unknown key is an error. `rel` is the object's own path below the scope's root.
+void for_each_setting(const json& object, const Scope& scope, const Visit& visit, const std::string& rel = "") {
+  for (const auto& [key, value] : object.items()) {
+    const std::string key_rel = join(rel, key);
+    const std::string path = join(scope.root, key_rel);
+    const std::string where = join(scope.shown, key_rel);
+    if (const Field* field = find_field(path)) {
+      visit(*field, value, where);
+    } else if (is_section(path)) {
+      if (!value.is_object()) fail(where, str("expected an object, got ", value.dump()));
+      for_each_setting(value, scope, visit, key_rel);
+    } else {
+      unknown_key(key_rel, scope);
     }
-    fail(path, str("unknown key (", section, " has: ", keys, ")"));
   }
-  std::string names;
-  for (const std::string& n : top_level_names()) names += (names.empty() ? "" : ", ") + n;
-  fail(path, str("unknown key (top-level keys: ", names, ")"));
 }
 
 std::string dotted_to_pointer(const std::string& path) {
   std::string pointer = "/" + path;
   std::replace(pointer.begin(), pointer.end(), '.', '/');
   return pointer;
+}
+
+// Sets a per-layer override's attention keys on `config` through the fields' own setters
+// (errors name `shown`.KEY) and returns them as the setters stored them (2e3 -> 2000).
+json set_attention_settings(RunConfig& config, const json& settings, const std::string& shown) {
+  const Scope scope{"attention", shown};
+  json stored = json::object();
+  for_each_setting(settings, scope, [&](const Field& f, const json& value, const std::string& where) {
+    if (f.path == "attention.layers") fail(where, "not allowed inside a per-layer override");
+    f.set(config, value, where);
+    stored[json::json_pointer(dotted_to_pointer(f.path.substr(scope.root.size() + 1)))] = f.get(config);
+  });
+  return stored;
+}
+
+std::vector<AttentionLayerOverride> layer_overrides_value(const json& v, const std::string& where) {
+  if (!v.is_object()) fail(where, str("expected an object mapping layers to attention keys, got ", v.dump()));
+  std::vector<AttentionLayerOverride> overrides;
+  for (const auto& [key, settings] : v.items()) {
+    const std::string at = where + "." + key;
+    const auto [first, last] = layer_range(key, at);
+    if (!settings.is_object()) fail(at, str("expected an object of attention keys, got ", settings.dump()));
+    RunConfig scratch;
+    overrides.push_back({first, last, set_attention_settings(scratch, settings, at)});
+  }
+  return overrides;
+}
+
+std::string override_path(const AttentionLayerOverride& o) {
+  return "attention.layers." + range_key(o.first, o.last);
+}
+
+// Every override inside the model, and no layer in two of them.
+void validate_layer_ranges(const std::vector<AttentionLayerOverride>& overrides, int n_layers) {
+  std::vector<const AttentionLayerOverride*> by_first;
+  for (const AttentionLayerOverride& o : overrides) by_first.push_back(&o);
+  std::stable_sort(by_first.begin(), by_first.end(), [](auto* a, auto* b) { return a->first < b->first; });
+  const AttentionLayerOverride* furthest = nullptr;  // of those before, the one reaching furthest
+  for (const AttentionLayerOverride* o : by_first) {
+    if (o->last >= n_layers)
+      fail(override_path(*o), str("layer ", o->last, " does not exist (model.n_layers = ", n_layers, ")"));
+    if (furthest != nullptr && o->first <= furthest->last)
+      fail(override_path(*o),
+           str("overlaps ", override_path(*furthest), " (both cover layer ", o->first, ")"));
+    if (furthest == nullptr || o->last > furthest->last) furthest = o;
+  }
+}
+
+// The rules between attention keys (see config.h) on one layer's effective settings; errors
+// name `prefix`.KEY, prefix "attention" or a per-layer override's path.
+void validate_attention(const AttentionConfig& a, int head_dim, const std::string& prefix) {
+  if (a.darkformer.rank > head_dim) {
+    fail(prefix + ".darkformer.rank",
+         str(a.darkformer.rank, " exceeds the head dimension model.d_model / model.n_heads = ", head_dim));
+  }
+  if (a.mode == AttentionMode::exact && a.kind == AttentionKind::lfk) {
+    fail(prefix + ".mode",
+         "\"exact\" cannot be used with kind \"lfk\": LFK learns its feature map, so there is no fixed "
+         "kernel to evaluate exactly");
+  }
+  if (a.proposal != ProposalKind::variance_optimal) return;
+  if (a.kind != AttentionKind::performer && a.kind != AttentionKind::darkformer) {
+    fail(prefix + ".proposal",
+         str("\"variance_optimal\" cannot be used with kind \"", enum_name(a.kind),
+             "\": only performer and darkformer draw random features (lfk learns them, softmax has none)"));
+  }
+  if (a.mode == AttentionMode::exact) {
+    fail(prefix + ".proposal",
+         "\"variance_optimal\" cannot be used with mode \"exact\": exact attention draws no features");
+  }
 }
 
 }  // namespace
@@ -461,6 +650,16 @@ const std::vector<ConfigKey>& config_keys() {
     return out;
   }();
   return keys;
+}
+
+AttentionConfig attention_for_layer(const RunConfig& config, int layer) {
+  RunConfig effective;
+  effective.attention = config.attention;
+  effective.attention.layers.clear();
+  for (const AttentionLayerOverride& o : config.attention.layers) {
+    if (o.first <= layer && layer <= o.last) set_attention_settings(effective, o.settings, override_path(o));
+  }
+  return effective.attention;
 }
 
 int auto_d_ff(int d_model) {
@@ -511,6 +710,12 @@ void validate_config(const RunConfig& config) {
   if (m.n_heads % kv_heads != 0) {
     fail("model.n_kv_heads", str(kv_heads, " does not divide model.n_heads (", m.n_heads, ")"));
   }
+  validate_layer_ranges(config.attention.layers, m.n_layers);
+  // After the range checks: each layer's effective settings are then the base and at most
+  // one override, so checking once per override covers every layer.
+  validate_attention(config.attention, head_dim, "attention");
+  for (const AttentionLayerOverride& o : config.attention.layers)
+    validate_attention(attention_for_layer(config, o.first), head_dim, override_path(o));
   if (m.max_seq_len != 0 && m.max_seq_len < config.data.seq_len) {
     fail("model.max_seq_len", str(m.max_seq_len, " is less than data.seq_len (", config.data.seq_len, ")"));
   }
@@ -528,21 +733,9 @@ void validate_config(const RunConfig& config) {
 RunConfig parse_config(const json& doc, const std::string& config_stem) {
   if (!doc.is_object()) throw Error(str("config: expected a JSON object at the top level, got ", doc.dump()));
   RunConfig config;
-  for (const auto& [key, value] : doc.items()) {
-    if (is_section(key)) {
-      if (!value.is_object()) fail(key, str("expected an object, got ", value.dump()));
-      for (const auto& [leaf, leaf_value] : value.items()) {
-        const std::string path = key + "." + leaf;
-        const Field* field = find_field(path);
-        if (field == nullptr) unknown_key(path);
-        field->set(config, leaf_value, path);
-      }
-    } else {
-      const Field* field = find_field(key);
-      if (field == nullptr) unknown_key(key);
-      field->set(config, value, key);
-    }
-  }
+  for_each_setting(doc, Scope{}, [&config](const Field& f, const json& value, const std::string& where) {
+    f.set(config, value, where);
+  });
   resolve_config(config, config_stem);
   validate_config(config);
   return config;
@@ -579,14 +772,18 @@ void apply_override(json& doc, const std::string& assignment) {
   const std::string path = assignment.substr(0, eq);
   const std::string text = assignment.substr(eq + 1);
   const Field* field = find_field(path);
-  if (field == nullptr) unknown_key(path);
+  if (field == nullptr) unknown_key(path, Scope{});
   json value = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (value.is_discarded() || (field->takes_text && !value.is_string())) value = text;
   if (doc.is_null()) doc = json::object();
   if (!doc.is_object()) throw Error(str("config: expected a JSON object at the top level, got ", doc.dump()));
-  const std::string section = section_of(path);
-  if (!section.empty() && doc.contains(section) && !doc[section].is_object()) {
-    fail(section, str("expected an object, got ", doc[section].dump()));
+  // The sections on the way must be objects where the document already has them.
+  const json* node = &doc;
+  for (std::size_t dot = path.find('.'); dot != std::string::npos; dot = path.find('.', dot + 1)) {
+    const std::string section = path.substr(0, dot);
+    if (!node->contains(leaf_of(section))) break;
+    node = &node->at(leaf_of(section));
+    if (!node->is_object()) fail(section, str("expected an object, got ", node->dump()));
   }
   doc[json::json_pointer(dotted_to_pointer(path))] = std::move(value);
 }

@@ -2,9 +2,10 @@
 // form; every field has a default (the member initialisers below) and is documented.
 //
 // The schema lives once, in train/config.cpp: a table of fields, each naming its JSON path
-// (identical to the C++ member path, e.g. "model.d_model"), type, allowed values and a
-// one-line description. That table drives parsing, validation, the resolved-config output,
-// the start-up table and the Markdown reference (config_markdown_table()).
+// (identical to the C++ member path, e.g. "model.d_model" or "attention.darkformer.rank";
+// every dot is one level of JSON object), type, allowed values and a one-line description.
+// That table drives parsing, validation, the resolved-config output, the start-up table and
+// the Markdown reference (config_markdown_table()).
 //
 // Rules: unknown keys are errors (with the closest known key suggested); values are
 // type-checked and range-checked; cross-field constraints are checked after the "auto"
@@ -13,6 +14,13 @@
 //   config: optimizer.name: "adam" is not one of adamw, sgd
 //   config: training.steps: expected a positive integer, got -5
 //   config: model.n_layer: unknown key (did you mean model.n_layers?)
+//   config: attention.layers.0-1.num_feature: unknown key (did you mean num_features?)
+//
+// Per-layer attention: "attention": {"layers": {"0-1": {"kind": "softmax"}, "5": {...}}} maps
+// a layer ("5") or an inclusive range ("0-1", first < last) to attention keys that replace
+// the base ones in those layers. An override may set any attention key but "layers" (nested
+// "darkformer" / "lfk" objects included), checked like the base keys. Ranges must lie within
+// model.n_layers and be disjoint. attention_for_layer() gives a layer's effective settings.
 // Config files are JSON; // and /* */ comments are allowed.
 #pragma once
 #include <array>
@@ -32,6 +40,12 @@ enum class AttentionKind { softmax, performer, lfk, darkformer };
 enum class TokenizerKind { sentencepiece, byte };
 enum class OptimizerKind { adamw, sgd };
 enum class ScheduleKind { cosine, linear, constant };
+enum class FeatureDrawKind { iid, orthogonal };
+enum class AttentionMode { linear, exact };
+enum class ProposalKind { isotropic, variance_optimal };
+enum class DarkformerScope { head, layer };
+enum class DarkformerInit { identity, whiten };
+enum class LfkInit { orthogonal, iid };
 
 // The spelling of each enumerator in config files, in documentation order.
 template <class E>
@@ -66,6 +80,36 @@ struct EnumNames<ScheduleKind> {
        {ScheduleKind::linear, "linear"},
        {ScheduleKind::constant, "constant"}}};
 };
+template <>
+struct EnumNames<FeatureDrawKind> {
+  static constexpr std::array<std::pair<FeatureDrawKind, std::string_view>, 2> table{
+      {{FeatureDrawKind::iid, "iid"}, {FeatureDrawKind::orthogonal, "orthogonal"}}};
+};
+template <>
+struct EnumNames<AttentionMode> {
+  static constexpr std::array<std::pair<AttentionMode, std::string_view>, 2> table{
+      {{AttentionMode::linear, "linear"}, {AttentionMode::exact, "exact"}}};
+};
+template <>
+struct EnumNames<ProposalKind> {
+  static constexpr std::array<std::pair<ProposalKind, std::string_view>, 2> table{
+      {{ProposalKind::isotropic, "isotropic"}, {ProposalKind::variance_optimal, "variance_optimal"}}};
+};
+template <>
+struct EnumNames<DarkformerScope> {
+  static constexpr std::array<std::pair<DarkformerScope, std::string_view>, 2> table{
+      {{DarkformerScope::head, "head"}, {DarkformerScope::layer, "layer"}}};
+};
+template <>
+struct EnumNames<DarkformerInit> {
+  static constexpr std::array<std::pair<DarkformerInit, std::string_view>, 2> table{
+      {{DarkformerInit::identity, "identity"}, {DarkformerInit::whiten, "whiten"}}};
+};
+template <>
+struct EnumNames<LfkInit> {
+  static constexpr std::array<std::pair<LfkInit, std::string_view>, 2> table{
+      {{LfkInit::orthogonal, "orthogonal"}, {LfkInit::iid, "iid"}}};
+};
 
 // "swiglu" for MlpKind::swiglu, and so on.
 template <class E>
@@ -96,9 +140,37 @@ struct ModelConfig {
   int max_seq_len = 0;            // longest sequence (RoPE table length); 0 = data.seq_len
 };
 
+struct DarkformerConfig {
+  DarkformerScope scope = DarkformerScope::head;  // one M per (layer, head), or one per layer shared by its heads
+  int rank = 0;                                   // rows of M (r x d); 0 = full rank d; must be <= head dim
+  DarkformerInit init = DarkformerInit::identity; // identity = exactly Performer with the same features; whiten = from calibration covariance
+};
+struct LfkConfig {
+  LfkInit init = LfkInit::orthogonal;  // how W (m x d) is initialised: a Performer draw of that kind
+};
+struct AttentionLayerOverride {
+  int first = 0, last = 0;   // inclusive layer range, from a key "3" or "0-1"
+  nlohmann::json settings;   // the attention keys it sets (validated), e.g. {"kind": "softmax"}
+};
+// Cross-field rules (validate_config), on the base settings and on each layer's effective
+// settings:
+//   darkformer.rank <= head dimension (model.d_model / model.n_heads);
+//   mode "exact" not with kind lfk (LFK learns its feature map: there is no fixed kernel);
+//   proposal "variance_optimal" only with kind performer or darkformer (LFK learns its
+//   features, softmax has none) and only with mode "linear" (exact attention draws none).
 struct AttentionConfig {
-  AttentionKind kind = AttentionKind::softmax;  // attention mechanism
-  int num_features = 64;                        // random features per head (random-feature kinds)
+  AttentionKind kind = AttentionKind::softmax;
+  int num_features = 64;                       // m, random features per head; >= 1
+  FeatureDrawKind draw = FeatureDrawKind::orthogonal;
+  std::int64_t redraw_interval = 1000;         // optimizer steps between feature redraws in training; 0 = never
+  double eps = 1e-6;                           // denominator guard (> 0), in offset-scaled units
+  AttentionMode mode = AttentionMode::linear;  // linear = random features; exact = the same kernel evaluated exactly
+  ProposalKind proposal = ProposalKind::isotropic;
+  int chunk_size = 64;                         // causal linear-attention chunk length, >= 1
+  int calibration_batches = 4;                 // training batches measured for darkformer.init=whiten and proposal=variance_optimal, >= 1
+  DarkformerConfig darkformer;
+  LfkConfig lfk;
+  std::vector<AttentionLayerOverride> layers;  // per-layer overrides
 };
 
 struct DataConfig {
@@ -121,7 +193,9 @@ struct OptimizerConfig {
   double weight_decay = 0.1;                  // decoupled weight decay
   double momentum = 0.0;                      // SGD momentum (sgd only)
   // Parameter-name glob patterns that get no weight decay.
-  std::vector<std::string> no_decay = {"*norm*", "*embed_tokens*"};
+  // The attention feature maps (DARKFormer's M, LFK's W) are excluded too: decaying M toward 0
+  // flattens the kernel toward uniform attention instead of regularising toward Performer.
+  std::vector<std::string> no_decay = {"*norm*", "*embed_tokens*", "*feature_map*"};
   double grad_clip = 1.0;  // max global gradient L2 norm; 0 = off
 };
 
@@ -160,10 +234,13 @@ struct RunConfig {
   std::uint64_t seed = 0;  // root of every random stream (init, data order, dropout, features)
 };
 
+// The attention settings of one layer: the base config with the overrides whose range holds `layer` applied (`layers` cleared).
+AttentionConfig attention_for_layer(const RunConfig& config, int layer);
+
 // ---- the documented keys (from the schema, in documentation order) ----
 struct ConfigKey {
   std::string path;           // "model.d_model"
-  std::string type;           // "integer", "number", "boolean", "string", "list of strings", ...
+  std::string type;           // "integer", "number", "boolean", "string", "list of strings", "object", ...
   std::string default_value;  // the default as JSON, e.g. 256 or "swiglu"
   std::string allowed;        // e.g. ">= 1", "[0, 1)", "softmax, performer, lfk, darkformer"
   std::string description;    // one line
@@ -174,9 +251,9 @@ const std::vector<ConfigKey>& config_keys();
 // Reads a JSON file (comments allowed). Errors: "config: cannot read PATH: REASON",
 // "config: PATH: invalid JSON at line L, column C: ...".
 nlohmann::json read_config_json(const std::filesystem::path& path);
-// Sets one key from "a.b=value": the value is parsed as JSON when it parses (numbers,
-// true/false, arrays, "quoted strings"), else taken as a bare string; a string-typed key
-// always takes the text as written. The key must exist in the schema. Not validated here.
+// Sets one key from "a.b=value" (at any depth: "attention.darkformer.rank=8"): the value is
+// parsed as JSON when it parses (numbers, true/false, arrays, "quoted strings"), else taken as
+// a bare string; a string-typed key always takes the text as written. The key must exist in the schema. Not validated here.
 void apply_override(nlohmann::json& doc, const std::string& assignment);
 // Parses, resolves auto values and validates a config document. `config_stem` names the
 // default run folder (runs/<config_stem>).
@@ -189,7 +266,8 @@ RunConfig load_config(const std::filesystem::path& path, const std::vector<std::
 void resolve_config(RunConfig& config, const std::string& config_stem = "default");
 // Per-field ranges and cross-field constraints (n_heads divides d_model, even head
 // dimension for RoPE, n_kv_heads divides n_heads, max_seq_len >= data.seq_len,
-// warmup_steps <= steps, momentum only with sgd). Auto values count as resolved.
+// warmup_steps <= steps, momentum only with sgd, the attention rules above AttentionConfig,
+// per-layer ranges within model.n_layers and disjoint). Auto values count as resolved.
 void validate_config(const RunConfig& config);
 // The d_ff that 0 resolves to: the multiple of 64 nearest 8/3 d_model (ties up), at least 64.
 int auto_d_ff(int d_model);
