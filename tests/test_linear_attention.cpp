@@ -29,36 +29,14 @@ using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
 
 using testing::expect_close;
 using testing::values;
+using testing::Padding;
+using testing::kPaddings;
+using testing::mask_tensor;
+using testing::padding_mask;
+using testing::padding_name;
 
 Tensor randn(const Shape& shape, std::uint64_t stream, DType dtype) {
   return Tensor::randn(shape, 2025, stream, DType::f64).to(dtype);
-}
-
-// Key padding masks of (B, T) as 0 / 1 values: right padding (batch b keeps the first
-// T - (b + 1) T / 4 keys), left padding (batch b drops the first (b + 1) T / 3, so early
-// causal queries see no real key) and holes (a fixed scatter, some at chunk edges).
-enum class Padding { right, left, holes };
-
-std::vector<std::int32_t> padding_mask(Padding kind, std::int64_t batch, std::int64_t len) {
-  std::vector<std::int32_t> real;
-  for (std::int64_t b = 0; b < batch; ++b)
-    for (std::int64_t j = 0; j < len; ++j) {
-      switch (kind) {
-        case Padding::right: real.push_back(j < len - (b + 1) * len / 4); break;
-        case Padding::left: real.push_back(j >= (b + 1) * len / 3); break;
-        case Padding::holes: real.push_back((j * 7 + b * 3) % 5 < 3); break;
-      }
-    }
-  return real;
-}
-
-const char* padding_name(Padding kind) {
-  return kind == Padding::right ? " right padding" : kind == Padding::left ? " left padding" : " holes";
-}
-
-Tensor mask_tensor(const std::vector<std::int32_t>& real, std::int64_t batch, DType dtype = DType::i32) {
-  const std::int64_t len = static_cast<std::int64_t>(real.size()) / batch;
-  return Tensor::from_vector(real, {batch, len}).to(dtype);
 }
 
 // The reference: A = exp(q - qoff_t - o_t) exp(k)^T computed densely (with a per-(b, kv)
@@ -319,7 +297,6 @@ TEST(LinearAttention, Deterministic) {
     }
 }
 
-const Padding kPaddings[] = {Padding::right, Padding::left, Padding::holes};
 
 TEST(LinearAttention, MaskedGradcheck) {
   for (const Case& c : {kCases[0], kCases[1], kCases[4], Case{2, 11, 2, 1, 3, 2, 4, true}})

@@ -118,4 +118,33 @@ inline void expect_close(const Tensor& got, const Tensor& want, double atol, dou
   if (bad) ADD_FAILURE() << what << ": " << bad << " bad elements, max abs err " << worst;
 }
 
+// Key padding masks of (B, L) as 0 / 1 values for the attention tests: right padding (batch
+// b keeps the first L - (b + 1) L / 4 keys), left padding (batch b drops the first
+// (b + 1) L / 3, so early causal queries see no real key) and holes (a fixed scatter, some
+// at chunk and tile edges).
+enum class Padding { right, left, holes };
+inline constexpr Padding kPaddings[] = {Padding::right, Padding::left, Padding::holes};
+
+inline std::vector<std::int32_t> padding_mask(Padding kind, std::int64_t batch, std::int64_t len) {
+  std::vector<std::int32_t> real;
+  for (std::int64_t b = 0; b < batch; ++b)
+    for (std::int64_t j = 0; j < len; ++j) {
+      switch (kind) {
+        case Padding::right: real.push_back(j < len - (b + 1) * len / 4); break;
+        case Padding::left: real.push_back(j >= (b + 1) * len / 3); break;
+        case Padding::holes: real.push_back((j * 7 + b * 3) % 5 < 3); break;
+      }
+    }
+  return real;
+}
+
+inline const char* padding_name(Padding kind) {
+  return kind == Padding::right ? " right padding" : kind == Padding::left ? " left padding" : " holes";
+}
+
+inline Tensor mask_tensor(const std::vector<std::int32_t>& real, std::int64_t batch, DType dtype = DType::i32) {
+  const std::int64_t len = static_cast<std::int64_t>(real.size()) / batch;
+  return Tensor::from_vector(real, {batch, len}).to(dtype);
+}
+
 }  // namespace dark::testing
