@@ -1,16 +1,45 @@
 // Attention factory (see factory.h).
 #include "attention/factory.h"
 
+#include "attention/darkformer_attention.h"
+#include "attention/lfk_attention.h"
+#include "attention/performer_attention.h"
 #include "attention/softmax_attention.h"
 #include "core/error.h"
 
 namespace dark::attention {
 
+Kind parse_kind(const std::string& name) {
+  for (Kind k : {Kind::softmax, Kind::performer, Kind::lfk, Kind::darkformer})
+    if (name == kind_name(k)) return k;
+  throw Error(str("attention kind '", name, "' is not one of softmax, performer, lfk, darkformer"));
+}
+
+const char* kind_name(Kind kind) {
+  switch (kind) {
+    case Kind::softmax: return "softmax";
+    case Kind::performer: return "performer";
+    case Kind::lfk: return "lfk";
+    case Kind::darkformer: return "darkformer";
+  }
+  return "?";
+}
+
 nn::AttentionFactory make_factory(const AttentionConfig& config) {
-  if (config.kind == "softmax")
-    return [](const nn::AttentionShape& shape) { return std::make_unique<SoftmaxAttention>(shape); };
-  throw Error(str("attention.kind: '", config.kind,
-                  "' is not available yet (implemented: softmax; performer, lfk and darkformer are planned)"));
+  return make_layer_factory([config](int) { return config; });
+}
+
+nn::AttentionFactory make_layer_factory(std::function<AttentionConfig(int layer)> config_of_layer) {
+  return [config_of_layer](const nn::AttentionShape& shape) -> std::unique_ptr<nn::AttentionKernel> {
+    const AttentionConfig c = config_of_layer(shape.layer);
+    switch (c.kind) {
+      case Kind::softmax: return std::make_unique<SoftmaxAttention>(shape);
+      case Kind::performer: return std::make_unique<PerformerAttention>(shape, c);
+      case Kind::lfk: return std::make_unique<LfkAttention>(shape, c);
+      case Kind::darkformer: return std::make_unique<DarkformerAttention>(shape, c);
+    }
+    throw Error("attention: unknown kind");
+  };
 }
 
 }  // namespace dark::attention

@@ -3,12 +3,20 @@
 
 #include <cmath>
 
+#include "attention/kv_cache.h"
 #include "autograd/ops.h"
 
 namespace dark::attention {
 
-Tensor SoftmaxAttention::forward(const Tensor& q, const Tensor& k, const Tensor& v) {
-  return flash_attention(q, k, v, /*causal=*/true, 1.0 / std::sqrt(static_cast<double>(shape_.head_dim)));
+double SoftmaxAttention::scale() const { return 1.0 / std::sqrt(static_cast<double>(shape_.head_dim)); }
+
+Tensor SoftmaxAttention::forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask) {
+  return flash_attention(q, k, v, /*causal=*/true, scale(), key_mask);
+}
+
+Tensor SoftmaxAttention::decode(const Tensor& q, const Tensor& k, const Tensor& v,
+                                std::unique_ptr<nn::DecodeState>& state) {
+  return attend_with_cache(q, k, v, scale(), state);
 }
 
 }  // namespace dark::attention

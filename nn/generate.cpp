@@ -33,22 +33,36 @@ std::int32_t sample_token(const std::vector<double>& logits, double temperature,
 std::vector<std::int32_t> generate(CausalLM& model, const std::vector<std::int32_t>& prompt,
                                    const GenerateOptions& options, const std::function<void(std::int32_t)>& on_token) {
   DARK_CHECK(!prompt.empty(), "generate: the prompt is empty (give at least one token)");
+  DARK_CHECK(options.context >= 2, "generate: context must be >= 2, got ", options.context);
   NoGradGuard no_grad;
   const bool was_training = model.training();
   model.train(false);
   std::vector<std::int32_t> tokens = prompt, produced;
   const std::int64_t vocab = model.config().vocab_size;
+  DecodeCache cache;
+  std::vector<std::int32_t> pending;  // tokens the cache has not seen yet
+  // (Re)starts the cache on the most recent tokens: the whole prompt at first, and the last
+  // half window whenever the window is full, so each token costs O(1) attention work on
+  // average (the random-feature kinds' state is O(1); softmax's cache is at most `context`).
+  const auto restart = [&](std::size_t keep) {
+    cache = DecodeCache{};
+    const std::size_t start = tokens.size() > keep ? tokens.size() - keep : 0;
+    pending.assign(tokens.begin() + static_cast<std::ptrdiff_t>(start), tokens.end());
+  };
+  restart(static_cast<std::size_t>(options.context));
   for (int i = 0; i < options.max_tokens; ++i) {
-    const std::size_t start = tokens.size() > static_cast<std::size_t>(options.context) ? tokens.size() - options.context : 0;
-    const std::vector<std::int32_t> window(tokens.begin() + static_cast<std::ptrdiff_t>(start), tokens.end());
-    const auto T = static_cast<std::int64_t>(window.size());
-    const Tensor logits = model.forward(Tensor::from_vector(window, {1, T}));
+    if (cache.position + static_cast<std::int64_t>(pending.size()) > options.context)
+      restart(static_cast<std::size_t>(options.context / 2));
+    const auto T = static_cast<std::int64_t>(pending.size());
+    const Tensor logits = model.decode(Tensor::from_vector(pending, {1, T}), cache);
+    pending.clear();
     const Tensor last = core::slice(core::reshape(logits, {T, vocab}), 0, T - 1, T);
     const std::vector<double> row = last.to(DType::f64).to_vector<double>();
     const philox::Block b = philox::block(options.seed, /*stream=*/0x67656e, static_cast<std::uint64_t>(i));
     const std::int32_t next = sample_token(row, options.temperature, options.top_k, philox::uniform01(b.v[0]));
     tokens.push_back(next);
     produced.push_back(next);
+    pending.push_back(next);
     if (on_token) on_token(next);
     if (next == options.stop_token) break;
   }

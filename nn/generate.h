@@ -1,6 +1,8 @@
 // Sampling text from a causal LM: temperature, top-k, and a Philox stream per token so a
-// (seed, prompt) pair always gives the same continuation. Each new token reruns the model
-// on the whole window (no key/value cache yet), truncated to the last `context` tokens.
+// (seed, prompt) pair always gives the same continuation. Decoding is incremental
+// (CausalLM::decode: a key/value cache for softmax, the O(1) recurrent state for the
+// random-feature kinds); the model sees at most the last `context` tokens: when the window
+// is full, the cache restarts on its last half.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -15,7 +17,7 @@ struct GenerateOptions {
   double temperature = 0.8;  // 0 = greedy
   int top_k = 40;            // 0 = the whole vocabulary
   std::uint64_t seed = 0;
-  std::int64_t context = 256;  // longest window fed to the model
+  std::int64_t context = 256;  // longest window the model sees (>= 2)
   std::int32_t stop_token = -1;  // stop after emitting this id (e.g. end of document); -1 = never
 };
 

@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "autograd/grad_mode.h"
 #include "autograd/ops.h"
 
 namespace dark::nn {
@@ -29,7 +30,7 @@ SelfAttention::SelfAttention(const ModelConfig& c, int layer, const Init& init, 
       k_proj(c.d_model, c.n_kv_heads * c.head_dim(), init.with_name(init.name + ".k_proj")),
       v_proj(c.d_model, c.n_kv_heads * c.head_dim(), init.with_name(init.name + ".v_proj")),
       o_proj(c.n_heads * c.head_dim(), c.d_model, out_init.with_name(out_init.name + ".o_proj")),
-      kernel(factory(AttentionShape{c.n_heads, c.n_kv_heads, c.head_dim(), layer})),
+      kernel(factory(AttentionShape{c.n_heads, c.n_kv_heads, c.head_dim(), layer, c.dtype})),
       n_heads(c.n_heads), n_kv_heads(c.n_kv_heads), head_dim(c.head_dim()), rope_theta(c.rope_theta) {
   register_module("q_proj", q_proj);
   register_module("k_proj", k_proj);
@@ -38,12 +39,20 @@ SelfAttention::SelfAttention(const ModelConfig& c, int layer, const Init& init, 
   register_module("feature_map", *kernel);
 }
 
-Tensor SelfAttention::forward(const Tensor& x, std::int64_t position_offset) {
+Tensor SelfAttention::forward(const Tensor& x, const Tensor& key_mask) {
   const std::int64_t B = x.size(0), T = x.size(1);
-  const Tensor q = rope(reshape(q_proj.forward(x), {B, T, n_heads, head_dim}), rope_theta, position_offset);
-  const Tensor k = rope(reshape(k_proj.forward(x), {B, T, n_kv_heads, head_dim}), rope_theta, position_offset);
+  const Tensor q = rope(reshape(q_proj.forward(x), {B, T, n_heads, head_dim}), rope_theta);
+  const Tensor k = rope(reshape(k_proj.forward(x), {B, T, n_kv_heads, head_dim}), rope_theta);
   const Tensor v = reshape(v_proj.forward(x), {B, T, n_kv_heads, head_dim});
-  return o_proj.forward(reshape(kernel->forward(q, k, v), {B, T, n_heads * head_dim}));
+  return o_proj.forward(reshape(kernel->forward(q, k, v, key_mask), {B, T, n_heads * head_dim}));
+}
+
+Tensor SelfAttention::decode(const Tensor& x, std::int64_t position, std::unique_ptr<DecodeState>& state) {
+  const std::int64_t B = x.size(0), T = x.size(1);
+  const Tensor q = rope(reshape(q_proj.forward(x), {B, T, n_heads, head_dim}), rope_theta, position);
+  const Tensor k = rope(reshape(k_proj.forward(x), {B, T, n_kv_heads, head_dim}), rope_theta, position);
+  const Tensor v = reshape(v_proj.forward(x), {B, T, n_kv_heads, head_dim});
+  return o_proj.forward(reshape(kernel->decode(q, k, v, state), {B, T, n_heads * head_dim}));
 }
 
 DecoderBlock::DecoderBlock(const ModelConfig& c, int layer, const AttentionFactory& factory)
@@ -60,14 +69,19 @@ DecoderBlock::DecoderBlock(const ModelConfig& c, int layer, const AttentionFacto
   register_module("mlp", mlp);
 }
 
-Tensor DecoderBlock::forward(const Tensor& x, std::uint64_t dropout_stream) {
+Tensor DecoderBlock::forward(const Tensor& x, std::uint64_t dropout_stream, const Tensor& key_mask) {
   const bool drop = training() && dropout_p > 0.0;
-  Tensor h = self_attn.forward(input_layernorm.forward(x));
+  Tensor h = self_attn.forward(input_layernorm.forward(x), key_mask);
   if (drop) h = dropout(h, dropout_p, seed, dropout_stream);
   const Tensor x1 = add(x, h);
   Tensor m = mlp.forward(post_attention_layernorm.forward(x1));
   if (drop) m = dropout(m, dropout_p, seed, dropout_stream + 1);
   return add(x1, m);
+}
+
+Tensor DecoderBlock::decode(const Tensor& x, std::int64_t position, std::unique_ptr<DecodeState>& state) {
+  const Tensor x1 = add(x, self_attn.decode(input_layernorm.forward(x), position, state));
+  return add(x1, mlp.forward(post_attention_layernorm.forward(x1)));
 }
 
 CausalLM::Inner::Inner(const ModelConfig& c, const AttentionFactory& factory)
@@ -89,25 +103,61 @@ CausalLM::CausalLM(const ModelConfig& config, const AttentionFactory& factory)
   }
 }
 
-Tensor CausalLM::forward(const Tensor& ids, std::uint64_t step) {
-  DARK_CHECK(ids.dim() == 2, "CausalLM: token ids must be (batch, time), got ", ids.describe());
-  Tensor h = model.embed_tokens.forward(ids);
-  for (std::size_t i = 0; i < model.layers.size(); ++i)
-    h = model.layers[i]->forward(h, (step << 16) + 2 * i + 1);  // distinct dropout stream per (step, layer, site)
-  h = model.norm.forward(h);
-  const Tensor& head = lm_head ? *lm_head->weight : *model.embed_tokens.weight;
-  const std::int64_t B = ids.size(0), T = ids.size(1);
-  return reshape(matmul(reshape(h, {B * T, config_.d_model}), head, false, true), {B, T, config_.vocab_size});
+std::vector<AttentionKernel*> CausalLM::attention_kernels() {
+  std::vector<AttentionKernel*> out;
+  for (auto& layer : model.layers) out.push_back(layer->self_attn.kernel.get());
+  return out;
 }
 
-Tensor CausalLM::loss(const Tensor& tokens, std::uint64_t step) {
+Tensor CausalLM::logits_of(const Tensor& h) {
+  const Tensor normed = model.norm.forward(h);
+  const Tensor& head = lm_head ? *lm_head->weight : *model.embed_tokens.weight;
+  const std::int64_t B = h.size(0), T = h.size(1);
+  return reshape(matmul(reshape(normed, {B * T, config_.d_model}), head, false, true), {B, T, config_.vocab_size});
+}
+
+Tensor CausalLM::forward(const Tensor& ids, std::uint64_t step, const Tensor& key_mask) {
+  DARK_CHECK(ids.dim() == 2, "CausalLM: token ids must be (batch, time), got ", ids.describe());
+  DARK_CHECK(!key_mask.defined() || key_mask.shape() == ids.shape(), "CausalLM: key_mask ", key_mask.describe(),
+             " must have the token ids' shape ", ids.describe());
+  Tensor h = model.embed_tokens.forward(ids);
+  for (std::size_t i = 0; i < model.layers.size(); ++i)
+    h = model.layers[i]->forward(h, (step << 16) + 2 * i + 1, key_mask);  // distinct dropout stream per (step, layer, site)
+  return logits_of(h);
+}
+
+Tensor CausalLM::loss(const Tensor& tokens, std::uint64_t step, const Tensor& padding) {
   DARK_CHECK(tokens.dim() == 2 && tokens.size(1) >= 2, "CausalLM::loss: tokens must be (batch, time + 1), got ",
              tokens.describe());
+  DARK_CHECK(!padding.defined() || padding.shape() == tokens.shape(), "CausalLM::loss: padding ", padding.describe(),
+             " must have the tokens' shape ", tokens.describe());
   const std::int64_t B = tokens.size(0), T = tokens.size(1) - 1;
   const Tensor inputs = core::slice(tokens, 1, 0, T).contiguous();
-  const Tensor targets = core::reshape(core::slice(tokens, 1, 1, T + 1).contiguous(), {B * T});
-  const Tensor logits = forward(inputs, step);
+  Tensor targets = core::reshape(core::slice(tokens, 1, 1, T + 1).contiguous(), {B * T});
+  Tensor key_mask;
+  if (padding.defined()) {
+    key_mask = core::slice(padding, 1, 0, T).contiguous();
+    // Padded targets are never predicted: they get cross_entropy's ignore index.
+    const Tensor real = core::reshape(core::slice(padding, 1, 1, T + 1).contiguous(), {B * T}).to(DType::f64);
+    std::vector<std::int64_t> t = targets.to(DType::i64).to_vector<std::int64_t>();
+    const std::vector<double> r = real.to_vector<double>();
+    for (std::size_t i = 0; i < t.size(); ++i)
+      if (r[i] == 0) t[i] = -100;
+    targets = Tensor::from_vector(t, {B * T}).to(tokens.device());
+  }
+  const Tensor logits = forward(inputs, step, key_mask);
   return cross_entropy(reshape(logits, {B * T, config_.vocab_size}), targets);
+}
+
+Tensor CausalLM::decode(const Tensor& ids, DecodeCache& cache) {
+  DARK_CHECK(ids.dim() == 2 && ids.size(1) >= 1, "CausalLM::decode: token ids must be (batch, time), got ", ids.describe());
+  DARK_CHECK(!training(), "CausalLM::decode: call model.train(false) first (decoding has eval semantics)");
+  NoGradGuard no_grad;
+  cache.layers.resize(model.layers.size());
+  Tensor h = model.embed_tokens.forward(ids);
+  for (std::size_t i = 0; i < model.layers.size(); ++i) h = model.layers[i]->decode(h, cache.position, cache.layers[i]);
+  cache.position += ids.size(1);
+  return logits_of(h);
 }
 
 }  // namespace dark::nn

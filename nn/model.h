@@ -35,8 +35,10 @@ struct ModelConfig {
 class SelfAttention : public Module {
  public:
   SelfAttention(const ModelConfig& c, int layer, const Init& init, const Init& out_init, const AttentionFactory& factory);
-  // x: (B, T, d_model) -> (B, T, d_model); position_offset for decoding with a prefix.
-  Tensor forward(const Tensor& x, std::int64_t position_offset = 0);
+  // x: (B, T, d_model) -> (B, T, d_model). key_mask: undefined or (B, T), zero at padding.
+  Tensor forward(const Tensor& x, const Tensor& key_mask = Tensor());
+  // The T positions of x that follow the `position` positions `state` has seen.
+  Tensor decode(const Tensor& x, std::int64_t position, std::unique_ptr<DecodeState>& state);
   Linear q_proj, k_proj, v_proj, o_proj;
   std::unique_ptr<AttentionKernel> kernel;
   std::int64_t n_heads, n_kv_heads, head_dim;
@@ -47,7 +49,8 @@ class DecoderBlock : public Module {
  public:
   DecoderBlock(const ModelConfig& c, int layer, const AttentionFactory& factory);
   // dropout_stream keys this block's dropout masks (0 when dropout is off).
-  Tensor forward(const Tensor& x, std::uint64_t dropout_stream);
+  Tensor forward(const Tensor& x, std::uint64_t dropout_stream, const Tensor& key_mask = Tensor());
+  Tensor decode(const Tensor& x, std::int64_t position, std::unique_ptr<DecodeState>& state);
   RMSNorm input_layernorm;
   SelfAttention self_attn;
   RMSNorm post_attention_layernorm;
@@ -56,14 +59,30 @@ class DecoderBlock : public Module {
   std::uint64_t seed;
 };
 
+// What incremental decoding keeps: one attention state per layer and the position count.
+struct DecodeCache {
+  std::vector<std::unique_ptr<DecodeState>> layers;
+  std::int64_t position = 0;  // tokens seen so far
+};
+
 class CausalLM : public Module {
  public:
   CausalLM(const ModelConfig& config, const AttentionFactory& factory);
   // ids: (B, T) int -> logits (B, T, vocab). `step` keys dropout masks in training.
-  Tensor forward(const Tensor& ids, std::uint64_t step = 0);
-  // tokens: (B, T + 1) int: mean next-token cross-entropy of positions 0..T-1.
-  Tensor loss(const Tensor& tokens, std::uint64_t step = 0);
+  // key_mask: undefined, or (B, T) with zeros at padding (batches of variable-length documents).
+  Tensor forward(const Tensor& ids, std::uint64_t step = 0, const Tensor& key_mask = Tensor());
+  // tokens: (B, T + 1) int: mean next-token cross-entropy of positions 0..T-1. padding:
+  // undefined, or (B, T + 1) with zeros at padded tokens, which are masked as keys and
+  // never predicted.
+  Tensor loss(const Tensor& tokens, std::uint64_t step = 0, const Tensor& padding = Tensor());
+  // Incremental decoding (no gradient, eval semantics): ids (B, T) are the tokens after the
+  // cache.position already seen -> their logits (B, T, vocab); equals forward() on the whole
+  // sequence at those positions. Softmax keeps keys and values; the random-feature kinds keep
+  // an O(1) recurrent state per layer.
+  Tensor decode(const Tensor& ids, DecodeCache& cache);
   const ModelConfig& config() const { return config_; }
+  // Every layer's attention kernel, by layer.
+  std::vector<AttentionKernel*> attention_kernels();
 
   // The inner model ("model." prefix) holds everything but the untied head.
   struct Inner : Module {
@@ -76,6 +95,7 @@ class CausalLM : public Module {
   std::unique_ptr<Linear> lm_head;  // null when tied to model.embed_tokens
 
  private:
+  Tensor logits_of(const Tensor& hidden);  // final norm and LM head
   ModelConfig config_;
 };
 

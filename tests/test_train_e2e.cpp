@@ -9,6 +9,7 @@
 
 #include "nn/model.h"
 #include "test_util.h"
+#include "train_test_util.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
 #include "train/trainer.h"
@@ -16,39 +17,8 @@
 namespace dark::train {
 namespace {
 
-using dark::testing::generated_text;
 using dark::testing::TempDir;
-using dark::testing::write_text;
 namespace fs = std::filesystem;
-
-// A byte-level corpus of three files (so both splits have one) of regular pseudo-words.
-nlohmann::json tiny_config(const TempDir& tmp, const std::string& run, int steps) {
-  for (int i = 0; i < 3; ++i) write_text(tmp / ("corpus/doc" + std::to_string(i) + ".txt"), generated_text(400, i));
-  nlohmann::json config = nlohmann::json::parse(R"({
-    "model": {"d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64},
-    "data": {"tokenizer": "byte", "seq_len": 32, "val_windows": 16, "val_fraction": 0.34},
-    "optimizer": {"lr": 0.01},
-    "schedule": {"warmup_steps": 5},
-    "training": {"batch_size": 8, "eval_interval": 10, "eval_batches": 2, "checkpoint_interval": 10,
-                 "log_interval": 10, "generate_tokens": 8},
-    "seed": 3
-  })");
-  config.merge_patch({{"data", {{"sources", {tmp / "corpus"}}, {"dir", tmp / "data"}}},
-                      {"output", {{"dir", tmp / run}}},
-                      {"training", {{"steps", steps}}}});
-  return config;
-}
-
-// The "loss" of every step line in metrics.jsonl, by step.
-std::map<std::int64_t, double> losses(const fs::path& run) {
-  std::map<std::int64_t, double> out;
-  std::ifstream in(run / "metrics.jsonl");
-  for (std::string line; std::getline(in, line);) {
-    const auto j = nlohmann::json::parse(line);
-    if (j.contains("loss") && j["loss"].is_number()) out[j["step"]] = j["loss"];
-  }
-  return out;
-}
 
 TEST(TrainEndToEnd, TinyModelLearnsASmallText) {
   TempDir tmp;

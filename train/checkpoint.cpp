@@ -25,6 +25,8 @@ namespace {
 constexpr const char* kFormatName = "darkformer-checkpoint";
 constexpr const char* kModelFile = "model.safetensors";
 constexpr const char* kOptimizerFile = "optimizer.safetensors";
+// Non-trained attention state (the variance-optimal proposal); written only when non-empty.
+constexpr const char* kAttentionFile = "attention.safetensors";
 constexpr const char* kStateFile = "state.json";
 constexpr const char* kReservedKeys[] = {"format", "format_version", "step", "files"};
 
@@ -177,6 +179,10 @@ fs::path save_checkpoint(const fs::path& run_dir, const CheckpointData& data, in
   state["step"] = data.step;
   state["files"] = {{kModelFile, file_record(staged / kModelFile)},
                     {kOptimizerFile, file_record(staged / kOptimizerFile)}};
+  if (!data.attention.empty()) {
+    save_safetensors(staged / kAttentionFile, data.attention);
+    state["files"][kAttentionFile] = file_record(staged / kAttentionFile);
+  }
   std::string state_text;
   try {
     state_text = state.dump(2) + "\n";
@@ -220,7 +226,10 @@ CheckpointData load_checkpoint(const fs::path& checkpoint_dir) {
 
   // Map and verify every file before parsing any.
   std::vector<std::unique_ptr<MappedFile>> mapped;
-  for (const char* file : {kModelFile, kOptimizerFile}) {
+  const bool has_attention = files.contains(kAttentionFile);
+  std::vector<const char*> names = {kModelFile, kOptimizerFile};
+  if (has_attention) names.push_back(kAttentionFile);
+  for (const char* file : names) {
     const json& record = files.contains(file) ? files[file] : json();
     DARK_CHECK(record.is_object() && record.contains("sha256") && record["sha256"].is_string() &&
                    record.contains("bytes") && record["bytes"].is_number_unsigned(),
@@ -240,6 +249,8 @@ CheckpointData load_checkpoint(const fs::path& checkpoint_dir) {
   out.model = parse_safetensors(mapped[0]->data(), mapped[0]->size(), (dir / kModelFile).string()).tensors;
   out.optimizer =
       parse_safetensors(mapped[1]->data(), mapped[1]->size(), (dir / kOptimizerFile).string()).tensors;
+  if (has_attention)
+    out.attention = parse_safetensors(mapped[2]->data(), mapped[2]->size(), (dir / kAttentionFile).string()).tensors;
   for (const char* key : kReservedKeys) state.erase(key);
   out.state = std::move(state);
   return out;

@@ -1,6 +1,8 @@
 // Checkpoints: a directory <run>/checkpoints/step_<NNNNNNNN>/ holding
 //   model.safetensors      parameters by name (metadata {"format": "pt"}, as transformers expects)
 //   optimizer.safetensors  optimizer state tensors by name ("exp_avg.<parameter name>", ...)
+//   attention.safetensors  only when non-empty: attention state that is not trained (the
+//                          variance-optimal proposal), "<layer prefix>.feature_map.<name>"
 //   state.json             {"format": "darkformer-checkpoint", "format_version": 1, "step": N,
 //                           "files": {"<file>": {"bytes": B, "sha256": "<hex>"}, ...},
 //                           ...the trainer's own keys: resolved config, RNG, data position}
@@ -27,6 +29,7 @@ struct CheckpointData {
   std::int64_t step = 0;                            // optimizer steps taken
   TensorMap model;                                  // parameters by hierarchical name
   TensorMap optimizer;                              // optimizer state by name
+  TensorMap attention;                              // untrained attention state (may be empty)
   nlohmann::json state = nlohmann::json::object();  // trainer state; may not use the keys
                                                     // format, format_version, step, files
 };

@@ -3,7 +3,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 
@@ -12,6 +14,7 @@
 #include "train/checkpoint.h"
 #include "core/file_io.h"
 #include "train/model_builder.h"
+#include "train/probe.h"
 #include "train/safetensors.h"
 #include "train/trainer.h"
 
@@ -42,6 +45,7 @@ struct LoadedRun {
   std::unique_ptr<nn::CausalLM> model;
   data::PreparedData data;
   std::int64_t step = 0;
+  fs::path checkpoint_dir;
 };
 
 LoadedRun load_run(const std::string& path) {
@@ -55,10 +59,11 @@ LoadedRun load_run(const std::string& path) {
   CheckpointData ck = load_checkpoint(dir);
   LoadedRun run;
   run.step = ck.step;
+  run.checkpoint_dir = dir;
   run.config = parse_config(ck.state.at("config"));
   run.data = data::open_prepared(run.config.data.dir);
   run.model = build_model(run.config);
-  load_parameters(*run.model, ck.model, "checkpoint " + dir.string());
+  load_trained_state(*run.model, ck, run.config, "checkpoint " + dir.string());
   run.model->train(false);
   return run;
 }
@@ -133,6 +138,57 @@ int generate_command(const CommandArgs& args) {
   return 0;
 }
 
+namespace {
+// "16,32,64" -> {16, 32, 64}; errors name the flag.
+std::vector<std::int64_t> integer_list(const std::string& text, const std::string& flag) {
+  std::vector<std::int64_t> out;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', start), text.size());
+    const std::string item = text.substr(start, comma - start);
+    char* end = nullptr;
+    const long long v = std::strtoll(item.c_str(), &end, 10);
+    DARK_CHECK(!item.empty() && end && *end == '\0' && v >= 1, flag, ": expected positive integers separated by commas, got '",
+               text, "'");
+    out.push_back(v);
+    start = comma + 1;
+  }
+  return out;
+}
+}  // namespace
+
+int probe_command(const CommandArgs& args) {
+  const std::vector<FlagSpec> specs = {
+      kCheckpoint,
+      {"--batches", "N", "2", "validation batches measured"},
+      {"--features", "LIST", "16,32,64,128,256", "feature counts m, comma-separated"},
+      {"--redraws", "N", "8", "feature draws per (layer, m)"},
+      {"--calibration-batches", "N", "2", "training batches for the whiten initialisation"},
+      {"--json", "PATH", "", "write the full report (per layer and head) here; default <checkpoint>/probe.json"},
+      kHelp};
+  if (wants_help(args, "usage: darkformer probe --checkpoint PATH [--batches N] [--features 16,32,64,128,256]\n"
+                       "Monte Carlo error (against the same kernel evaluated exactly) and swap error (against the\n"
+                       "layer's softmax attention) of performer, darkformer (identity, whiten, learned M) and lfk\n"
+                       "features, per layer and head, on the checkpoint's own attention inputs. See README.md.", specs))
+    return 0;
+  Args a(args, specs);
+  ProbeOptions o;
+  o.batches = a.integer("--batches");
+  o.features = integer_list(a.get("--features"), "--features");
+  o.redraws = a.integer("--redraws");
+  o.calibration_batches = a.integer("--calibration-batches");
+  const std::string where = a.require("--checkpoint");
+  LoadedRun run = load_run(where);
+  const ProbeReport report = run_probe(*run.model, run.config, run.data, o);
+  std::printf("probe of %s (step %lld): per-token relative errors |out - ref| / |ref|\n"
+              "mc = against the same kernel evaluated exactly; swap = against the layer's softmax attention\n\n%s",
+              where.c_str(), static_cast<long long>(run.step), report.table().c_str());
+  const fs::path json_path = a.has("--json") ? fs::path(a.get("--json")) : run.checkpoint_dir / "probe.json";
+  write_file_atomic(json_path, report.to_json().dump(1) + "\n");
+  std::printf("\nwrote %s\n", json_path.c_str());
+  return 0;
+}
+
 int export_hf_command(const CommandArgs& args) {
   const std::vector<FlagSpec> specs = {kCheckpoint, {"--out", "DIR", "", "output folder; required"}, kHelp};
   if (wants_help(args, "usage: darkformer export-hf --checkpoint PATH --out DIR\n"
@@ -142,8 +198,11 @@ int export_hf_command(const CommandArgs& args) {
   Args a(args, specs);
   LoadedRun run = load_run(a.require("--checkpoint"));
   const RunConfig& c = run.config;
-  DARK_CHECK(c.attention.kind == AttentionKind::softmax, "export-hf: only softmax-attention models map onto LlamaForCausalLM; this one uses ",
-             enum_name(c.attention.kind));
+  for (int layer = 0; layer < c.model.n_layers; ++layer) {
+    const AttentionKind kind = attention_for_layer(c, layer).kind;
+    DARK_CHECK(kind == AttentionKind::softmax, "export-hf: only softmax-attention models map onto LlamaForCausalLM; layer ",
+               layer, " uses ", enum_name(kind));
+  }
   const fs::path out = a.require("--out");
   fs::create_directories(out);
   const nlohmann::json hf = {

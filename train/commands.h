@@ -14,5 +14,6 @@ int train_command(const CommandArgs& args);
 int eval_command(const CommandArgs& args);
 int generate_command(const CommandArgs& args);
 int export_hf_command(const CommandArgs& args);
+int probe_command(const CommandArgs& args);
 
 }  // namespace dark::train

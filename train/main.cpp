@@ -21,6 +21,7 @@ commands:
   eval          validation loss, perplexity and accuracy:  darkformer eval --checkpoint PATH
   generate      sample text:  darkformer generate --checkpoint PATH --prompt TEXT [--max-tokens N]
   export-hf     write a Hugging Face LlamaForCausalLM folder:  darkformer export-hf --checkpoint PATH --out DIR
+  probe         random-feature approximation errors of a trained model:  darkformer probe --checkpoint PATH
   config-keys   print every config key with its type, default, allowed values and meaning
   demo-mlp      train a small MLP on a synthetic regression task with the autograd tape
                   --steps N        optimizer steps (default 2000)
@@ -99,6 +100,7 @@ int main(int argc, char** argv) {
     if (command == "eval") return dark::train::eval_command(rest);
     if (command == "generate") return dark::train::generate_command(rest);
     if (command == "export-hf") return dark::train::export_hf_command(rest);
+    if (command == "probe") return dark::train::probe_command(rest);
     if (command == "config-keys") {
       std::printf("%s", dark::train::config_markdown_table().c_str());
       return 0;

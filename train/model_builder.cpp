@@ -23,10 +23,28 @@ nn::ModelConfig model_config(const RunConfig& c) {
   return m;
 }
 
-std::unique_ptr<nn::CausalLM> build_model(const RunConfig& c) {
+attention::AttentionConfig attention_settings(const RunConfig& c, int layer) {
+  const AttentionConfig s = attention_for_layer(c, layer);
   attention::AttentionConfig a;
-  a.kind = std::string(enum_name(c.attention.kind));
-  return std::make_unique<nn::CausalLM>(model_config(c), attention::make_factory(a));
+  a.kind = attention::parse_kind(std::string(enum_name(s.kind)));
+  a.num_features = s.num_features;
+  a.draw = s.draw == FeatureDrawKind::iid ? attention::FeatureDraw::iid : attention::FeatureDraw::orthogonal;
+  a.eps = s.eps;
+  a.mode = s.mode == AttentionMode::exact ? attention::Mode::exact : attention::Mode::linear;
+  a.proposal = s.proposal == ProposalKind::variance_optimal ? attention::Proposal::variance_optimal
+                                                            : attention::Proposal::isotropic;
+  a.chunk = s.chunk_size;
+  a.scope = s.darkformer.scope == DarkformerScope::layer ? attention::MatrixScope::layer : attention::MatrixScope::head;
+  a.rank = s.darkformer.rank;
+  a.init = s.darkformer.init == DarkformerInit::whiten ? attention::MatrixInit::whiten : attention::MatrixInit::identity;
+  a.lfk_init = s.lfk.init == LfkInit::iid ? attention::FeatureDraw::iid : attention::FeatureDraw::orthogonal;
+  a.seed = c.seed;
+  return a;
+}
+
+std::unique_ptr<nn::CausalLM> build_model(const RunConfig& c) {
+  return std::make_unique<nn::CausalLM>(model_config(c),
+                                        attention::make_layer_factory([c](int layer) { return attention_settings(c, layer); }));
 }
 
 data::DataConfig data_config(const RunConfig& c) {

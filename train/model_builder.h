@@ -3,6 +3,7 @@
 #pragma once
 #include <memory>
 
+#include "attention/factory.h"
 #include "data/prepare.h"
 #include "nn/model.h"
 #include "nn/optim.h"
@@ -12,6 +13,8 @@
 namespace dark::train {
 
 nn::ModelConfig model_config(const RunConfig& config);
+// The attention settings of one layer (the attention section with that layer's overrides).
+attention::AttentionConfig attention_settings(const RunConfig& config, int layer);
 std::unique_ptr<nn::CausalLM> build_model(const RunConfig& config);
 data::DataConfig data_config(const RunConfig& config);
 nn::OptimizerConfig optimizer_config(const RunConfig& config);

@@ -118,6 +118,65 @@ json trainer_state(const RunConfig& config, std::int64_t consecutive_skips, std:
           {"data_position", {{"kind", "step"}, {"seed", config.seed}}}};
 }
 
+// "model.layers.<i>.self_attn.feature_map." + name: where attention state lives in checkpoints.
+std::string feature_map_prefix(std::size_t layer) {
+  return "model.layers." + std::to_string(layer) + ".self_attn.feature_map.";
+}
+
+std::map<std::string, Tensor> attention_state_map(nn::CausalLM& model) {
+  std::map<std::string, Tensor> out;
+  const auto kernels = model.attention_kernels();
+  for (std::size_t i = 0; i < kernels.size(); ++i)
+    for (auto& [name, t] : kernels[i]->extra_state()) out[feature_map_prefix(i) + name] = t;
+  return out;
+}
+
+void load_attention_state(nn::CausalLM& model, const std::map<std::string, Tensor>& saved) {
+  const auto kernels = model.attention_kernels();
+  for (std::size_t i = 0; i < kernels.size(); ++i) {
+    const std::string prefix = feature_map_prefix(i);
+    std::map<std::string, Tensor> mine;
+    for (const auto& [name, t] : saved)
+      if (name.rfind(prefix, 0) == 0) mine[name.substr(prefix.size())] = t;
+    kernels[i]->load_extra_state(mine);
+  }
+}
+
+// Random features are a function of (seed, layer, head, epoch) with epoch = step / interval:
+// every rank, and a resumed run, draws the same matrices at the same step.
+void set_feature_epochs(nn::CausalLM& model, const RunConfig& config, std::int64_t step) {
+  const auto kernels = model.attention_kernels();
+  for (std::size_t i = 0; i < kernels.size(); ++i) {
+    const std::int64_t interval = attention_for_layer(config, static_cast<int>(i)).redraw_interval;
+    kernels[i]->set_feature_epoch(interval > 0 ? step / interval : 0);
+  }
+}
+
+// DARKFormer's whiten initialisation and the variance-optimal proposal measure the queries
+// and keys of the first attention.calibration_batches training batches (eval mode, no
+// gradient) before the first step of a fresh run.
+void calibrate_attention(nn::CausalLM& model, const RunConfig& config, const data::TrainLoader& loader) {
+  std::vector<nn::AttentionKernel*> needing;
+  int batches = 0;
+  const auto kernels = model.attention_kernels();
+  for (std::size_t i = 0; i < kernels.size(); ++i)
+    if (kernels[i]->needs_calibration()) {
+      needing.push_back(kernels[i]);
+      batches = std::max(batches, attention_for_layer(config, static_cast<int>(i)).calibration_batches);
+    }
+  if (needing.empty()) return;
+  spdlog::info("calibrating attention of {} layer(s) on {} training batch(es)", needing.size(), batches);
+  NoGradGuard no_grad;
+  model.train(false);
+  for (nn::AttentionKernel* k : needing) k->begin_calibration();
+  for (int b = 0; b < batches; ++b) {
+    const Tensor tokens = loader.batch(b);
+    model.forward(core::slice(tokens, 1, 0, tokens.size(1) - 1).contiguous());
+  }
+  for (nn::AttentionKernel* k : needing) k->end_calibration();
+  model.train(true);
+}
+
 std::map<std::string, Tensor> named_parameters_map(nn::CausalLM& model) {
   std::map<std::string, Tensor> out;
   for (auto& [name, p] : model.named_parameters()) out[name] = *p;
@@ -127,6 +186,13 @@ std::map<std::string, Tensor> named_parameters_map(nn::CausalLM& model) {
 }  // namespace
 
 // Copies checkpoint tensors into the model's parameters, checking names and shapes.
+void load_trained_state(nn::CausalLM& model, const CheckpointData& checkpoint, const RunConfig& config,
+                        const std::string& source) {
+  load_parameters(model, checkpoint.model, source);
+  load_attention_state(model, checkpoint.attention);
+  set_feature_epochs(model, config, checkpoint.step);
+}
+
 void load_parameters(nn::CausalLM& model, const std::map<std::string, Tensor>& saved, const std::string& source) {
   NoGradGuard no_grad;
   auto params = model.named_parameters();
@@ -180,6 +246,7 @@ TrainResult train(RunConfig config, const TrainOptions& options) {
     load_parameters(*model, resumed->model, "checkpoint " + checkpoint_name(resumed->step));
     optimizer.load_state(resumed->optimizer);
     step = resumed->step;
+    load_attention_state(*model, resumed->attention);
     consecutive_skips = resumed->state.value("consecutive_skips", std::int64_t{0});
     skipped_total = resumed->state.value("skipped_steps", std::int64_t{0});
   }
@@ -194,13 +261,20 @@ TrainResult train(RunConfig config, const TrainOptions& options) {
                model->num_parameters(), config.model.n_layers, config.model.d_model, config.model.n_heads,
                enum_name(config.attention.kind), data.train_tokens, val.num_windows());
 
+  if (!resumed) calibrate_attention(*model, config, loader);
+  set_feature_epochs(*model, config, step);
+
   MetricsLog metrics(run_dir / "metrics.jsonl", resumed ? step : -1);
   auto save = [&](std::int64_t at_step) {
     CheckpointData ck;
     ck.step = at_step;
     ck.model = named_parameters_map(*model);
     ck.optimizer = optimizer.state();
+    ck.attention = attention_state_map(*model);
     ck.state = trainer_state(config, consecutive_skips, skipped_total);
+    json epochs = json::array();
+    for (nn::AttentionKernel* k : model->attention_kernels()) epochs.push_back(k->feature_epoch());
+    ck.state["feature_epochs"] = epochs;  // informative: the epochs are a function of the step
     const fs::path where = save_checkpoint(run_dir, ck, tc.keep_checkpoints);
     spdlog::info("checkpoint {}", where.string());
   };
@@ -224,6 +298,7 @@ TrainResult train(RunConfig config, const TrainOptions& options) {
       NoGradGuard no_grad;
       options.before_step(step, *model);
     }
+    set_feature_epochs(*model, config, step);  // redraws happen on optimizer steps, in training only
     const auto t0 = Clock::now();
     const double lr = nn::learning_rate_at(schedule, config.optimizer.lr, step);
     params.zero_grad();

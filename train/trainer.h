@@ -15,6 +15,7 @@
 
 #include "data/loader.h"
 #include "nn/model.h"
+#include "train/checkpoint.h"
 #include "train/config.h"
 
 namespace dark::train {
@@ -47,6 +48,11 @@ struct TrainResult {
 // Copies saved tensors (by parameter name) into the model's parameters; every parameter
 // must be present with its shape, and nothing else. Errors start with `source`.
 void load_parameters(nn::CausalLM& model, const std::map<std::string, Tensor>& saved, const std::string& source);
+
+// A checkpoint's parameters, untrained attention state (the variance-optimal proposal) and
+// the feature epochs of its step, into a model built from `config`.
+void load_trained_state(nn::CausalLM& model, const CheckpointData& checkpoint, const RunConfig& config,
+                        const std::string& source);
 
 // Runs a whole training run. Throws dark::Error on bad config, data, or checkpoints; a
 // fresh run refuses to start in a run folder that already holds checkpoints.

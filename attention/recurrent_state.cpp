@@ -1,0 +1,45 @@
+// Recurrent random-feature decoding (see recurrent_state.h).
+#include "attention/recurrent_state.h"
+
+#include "autograd/grad_mode.h"
+#include "autograd/ops.h"
+
+namespace dark::attention {
+
+Tensor linear_attention_decode(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, double eps,
+                               std::unique_ptr<nn::DecodeState>& state_ptr) {
+  NoGradGuard no_grad;
+  DARK_CHECK(q_in.dim() == 4 && k_in.dim() == 4 && v_in.dim() == 4 && q_in.size(1) == k_in.size(1) &&
+                 k_in.size(1) == v_in.size(1) && q_in.size(2) % k_in.size(2) == 0,
+             "linear_attention_decode: expected q (B, T, Hq, m), k (B, T, Hkv, m), v (B, T, Hkv, Dv), got ",
+             q_in.describe(), ", ", k_in.describe(), ", ", v_in.describe());
+  if (!state_ptr) state_ptr = std::make_unique<RecurrentState>();
+  auto* s = dynamic_cast<RecurrentState*>(state_ptr.get());
+  DARK_CHECK(s != nullptr, "attention decode: the state was made by another attention kind");
+  const DType acc = v_in.dtype() == DType::f64 ? DType::f64 : DType::f32;
+  const Tensor q = q_in.to(acc), k = k_in.to(acc), v = v_in.to(acc);
+  const std::int64_t B = q.size(0), T = q.size(1), hq = q.size(2), m = q.size(3);
+  const std::int64_t hkv = k.size(2), group = hq / hkv, dv = v.size(3);
+  std::vector<Tensor> outputs;
+  for (std::int64_t t = 0; t < T; ++t) {
+    const Tensor qt = reshape(slice(q, 1, t, t + 1), {B, hkv, group, m});
+    const Tensor kt = reshape(slice(k, 1, t, t + 1), {B, hkv, 1, m});
+    const Tensor vx = concat({reshape(slice(v, 1, t, t + 1), {B, hkv, 1, dv}), Tensor::ones({B, hkv, 1, 1}, acc, v.device())}, 3);
+    const Tensor kmax = max(kt, {3}, true);
+    if (!s->state.defined()) {
+      s->offset = kmax;
+      s->state = matmul(exp(sub(kt, kmax)), vx, /*trans_a=*/true);
+    } else {
+      const Tensor offset = maximum(s->offset, kmax);
+      s->state = add(mul(s->state, exp(sub(s->offset, offset))), matmul(exp(sub(kt, offset)), vx, true));
+      s->offset = offset;
+    }
+    const Tensor phi = exp(sub(qt, max(qt, {3}, true)));
+    const Tensor y = matmul(phi, s->state);  // (B, Hkv, group, Dv + 1)
+    const Tensor out = div(slice(y, 3, 0, dv), add_scalar(slice(y, 3, dv, dv + 1), eps));
+    outputs.push_back(reshape(out, {B, 1, hq, dv}));
+  }
+  return (T == 1 ? outputs[0] : concat(outputs, 1)).to(v_in.dtype());
+}
+
+}  // namespace dark::attention

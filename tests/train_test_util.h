@@ -1,0 +1,43 @@
+// Shared by the end-to-end training tests: a tiny byte-level run config over a generated
+// corpus, and the per-step losses a run wrote to metrics.jsonl.
+#pragma once
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "test_util.h"
+
+namespace dark::train {
+
+// A byte-level corpus of three files (so both splits have one) of regular pseudo-words.
+inline nlohmann::json tiny_config(const dark::testing::TempDir& tmp, const std::string& run, int steps) {
+  for (int i = 0; i < 3; ++i) dark::testing::write_text(tmp / ("corpus/doc" + std::to_string(i) + ".txt"), dark::testing::generated_text(400, i));
+  nlohmann::json config = nlohmann::json::parse(R"({
+    "model": {"d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64},
+    "data": {"tokenizer": "byte", "seq_len": 32, "val_windows": 16, "val_fraction": 0.34},
+    "optimizer": {"lr": 0.01},
+    "schedule": {"warmup_steps": 5},
+    "training": {"batch_size": 8, "eval_interval": 10, "eval_batches": 2, "checkpoint_interval": 10,
+                 "log_interval": 10, "generate_tokens": 8},
+    "seed": 3
+  })");
+  config.merge_patch({{"data", {{"sources", {tmp / "corpus"}}, {"dir", tmp / "data"}}},
+                      {"output", {{"dir", tmp / run}}},
+                      {"training", {{"steps", steps}}}});
+  return config;
+}
+
+// The "loss" of every step line in metrics.jsonl, by step.
+inline std::map<std::int64_t, double> losses(const std::filesystem::path& run) {
+  std::map<std::int64_t, double> out;
+  std::ifstream in(run / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.contains("loss") && j["loss"].is_number()) out[j["step"]] = j["loss"];
+  }
+  return out;
+}
+
+}  // namespace dark::train
