@@ -10,6 +10,8 @@
 #include "tests/train_test_util.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
+#include "train/model_builder.h"
+#include "train/probe.h"
 #include "train/trainer.h"
 
 namespace dark::train {
@@ -70,6 +72,45 @@ TEST(AttentionTraining, ResumeRedrawsTheSameFeaturesAndRestoresTheProposal) {
   ASSERT_EQ(a.size(), 20u);
   ASSERT_EQ(b.size(), 20u);
   for (std::int64_t step = 1; step <= 20; ++step) EXPECT_EQ(a.at(step), b.at(step)) << "step " << step;  // bitwise
+}
+
+const ProbeRow& pooled_row(const ProbeReport& report, const std::string& method, std::int64_t m) {
+  for (const ProbeRow& r : report.rows)
+    if (r.layer < 0 && r.head < 0 && r.method == method && r.features == m) return r;
+  throw Error(str("no pooled row for ", method, " m = ", m));
+}
+
+TEST(AttentionTraining, ProbeMeasuresEveryEstimatorOnATrainedModel) {
+  TempDir tmp;
+  train(parse_config(with_attention(tiny_config(tmp, "run", 40), {{"kind", "darkformer"}, {"num_features", 16}})), {});
+  const CheckpointData ck = load_checkpoint(tmp.path() / "run/checkpoints" / checkpoint_name(40));
+  const RunConfig config = parse_config(ck.state.at("config"));  // resolved: vocab_size set
+  auto model = build_model(config);
+  load_trained_state(*model, ck, config, "test");
+  ProbeOptions o;
+  o.batches = 1;
+  o.features = {4, 64};
+  o.redraws = 3;
+  o.calibration_batches = 1;
+  const ProbeReport report = run_probe(*model, config, data::open_prepared(config.data.dir), o);
+  for (const char* method : {"performer", "darkformer_identity", "darkformer_whiten", "darkformer_learned", "lfk"})
+    for (std::int64_t m : o.features) {
+      const ProbeRow& r = pooled_row(report, method, m);
+      EXPECT_GT(r.swap.count, 0) << method;
+      EXPECT_LE(r.swap.median, r.swap.p90) << method;
+      EXPECT_LE(r.swap.p90, r.swap.p99) << method;
+      EXPECT_EQ(r.has_monte_carlo, std::string(method) != "lfk") << method;
+    }
+  // M = I is Performer with the same draws: the same numbers.
+  EXPECT_EQ(pooled_row(report, "performer", 4).monte_carlo.mean, pooled_row(report, "darkformer_identity", 4).monte_carlo.mean);
+  // The estimator's error shrinks with more features (~1/sqrt(m)); for performer the exact
+  // kernel is softmax itself, so its Monte Carlo and swap errors coincide.
+  for (const char* method : {"performer", "darkformer_whiten", "darkformer_learned"})
+    EXPECT_LT(pooled_row(report, method, 64).monte_carlo.mean, 0.6 * pooled_row(report, method, 4).monte_carlo.mean) << method;
+  EXPECT_DOUBLE_EQ(pooled_row(report, "performer", 64).monte_carlo.mean, pooled_row(report, "performer", 64).swap.mean);
+  // Per layer and per head rows, and JSON for every row.
+  EXPECT_EQ(report.to_json()["rows"].size(), report.rows.size());
+  EXPECT_NE(report.table().find("layer 1"), std::string::npos);
 }
 
 }  // namespace
