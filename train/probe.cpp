@@ -134,17 +134,36 @@ std::vector<Estimator> estimators_for(const nn::AttentionShape& shape, const Att
                  make(Kind::performer, attention::Mode::exact, none)});
   out.push_back({"darkformer_identity", make(Kind::darkformer, attention::Mode::linear, none),
                  make(Kind::darkformer, attention::Mode::exact, none)});
-  {
-    const auto whiten = [](AttentionConfig& c) { c.init = attention::MatrixInit::whiten; };
-    Estimator e{"darkformer_whiten", make(Kind::darkformer, attention::Mode::linear, whiten),
-                make(Kind::darkformer, attention::Mode::exact, whiten)};
-    e.linear->begin_calibration();
-    for (const auto& in : calibration) e.linear->forward(in.q, in.k, in.v);
-    e.linear->end_calibration();
-    copy_parameter(*dynamic_cast<attention::DarkformerAttention&>(*e.exact).matrix,
-                   *dynamic_cast<attention::DarkformerAttention&>(*e.linear).matrix);
+  // Calibrated estimators: whiten sets M, variance_optimal fits the proposal, both from the
+  // calibration batches. A proposal that does not exist (an eigenvalue of Lambda >= 1/2) is
+  // reported and skipped.
+  const auto calibrated = [&](const std::string& name, Kind kind, auto&& adjust) {
+    Estimator e{name, make(kind, attention::Mode::linear, adjust), nullptr};
+    try {
+      e.linear->begin_calibration();
+      for (const auto& in : calibration) e.linear->forward(in.q, in.k, in.v);
+      e.linear->end_calibration();
+    } catch (const Error& error) {
+      spdlog::warn("probe: {} skipped at m = {}: {}", name, m, error.what());
+      return;
+    }
+    e.exact = make(kind, attention::Mode::exact, [&](AttentionConfig& c) {
+      adjust(c);
+      c.proposal = attention::Proposal::isotropic;  // exact mode draws nothing
+    });
+    if (kind == Kind::darkformer)
+      copy_parameter(*dynamic_cast<attention::DarkformerAttention&>(*e.exact).matrix,
+                     *dynamic_cast<attention::DarkformerAttention&>(*e.linear).matrix);
     out.push_back(std::move(e));
-  }
+  };
+  const auto whiten = [](AttentionConfig& c) { c.init = attention::MatrixInit::whiten; };
+  const auto optimal = [](AttentionConfig& c) { c.proposal = attention::Proposal::variance_optimal; };
+  calibrated("darkformer_whiten", Kind::darkformer, whiten);
+  calibrated("performer_var_opt", Kind::performer, optimal);
+  calibrated("darkformer_whiten_var_opt", Kind::darkformer, [&](AttentionConfig& c) {
+    whiten(c);
+    optimal(c);
+  });
   if (auto* learned = dynamic_cast<attention::DarkformerAttention*>(&trained)) {
     const auto same_m = [&](AttentionConfig& c) {
       c.rank = layer_settings.rank;
@@ -305,7 +324,7 @@ std::string ProbeReport::table() const {
   char line[256];
   const auto header = [&](const std::string& title) {
     out += title + "\n";
-    std::snprintf(line, sizeof line, "%-20s %5s | %8s %8s %8s %8s %8s | %8s %8s %8s %8s\n", "method", "m", "mc mean",
+    std::snprintf(line, sizeof line, "%-26s %5s | %8s %8s %8s %8s %8s | %8s %8s %8s %8s\n", "method", "m", "mc mean",
                   "mc p50", "mc p90", "mc p99", "draw sd", "swap mean", "swap p50", "swap p90", "swap p99");
     out += line;
   };
@@ -322,12 +341,12 @@ std::string ProbeReport::table() const {
       header(current < 0 ? "all layers" : "layer " + std::to_string(current));
     }
     if (r->has_monte_carlo) {
-      std::snprintf(line, sizeof line, "%-20s %5lld | %8.4f %8.4f %8.4f %8.4f %8.4f | %9.4f %8.4f %8.4f %8.4f\n",
+      std::snprintf(line, sizeof line, "%-26s %5lld | %8.4f %8.4f %8.4f %8.4f %8.4f | %9.4f %8.4f %8.4f %8.4f\n",
                     r->method.c_str(), static_cast<long long>(r->features), r->monte_carlo.mean, r->monte_carlo.median,
                     r->monte_carlo.p90, r->monte_carlo.p99, r->draw_sd, r->swap.mean, r->swap.median, r->swap.p90,
                     r->swap.p99);
     } else {
-      std::snprintf(line, sizeof line, "%-20s %5lld | %8s %8s %8s %8s %8s | %9.4f %8.4f %8.4f %8.4f\n",
+      std::snprintf(line, sizeof line, "%-26s %5lld | %8s %8s %8s %8s %8s | %9.4f %8.4f %8.4f %8.4f\n",
                     r->method.c_str(), static_cast<long long>(r->features), "-", "-", "-", "-", "-", r->swap.mean,
                     r->swap.median, r->swap.p90, r->swap.p99);
     }

@@ -8,6 +8,11 @@
 //                       reported because it is the finetuning start of a softmax model)
 //   darkformer_whiten   M from the second moment of this layer's scaled queries and keys on
 //                       `calibration_batches` training batches (attention/covariance.h)
+//   performer_var_opt   performer features from the variance-optimal proposal fitted to this
+//                       layer's calibration second moment (same kernel, importance-weighted)
+//   darkformer_whiten_var_opt  both: whitened M, then the proposal fitted in its space
+//                       (the var_opt rows are skipped, with a warning, where an eigenvalue of
+//                       Lambda is >= 1/2 and the proposal does not exist)
 //   darkformer_learned  the checkpoint's own M (only when the model was trained as darkformer)
 //   lfk                 W from its orthogonal initial draw, or the checkpoint's learned W at
 //                       the m it was trained with
