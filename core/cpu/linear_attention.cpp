@@ -43,6 +43,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "core/cpu/vec_math.h"
@@ -54,6 +55,82 @@ namespace {
 
 inline float exp_t(float x) { return vmath::exp(x); }
 inline double exp_t(double x) { return std::exp(x); }
+
+#define DARK_CPU_CLONES __attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4")))
+#define DARK_ALWAYS_INLINE __attribute__((always_inline)) inline
+
+// The row loops of the kernel (exp of shifted logits, maxima, scaling, products). They are
+// most of its time outside the gemms, so the float32 versions are compiled for x86-64,
+// x86-64-v3 and x86-64-v4 (target_clones, as in the elementwise and flash kernels; the
+// always-inline bodies take the clone's instruction set) and vectorise with vmath::exp.
+namespace row {
+template <class T>
+DARK_ALWAYS_INLINE void exp_shift_body(const T* x, T shift, T* out, std::int64_t n) {
+#pragma omp simd
+  for (std::int64_t i = 0; i < n; ++i) out[i] = exp_t(x[i] - shift);
+}
+template <class T>
+DARK_ALWAYS_INLINE T max_body(const T* x, std::int64_t n, T start) {
+  T mx = start;
+#pragma omp simd reduction(max : mx)
+  for (std::int64_t i = 0; i < n; ++i) mx = x[i] > mx ? x[i] : mx;
+  return mx;
+}
+template <class T>
+DARK_ALWAYS_INLINE void axpy_body(T* y, const T* x, T f, std::int64_t n) {
+#pragma omp simd
+  for (std::int64_t i = 0; i < n; ++i) y[i] += x[i] * f;
+}
+template <class T>
+DARK_ALWAYS_INLINE void scale_body(T* y, T f, std::int64_t n) {
+#pragma omp simd
+  for (std::int64_t i = 0; i < n; ++i) y[i] *= f;
+}
+template <class T>
+DARK_ALWAYS_INLINE void mul_body(T* y, const T* a, const T* b, std::int64_t n) {
+#pragma omp simd
+  for (std::int64_t i = 0; i < n; ++i) y[i] = a[i] * b[i];
+}
+
+DARK_CPU_CLONES void exp_shift_f32(const float* x, float shift, float* out, std::int64_t n) {
+  exp_shift_body(x, shift, out, n);
+}
+DARK_CPU_CLONES float max_f32(const float* x, std::int64_t n, float start) { return max_body(x, n, start); }
+DARK_CPU_CLONES void axpy_f32(float* y, const float* x, float f, std::int64_t n) { axpy_body(y, x, f, n); }
+DARK_CPU_CLONES void scale_f32(float* y, float f, std::int64_t n) { scale_body(y, f, n); }
+DARK_CPU_CLONES void mul_f32(float* y, const float* a, const float* b, std::int64_t n) { mul_body(y, a, b, n); }
+
+// out[i] = exp(x[i] - shift)
+template <class T>
+void exp_shift(const T* x, T shift, T* out, std::int64_t n) {
+  if constexpr (std::is_same_v<T, float>) exp_shift_f32(x, shift, out, n);
+  else exp_shift_body(x, shift, out, n);
+}
+// max(start, x[0..n))
+template <class T>
+T max(const T* x, std::int64_t n, T start) {
+  if constexpr (std::is_same_v<T, float>) return max_f32(x, n, start);
+  else return max_body(x, n, start);
+}
+// y += f x
+template <class T>
+void axpy(T* y, const T* x, T f, std::int64_t n) {
+  if constexpr (std::is_same_v<T, float>) axpy_f32(y, x, f, n);
+  else axpy_body(y, x, f, n);
+}
+// y *= f
+template <class T>
+void scale(T* y, T f, std::int64_t n) {
+  if constexpr (std::is_same_v<T, float>) scale_f32(y, f, n);
+  else scale_body(y, f, n);
+}
+// y = a * b elementwise (y may be a or b)
+template <class T>
+void mul(T* y, const T* a, const T* b, std::int64_t n) {
+  if constexpr (std::is_same_v<T, float>) mul_f32(y, a, b, n);
+  else mul_body(y, a, b, n);
+}
+}  // namespace row
 
 template <class T>
 constexpr T neg_inf() {
@@ -117,10 +194,7 @@ struct Problem {
     o.resize(len);
     T run = neg_inf<T>();
     for (std::int64_t j = 0; j < len; ++j) {
-      if (real(b, j)) {
-        const T* kr = krow(b, j, kv);
-        for (std::int64_t f = 0; f < m; ++f) run = kr[f] > run ? kr[f] : run;
-      }
+      if (real(b, j)) run = row::max(krow(b, j, kv), m, run);
       o[j] = run;
     }
     if (!causal) std::fill(o.begin(), o.end(), run);
@@ -137,8 +211,7 @@ struct Problem {
         continue;
       }
       const T* kr = krow(b, c0 + r, kv);
-      const T off = o[c0 + r];
-      for (std::int64_t f = 0; f < m; ++f) er[f] = exp_t(kr[f] - off);
+      row::exp_shift(kr, o[c0 + r], er, m);
       const T* vr = vrow(b, c0 + r, kv);
       std::copy(vr, vr + dv, xr);
       xr[dv] = T(1);
@@ -148,30 +221,31 @@ struct Problem {
   void queries(std::int64_t b, std::int64_t h, std::int64_t c0, std::int64_t n, T* phi) const {
     for (std::int64_t r = 0; r < n; ++r) {
       const T* qr = qrow(b, c0 + r, h);
-      T mx = neg_inf<T>();
-      for (std::int64_t f = 0; f < m; ++f) mx = qr[f] > mx ? qr[f] : mx;
-      T* pr = phi + r * m;
-      for (std::int64_t f = 0; f < m; ++f) pr[f] = exp_t(qr[f] - mx);
+      row::exp_shift(qr, row::max(qr, m, neg_inf<T>()), phi + r * m, m);
     }
   }
   // The causal intra-chunk weights D[r][c] = exp(o_c - o_r) for real keys c <= r, else 0
   // (L x L, ld chunk).
   void decay(std::int64_t b, std::int64_t c0, std::int64_t n, const std::vector<T>& o, T* d) const {
-    for (std::int64_t r = 0; r < n; ++r)
-      for (std::int64_t c = 0; c < n; ++c)
-        d[r * chunk + c] = c <= r && real(b, c0 + c) ? exp_t(o[c0 + c] - o[c0 + r]) : T(0);
+    for (std::int64_t r = 0; r < n; ++r) {
+      T* dr = d + r * chunk;
+      // exp of every c <= r first (vectorised), then the zeros: a padded key (offset -inf
+      // before the first real key) may give NaN here and is overwritten.
+      row::exp_shift(o.data() + c0, o[c0 + r], dr, r + 1);
+      for (std::int64_t c = 0; c <= r; ++c)
+        if (!real(b, c0 + c)) dr[c] = T(0);
+      std::fill(dr + r + 1, dr + n, T(0));
+    }
   }
   void apply_decay(T* p, const T* d, std::int64_t n) const {
-    for (std::int64_t r = 0; r < n; ++r)
-      for (std::int64_t c = 0; c < n; ++c) p[r * chunk + c] *= d[r * chunk + c];
+    for (std::int64_t r = 0; r < n; ++r) row::mul(p + r * chunk, p + r * chunk, d + r * chunk, n);
   }
   // y_r += z_r exp(at - o_r) for rows r of chunk c0 (cols wide): the part of a held state
   // (at <= o_r, both finite) seen by the chunk's queries.
   void add_state(std::int64_t c0, std::int64_t n, const std::vector<T>& o, T at, const T* z, T* y,
                  std::int64_t cols) const {
     for (std::int64_t r = 0; r < n; ++r) {
-      const T f = exp_t(at - o[c0 + r]);
-      for (std::int64_t j = 0; j < cols; ++j) y[r * cols + j] += z[r * cols + j] * f;
+      row::axpy(y + r * cols, z + r * cols, exp_t(at - o[c0 + r]), cols);
     }
   }
   // Folds chunk [c0, c0 + n) (E and Vx from keys(); Vx is scaled in place) into S, which
@@ -182,12 +256,12 @@ struct Problem {
     if (o_new == neg_inf<T>()) return true;
     if (s.held) {
       const T f = exp_t(s.at - o_new);
-      for (T& x : s.mat) x *= f;
+      row::scale(s.mat.data(), f, static_cast<std::int64_t>(s.mat.size()));
     }
     for (std::int64_t r = 0; r < n; ++r) {
       if (!real(b, c0 + r)) continue;  // a zero row
       const T f = exp_t(o[c0 + r] - o_new);
-      for (std::int64_t j = 0; j < w; ++j) vx[r * w + j] *= f;
+      row::scale(vx + r * w, f, w);
     }
     if (!gemm('T', 'N', m, w, n, T(1), e, m, vx, w, T(1), s.mat.data(), w)) return false;
     s.at = o_new;
@@ -295,14 +369,14 @@ void linear_attention_backward_kernel(const Tensor& q, const Tensor& k, const Te
   auto write_dq = [&](std::int64_t b, std::int64_t h, std::int64_t c0, std::int64_t n, const T* phi, const T* dphi) {
     for (std::int64_t r = 0; r < n; ++r) {
       T* d = pdq + ((b * pr.len + c0 + r) * pr.hq + h) * m;
-      for (std::int64_t f = 0; f < m; ++f) d[f] = phi[r * m + f] * dphi[r * m + f];
+      row::mul(d, phi + r * m, dphi + r * m, m);
     }
   };
   auto write_dkv = [&](std::int64_t b, std::int64_t kv, std::int64_t c0, std::int64_t n, const T* e, const T* de,
                        const T* dvx) {
     for (std::int64_t r = 0; r < n; ++r) {
       T* d = pdk + ((b * pr.len + c0 + r) * pr.hkv + kv) * m;
-      for (std::int64_t f = 0; f < m; ++f) d[f] = e[r * m + f] * de[r * m + f];
+      row::mul(d, e + r * m, de + r * m, m);
       std::copy(dvx + r * w, dvx + r * w + dv, pdv + ((b * pr.len + c0 + r) * pr.hkv + kv) * dv);
     }
   };
@@ -369,8 +443,8 @@ void linear_attention_backward_kernel(const Tensor& q, const Tensor& k, const Te
         for (std::int64_t r = 0; r < n; ++r) {
           if (!pr.real(b, c0 + r)) continue;  // zero rows (E_j = Vx_j = 0)
           const T f = exp_t(o[c0 + r] - rs.at);
-          for (std::int64_t j = 0; j < m; ++j) de[r * m + j] *= f;
-          for (std::int64_t j = 0; j < w; ++j) dvx[r * w + j] *= f;
+          row::scale(de.data() + r * m, f, m);
+          row::scale(dvx.data() + r * w, f, w);
         }
       } else {
         std::fill(de.begin(), de.end(), T(0));
@@ -382,7 +456,7 @@ void linear_attention_backward_kernel(const Tensor& q, const Tensor& k, const Te
       const bool fold = o_new != neg_inf<T>();
       if (rs.held && fold) {
         const T f = exp_t(o_new - rs.at);
-        for (T& x : rs.mat) x *= f;
+        row::scale(rs.mat.data(), f, static_cast<std::int64_t>(rs.mat.size()));
       }
       for (std::int64_t h = h0; h < h1; ++h) {
         pr.queries(b, h, c0, n, phi.data());
