@@ -42,8 +42,8 @@ bool DarkformerAttention::needs_calibration() const {
   return config_.init == MatrixInit::whiten || RandomFeatureAttention::needs_calibration();
 }
 
-Tensor DarkformerAttention::apply_transform(const Tensor& scaled) const {
-  return per_head_project(scaled, *matrix, shape_.n_kv_heads);
+Tensor DarkformerAttention::apply_transform(const Tensor& x, double scale) const {
+  return per_head_project(x, mul_scalar(*matrix, scale), shape_.n_kv_heads);
 }
 
 std::vector<double> DarkformerAttention::transform_matrix(std::int64_t kv_head) const {

@@ -26,7 +26,7 @@ class DarkformerAttention final : public RandomFeatureAttention {
 
  protected:
   std::vector<double> transform_matrix(std::int64_t kv_head) const override;
-  Tensor apply_transform(const Tensor& scaled) const override;
+  Tensor apply_transform(const Tensor& x, double scale) const override;
   void calibrated(const SecondMoments& moments) override;
 };
 

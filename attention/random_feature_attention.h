@@ -20,6 +20,7 @@
 #include "attention/covariance.h"
 #include "attention/factory.h"
 #include "attention/variance_optimal.h"
+#include "autograd/ops.h"
 #include "nn/attention_kernel.h"
 
 namespace dark::attention {
@@ -55,8 +56,9 @@ class RandomFeatureAttention : public nn::AttentionKernel {
  protected:
   // DARKFormer's M as r x d (row-major, double) for key/value head h; identity by default.
   virtual std::vector<double> transform_matrix(std::int64_t kv_head) const;
-  // x~ (B, T, H, d) -> (B, T, H, r); identity by default.
-  virtual Tensor apply_transform(const Tensor& scaled) const { return scaled; }
+  // x (B, T, H, d) -> scale M x (B, T, H, r); M = I by default. Taking the scale here lets
+  // DARKFormer fold it into the small M instead of a pass over x.
+  virtual Tensor apply_transform(const Tensor& x, double scale) const { return mul_scalar(x, scale); }
   // Feature matrices (Hkv, m, r) and the per-feature log-weight (Hkv, m) or undefined.
   // Default: drawn for the current epoch (with the proposal when there is one).
   virtual std::pair<Tensor, Tensor> features(DType dtype, Device device);
