@@ -280,6 +280,20 @@ json spec_json(const Spec& s) {
   return {{"kind", s.kind}, {"m", s.kind == "softmax" ? 0 : s.m}, {"L", s.L}};
 }
 
+// After a first call that took `first` seconds: calls b until it has run at least twice and
+// for --warmup-ms in all (a call of >= 1 s counts as warm at once); returns the fastest call.
+double warm_up(Bench& b, const Args& a, double first) {
+  double fastest = first, warm = first;
+  for (int calls = 1; fastest < 1.0 && (calls < 2 || warm < a.warmup_ms * 1e-3); ++calls) {
+    const auto c0 = Clock::now();
+    b.call();
+    const double t = std::chrono::duration<double>(Clock::now() - c0).count();
+    warm += t;
+    fastest = std::min(fastest, t);
+  }
+  return fastest;
+}
+
 // --one kind:m:L [--memory-only]: peak memory of the first call (and the timing, unless
 // memory-only, as the group would take it but alone).
 int run_one(const Args& a) {
@@ -304,16 +318,7 @@ int run_one(const Args& a) {
   out["base_rss_mib"] = base_rss;
   out["first_call_ms"] = fastest * 1e3;
   if (!a.memory_only) {
-    double warm = fastest;
-    int calls = 1;
-    while (fastest < 1.0 && (calls < 2 || warm < a.warmup_ms * 1e-3)) {
-      const auto c0 = Clock::now();
-      b.call();
-      const double t = std::chrono::duration<double>(Clock::now() - c0).count();
-      warm += t;
-      fastest = std::min(fastest, t);
-      ++calls;
-    }
+    fastest = warm_up(b, a, fastest);
     const std::int64_t inner =
         std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(a.min_rep_ms * 1e-3 / std::max(fastest, 1e-9))));
     const int reps = fastest >= 1.0 ? std::min(a.reps, 3) : a.reps;
@@ -349,17 +354,10 @@ int run_group(const Args& a) {
   bool slow = false;
   for (std::size_t i = 0; i < n; ++i) {  // warm-up and calibration, one configuration at a time
     Bench& b = *benches[i];
-    double fastest = 1e300, warm = 0;
-    int calls = 0;
-    do {
-      const auto c0 = Clock::now();
-      b.call();
-      const double t = std::chrono::duration<double>(Clock::now() - c0).count();
-      warm += t;
-      fastest = std::min(fastest, t);
-      ++calls;
-      if (calls == 1) b.check_finite();
-    } while (fastest < 1.0 && (calls < 2 || warm < a.warmup_ms * 1e-3));
+    const auto c0 = Clock::now();
+    b.call();
+    b.check_finite();
+    const double fastest = warm_up(b, a, std::chrono::duration<double>(Clock::now() - c0).count());
     inner[i] = std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(a.min_rep_ms * 1e-3 / std::max(fastest, 1e-9))));
     slow = slow || fastest >= 1.0;
   }
