@@ -142,14 +142,20 @@ void load_attention_state(nn::CausalLM& model, const std::map<std::string, Tenso
   }
 }
 
+// Each layer's attention.redraw_interval (its overrides applied): read once per run, since
+// resolving overrides goes through the config schema.
+std::vector<std::int64_t> redraw_intervals(const RunConfig& config) {
+  std::vector<std::int64_t> out;
+  for (int layer = 0; layer < config.model.n_layers; ++layer) out.push_back(attention_for_layer(config, layer).redraw_interval);
+  return out;
+}
+
 // Random features are a function of (seed, layer, head, epoch) with epoch = step / interval:
 // every rank, and a resumed run, draws the same matrices at the same step.
-void set_feature_epochs(nn::CausalLM& model, const RunConfig& config, std::int64_t step) {
+void set_feature_epochs(nn::CausalLM& model, const std::vector<std::int64_t>& intervals, std::int64_t step) {
   const auto kernels = model.attention_kernels();
-  for (std::size_t i = 0; i < kernels.size(); ++i) {
-    const std::int64_t interval = attention_for_layer(config, static_cast<int>(i)).redraw_interval;
-    kernels[i]->set_feature_epoch(interval > 0 ? step / interval : 0);
-  }
+  for (std::size_t i = 0; i < kernels.size(); ++i)
+    kernels[i]->set_feature_epoch(intervals[i] > 0 ? step / intervals[i] : 0);
 }
 
 // DARKFormer's whiten initialisation and the variance-optimal proposal measure the queries
@@ -190,7 +196,7 @@ void load_trained_state(nn::CausalLM& model, const CheckpointData& checkpoint, c
                         const std::string& source) {
   load_parameters(model, checkpoint.model, source);
   load_attention_state(model, checkpoint.attention);
-  set_feature_epochs(model, config, checkpoint.step);
+  set_feature_epochs(model, redraw_intervals(config), checkpoint.step);
 }
 
 void load_parameters(nn::CausalLM& model, const std::map<std::string, Tensor>& saved, const std::string& source) {
@@ -262,7 +268,8 @@ TrainResult train(RunConfig config, const TrainOptions& options) {
                enum_name(config.attention.kind), data.train_tokens, val.num_windows());
 
   if (!resumed) calibrate_attention(*model, config, loader);
-  set_feature_epochs(*model, config, step);
+  const std::vector<std::int64_t> intervals = redraw_intervals(config);
+  set_feature_epochs(*model, intervals, step);
 
   MetricsLog metrics(run_dir / "metrics.jsonl", resumed ? step : -1);
   auto save = [&](std::int64_t at_step) {
@@ -298,7 +305,7 @@ TrainResult train(RunConfig config, const TrainOptions& options) {
       NoGradGuard no_grad;
       options.before_step(step, *model);
     }
-    set_feature_epochs(*model, config, step);  // redraws happen on optimizer steps, in training only
+    set_feature_epochs(*model, intervals, step);  // redraws happen on optimizer steps, in training only
     const auto t0 = Clock::now();
     const double lr = nn::learning_rate_at(schedule, config.optimizer.lr, step);
     params.zero_grad();
