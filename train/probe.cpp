@@ -90,6 +90,12 @@ struct Accumulator {
     const std::size_t heads = to.size();
     for (std::size_t i = 0; i < errors.size(); ++i) to[i % heads].push_back(errors[i]);
   }
+  // Every head's errors in one list.
+  static std::vector<double> pooled(const std::vector<std::vector<double>>& per_head) {
+    std::vector<double> all;
+    for (const std::vector<double>& head : per_head) all.insert(all.end(), head.begin(), head.end());
+    return all;
+  }
 };
 
 double standard_deviation(const std::vector<double>& x) {
@@ -189,11 +195,7 @@ std::vector<Estimator> estimators_for(const nn::AttentionShape& shape, const Att
 void push_rows(ProbeReport& report, int layer, const std::string& method, std::int64_t m, Accumulator& acc,
                bool has_monte_carlo) {
   // Pooled over heads first, then one row per head.
-  std::vector<double> all_mc, all_swap;
-  for (std::size_t h = 0; h < acc.swap.size(); ++h) {
-    all_mc.insert(all_mc.end(), acc.monte_carlo[h].begin(), acc.monte_carlo[h].end());
-    all_swap.insert(all_swap.end(), acc.swap[h].begin(), acc.swap[h].end());
-  }
+  std::vector<double> all_mc = Accumulator::pooled(acc.monte_carlo), all_swap = Accumulator::pooled(acc.swap);
   const double draw_sd = standard_deviation(acc.draw_means);
   report.rows.push_back({layer, -1, method, m, has_monte_carlo, error_stats(all_mc), error_stats(all_swap), draw_sd});
   for (std::size_t h = 0; h < acc.swap.size(); ++h)
@@ -286,11 +288,7 @@ ProbeReport run_probe(nn::CausalLM& model, const RunConfig& config, const data::
     }
   }
   for (auto& [key, acc] : pooled) {
-    std::vector<double> all_mc, all_swap;
-    for (std::size_t h = 0; h < acc.swap.size(); ++h) {
-      all_mc.insert(all_mc.end(), acc.monte_carlo[h].begin(), acc.monte_carlo[h].end());
-      all_swap.insert(all_swap.end(), acc.swap[h].begin(), acc.swap[h].end());
-    }
+    std::vector<double> all_mc = Accumulator::pooled(acc.monte_carlo), all_swap = Accumulator::pooled(acc.swap);
     // draw_sd over layers: the mean of the layers' draw_sd (draws vary within a layer).
     const std::vector<double>& sds = layer_draw_sds[key];
     report.rows.push_back({-1, -1, key.first, key.second, !all_mc.empty(), error_stats(all_mc), error_stats(all_swap),
