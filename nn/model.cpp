@@ -39,20 +39,21 @@ SelfAttention::SelfAttention(const ModelConfig& c, int layer, const Init& init, 
   register_module("feature_map", *kernel);
 }
 
-Tensor SelfAttention::forward(const Tensor& x, const Tensor& key_mask) {
+SelfAttention::Heads SelfAttention::project(const Tensor& x, std::int64_t position) {
   const std::int64_t B = x.size(0), T = x.size(1);
-  const Tensor q = rope(reshape(q_proj.forward(x), {B, T, n_heads, head_dim}), rope_theta);
-  const Tensor k = rope(reshape(k_proj.forward(x), {B, T, n_kv_heads, head_dim}), rope_theta);
-  const Tensor v = reshape(v_proj.forward(x), {B, T, n_kv_heads, head_dim});
-  return o_proj.forward(reshape(kernel->forward(q, k, v, key_mask), {B, T, n_heads * head_dim}));
+  return {rope(reshape(q_proj.forward(x), {B, T, n_heads, head_dim}), rope_theta, position),
+          rope(reshape(k_proj.forward(x), {B, T, n_kv_heads, head_dim}), rope_theta, position),
+          reshape(v_proj.forward(x), {B, T, n_kv_heads, head_dim})};
+}
+
+Tensor SelfAttention::forward(const Tensor& x, const Tensor& key_mask) {
+  const Heads h = project(x, 0);
+  return o_proj.forward(reshape(kernel->forward(h.q, h.k, h.v, key_mask), {x.size(0), x.size(1), n_heads * head_dim}));
 }
 
 Tensor SelfAttention::decode(const Tensor& x, std::int64_t position, std::unique_ptr<DecodeState>& state) {
-  const std::int64_t B = x.size(0), T = x.size(1);
-  const Tensor q = rope(reshape(q_proj.forward(x), {B, T, n_heads, head_dim}), rope_theta, position);
-  const Tensor k = rope(reshape(k_proj.forward(x), {B, T, n_kv_heads, head_dim}), rope_theta, position);
-  const Tensor v = reshape(v_proj.forward(x), {B, T, n_kv_heads, head_dim});
-  return o_proj.forward(reshape(kernel->decode(q, k, v, state), {B, T, n_heads * head_dim}));
+  const Heads h = project(x, position);
+  return o_proj.forward(reshape(kernel->decode(h.q, h.k, h.v, state), {x.size(0), x.size(1), n_heads * head_dim}));
 }
 
 DecoderBlock::DecoderBlock(const ModelConfig& c, int layer, const AttentionFactory& factory)

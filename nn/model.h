@@ -43,6 +43,13 @@ class SelfAttention : public Module {
   std::unique_ptr<AttentionKernel> kernel;
   std::int64_t n_heads, n_kv_heads, head_dim;
   double rope_theta;
+
+ private:
+  // Queries and keys (RoPE from `position` on) and values of x, split into heads.
+  struct Heads {
+    Tensor q, k, v;
+  };
+  Heads project(const Tensor& x, std::int64_t position);
 };
 
 class DecoderBlock : public Module {
