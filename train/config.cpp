@@ -428,6 +428,17 @@ std::vector<Field> make_schema() {
       text(DARK_CONFIG_MEMBER(output.dir), false,
            "run folder (checkpoints, metrics, config.json); \"\" = runs/<config file stem>"),
 
+      integer(DARK_CONFIG_MEMBER(stability.window), 1,
+              "previous steps whose median loss (and gradient norm) a step is compared with to call it a spike"),
+      number(DARK_CONFIG_MEMBER(stability.loss_factor), {1.0, true, std::nullopt, false},
+             "loss spike: a step whose loss exceeds loss_factor x that median"),
+      number(DARK_CONFIG_MEMBER(stability.grad_factor), {1.0, true, std::nullopt, false},
+             "gradient-norm spike: a step whose (unclipped) gradient norm exceeds grad_factor x that median; "
+             "larger than loss_factor since gradient norms fluctuate more"),
+      boolean(DARK_CONFIG_MEMBER(stability.stop_on_divergence),
+              "end a run at its first non-finite or skipped step, or loss above the initial loss after "
+              "warm-up, writing stability.json and no checkpoint (saves sweep time)"),
+
       integer(DARK_CONFIG_MEMBER(seed), 0,
               "root of every random stream (initialisation, data order, dropout, features)"),
   };

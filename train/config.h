@@ -223,6 +223,14 @@ struct OutputConfig {
   std::string dir;  // run folder (checkpoints, metrics, config.json); "" = runs/<config file stem>
 };
 
+// Loss-spike and divergence detection (train/stability.h), written to stability.json.
+struct StabilityConfig {
+  int window = 50;                  // previous steps whose median loss / gradient norm a step is compared with
+  double loss_factor = 1.2;         // loss spike: loss > loss_factor x that median
+  double grad_factor = 2.0;         // gradient-norm spike: grad_norm > grad_factor x that median
+  bool stop_on_divergence = false;  // end a diverged run early (no final checkpoint), e.g. in sweeps
+};
+
 struct RunConfig {
   ModelConfig model;
   AttentionConfig attention;
@@ -231,6 +239,7 @@ struct RunConfig {
   ScheduleConfig schedule;
   TrainingConfig training;
   OutputConfig output;
+  StabilityConfig stability;
   std::uint64_t seed = 0;  // root of every random stream (init, data order, dropout, features)
 };
 

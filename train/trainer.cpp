@@ -21,6 +21,7 @@
 #include "train/checkpoint.h"
 #include "core/file_io.h"
 #include "train/model_builder.h"
+#include "train/stability.h"
 
 namespace dark::train {
 namespace fs = std::filesystem;
@@ -272,6 +273,13 @@ TrainResult train(RunConfig config, const TrainOptions& options) {
   set_feature_epochs(*model, intervals, step);
 
   MetricsLog metrics(run_dir / "metrics.jsonl", resumed ? step : -1);
+  // Sees every metrics line (a resumed run's earlier ones first) for stability.json.
+  StabilityMonitor stability(stability_options(config), read_metrics(run_dir / "metrics.jsonl"));
+  // Writes a metrics line; true when stability.stop_on_divergence should end the run now.
+  auto log_metrics = [&](const json& line) {
+    metrics.write(line);
+    return stability.observe(line) && config.stability.stop_on_divergence;
+  };
   auto save = [&](std::int64_t at_step) {
     CheckpointData ck;
     ck.step = at_step;
@@ -288,7 +296,7 @@ TrainResult train(RunConfig config, const TrainOptions& options) {
   auto run_eval = [&](std::int64_t at_step) {
     const EvalMetrics m = evaluate(*model, val, tc.eval_batches);
     spdlog::info("eval step {} | val loss {:.4f} | ppl {:.2f} | next-token acc {:.4f}", at_step, m.loss, m.perplexity, m.accuracy);
-    metrics.write({{"step", at_step}, {"eval_loss", m.loss}, {"eval_perplexity", m.perplexity},
+    log_metrics({{"step", at_step}, {"eval_loss", m.loss}, {"eval_perplexity", m.perplexity},
                    {"eval_accuracy", m.accuracy}, {"eval_tokens", m.tokens}});
     return m;
   };
@@ -324,7 +332,8 @@ TrainResult train(RunConfig config, const TrainOptions& options) {
       spdlog::warn("step {}: non-finite {} ({}); update skipped ({} in a row, limit {})", step + 1,
                    std::isfinite(loss_value) ? "gradient norm" : "loss", std::isfinite(loss_value) ? grad_norm : loss_value,
                    consecutive_skips, tc.max_consecutive_skips);
-      metrics.write({{"step", step + 1}, {"skipped", true}, {"loss", std::isfinite(loss_value) ? json(loss_value) : json(nullptr)}});
+      if (log_metrics({{"step", step + 1}, {"skipped", true}, {"loss", std::isfinite(loss_value) ? json(loss_value) : json(nullptr)}}))
+        break;
       DARK_CHECK(consecutive_skips <= tc.max_consecutive_skips, "training diverged: ", consecutive_skips,
                  " consecutive steps with a non-finite loss or gradient (training.max_consecutive_skips = ",
                  tc.max_consecutive_skips, "); last good checkpoint in ", (run_dir / "checkpoints").string());
@@ -340,8 +349,9 @@ TrainResult train(RunConfig config, const TrainOptions& options) {
     if (step > first_step) timed_seconds += seconds, ++timed_steps;  // the first step warms caches
     const double tok_per_s = timed_steps ? static_cast<double>(tokens_per_step) * timed_steps / timed_seconds : 0.0;
     const double elapsed = std::chrono::duration<double>(Clock::now() - loop_start).count();
-    metrics.write({{"step", step + 1}, {"loss", loss_value}, {"lr", lr}, {"grad_norm", grad_norm},
-                   {"tokens_per_s", tok_per_s}, {"step_ms", seconds * 1e3}, {"elapsed_s", elapsed}});
+    if (log_metrics({{"step", step + 1}, {"loss", loss_value}, {"lr", lr}, {"grad_norm", grad_norm},
+                     {"tokens_per_s", tok_per_s}, {"step_ms", seconds * 1e3}, {"elapsed_s", elapsed}}))
+      break;
     const bool last = step + 1 == tc.steps;
     if ((step + 1) % tc.log_interval == 0 || step == first_step || last) {
       const double eta = timed_steps ? timed_seconds / timed_steps * static_cast<double>(tc.steps - step - 1) : 0.0;
@@ -357,8 +367,17 @@ TrainResult train(RunConfig config, const TrainOptions& options) {
   result.steps = step;
   result.final_train_loss = last_loss;
   result.run_dir = run_dir.string();
+  if (step < tc.steps) {  // stopped on divergence: the weights are not worth evaluating or keeping
+    StabilityReport report = stability.report();
+    report.stopped_on_divergence = true;
+    write_stability(run_dir, report);
+    spdlog::warn("training diverged at step {} ({}); stopped early (stability.stop_on_divergence), no checkpoint written",
+                 report.divergence_step, report.divergence_reason);
+    return result;
+  }
   result.final_eval = run_eval(step);
   save(step);
+  write_stability(run_dir, stability.report());
   if (tc.generate_tokens > 0) {
     nn::GenerateOptions g;
     g.max_tokens = tc.generate_tokens;

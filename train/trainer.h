@@ -6,6 +6,7 @@
 //   metrics.jsonl      one JSON object per logged step / evaluation
 //   checkpoints/       step_NNNNNNNN/ (model.safetensors, optimizer.safetensors, state.json)
 //   sample.txt         the text generated at the end
+//   stability.json     loss spikes, divergence, final/best validation (train/stability.h)
 #pragma once
 #include <cstdint>
 #include <functional>
