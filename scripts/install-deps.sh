@@ -14,6 +14,7 @@ packages=(
   libgtest-dev libgmock-dev   # unit tests
   libbenchmark-dev       # bench/
   python3-numpy          # reference-value scripts
+  gnuplot-nox            # PNG plots of `darkformer report` (pngcairo terminal)
   python3.11-doc linux-doc-6.1  # the "debdocs" pretraining corpus (reStructuredText sources)
 )
 

@@ -15,5 +15,7 @@ int eval_command(const CommandArgs& args);
 int generate_command(const CommandArgs& args);
 int export_hf_command(const CommandArgs& args);
 int probe_command(const CommandArgs& args);
+int sweep_command(const CommandArgs& args);   // train/sweep_commands.cpp
+int report_command(const CommandArgs& args);
 
 }  // namespace dark::train

@@ -22,6 +22,8 @@ commands:
   generate      sample text:  darkformer generate --checkpoint PATH --prompt TEXT [--max-tokens N]
   export-hf     write a Hugging Face LlamaForCausalLM folder:  darkformer export-hf --checkpoint PATH --out DIR
   probe         random-feature approximation errors of a trained model:  darkformer probe --checkpoint PATH
+  sweep         train a grid of config overrides:  darkformer sweep --config SWEEP.json [--jobs N] [--dry-run]
+  report        tables and plots of a sweep:  darkformer report SWEEP_DIR
   config-keys   print every config key with its type, default, allowed values and meaning
   demo-mlp      train a small MLP on a synthetic regression task with the autograd tape
                   --steps N        optimizer steps (default 2000)
@@ -101,6 +103,8 @@ int main(int argc, char** argv) {
     if (command == "generate") return dark::train::generate_command(rest);
     if (command == "export-hf") return dark::train::export_hf_command(rest);
     if (command == "probe") return dark::train::probe_command(rest);
+    if (command == "sweep") return dark::train::sweep_command(rest);
+    if (command == "report") return dark::train::report_command(rest);
     if (command == "config-keys") {
       std::printf("%s", dark::train::config_markdown_table().c_str());
       return 0;

@@ -1,0 +1,132 @@
+// `darkformer sweep` and `darkformer report` end to end on a tiny model: a 2x2 grid (attention
+// kind x learning rate) whose huge-lr points diverge and stop early while the others finish;
+// re-running skips finished points and resumes an interrupted one from its checkpoint; the
+// report's tables come from the summary. Also: point names and sweep-file errors.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "test_util.h"
+#include "train/checkpoint.h"
+#include "train/report.h"
+#include "train/stability.h"
+#include "train/sweep.h"
+#include "train_test_util.h"
+
+namespace dark::train {
+namespace {
+
+using dark::testing::TempDir;
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+std::string read(const fs::path& p) {
+  std::ifstream in(p);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// base.json (a tiny run) and sweeps/grid.json beside it, written as text: the file's axis
+// order is the grid's order; returns the sweep file. No warm-up, so that lr 100 counts as
+// diverged at once (its loss explodes above the initial loss on step 2).
+fs::path write_sweep(const TempDir& tmp, const std::string& axes, const std::string& name_keys = "{}") {
+  json base = tiny_config(tmp, "unused", 20);
+  base.erase("output");
+  base["training"]["generate_tokens"] = 0;
+  dark::testing::write_text(tmp / "base.json", base.dump(2));
+  dark::testing::write_text(tmp / "sweeps/grid.json",
+                            str(R"({"base": "../base.json", "set": {"stability.stop_on_divergence": true, "schedule.warmup_steps": 0}, "axes": )", axes,
+                                R"(, "output": ")", tmp / "out", R"(", "name_keys": )", name_keys, "}"));
+  return tmp.path() / "sweeps/grid.json";
+}
+
+TEST(Sweep, PointNamesUseShortNumbers) {
+  EXPECT_EQ(short_number(0.003), "3e-3");
+  EXPECT_EQ(short_number(3e-4), "3e-4");
+  EXPECT_EQ(short_number(0.01), "0.01");
+  EXPECT_EQ(short_number(0.5), "0.5");
+  EXPECT_EQ(short_number(64), "64");
+  EXPECT_EQ(short_number(1e6), "1e6");
+  EXPECT_EQ(short_number(0.00025), "2.5e-4");
+}
+
+TEST(Sweep, BadPointsAreReportedBeforeAnythingRuns) {
+  TempDir tmp;
+  const fs::path file = write_sweep(tmp, R"({"attention.kind": ["softmax", "flash"]})");
+  dark::testing::expect_error([&] { plan_sweep(file); },
+                              {"sweep: ", "grid.json: point flash: config: attention.kind: \"flash\" is not one of softmax, performer"});
+  const fs::path typo = write_sweep(tmp, R"({"optimizer.lrr": [0.1]})");
+  dark::testing::expect_error([&] { plan_sweep(typo); }, {"grid.json: axes.optimizer.lrr", "did you mean optimizer.lr?"});
+  EXPECT_FALSE(fs::exists(tmp.path() / "out"));
+}
+
+TEST(Sweep, DivergedPointsAreRecordedResumesAndReports) {
+  TempDir tmp;
+  const fs::path file = write_sweep(tmp, R"({"attention.kind": ["softmax", "performer"], "optimizer.lr": [0.01, 100]})",
+                                    R"({"optimizer.lr": "lr"})");
+  const SweepPlan plan = plan_sweep(file);
+  ASSERT_EQ(plan.points.size(), 4u);
+  EXPECT_EQ(plan.axes, (std::vector<std::string>{"attention.kind", "optimizer.lr"}));
+  EXPECT_EQ(plan.points[0].name, "softmax_lr0.01");
+  EXPECT_EQ(plan.points[3].name, "performer_lr100");
+
+  SweepOptions options;
+  options.jobs = 2;
+  options.executable = DARKFORMER_EXE;
+  const json summary = run_sweep(plan, options);
+  std::map<std::string, json> by_name;
+  for (const json& r : summary["points"]) by_name[r["name"]] = r;
+  for (const char* name : {"softmax_lr0.01", "performer_lr0.01"}) {
+    EXPECT_EQ(by_name[name]["status"], "done") << read(tmp.path() / "out" / name / "train.log");
+    EXPECT_EQ(by_name[name]["steps"], 20);
+    EXPECT_TRUE(by_name[name]["final_eval"].is_object());
+    EXPECT_TRUE(fs::exists(tmp.path() / "out" / name / "stability.json"));
+  }
+  for (const char* name : {"softmax_lr100", "performer_lr100"}) {
+    EXPECT_EQ(by_name[name]["status"], "diverged") << read(tmp.path() / "out" / name / "train.log");
+    EXPECT_LT(by_name[name]["steps"].get<int>(), 20);  // stopped early
+    const json s = json::parse(read(tmp.path() / "out" / name / "stability.json"));
+    EXPECT_TRUE(s["stopped_on_divergence"].get<bool>());
+    EXPECT_TRUE(list_checkpoints(tmp.path() / "out" / name).empty());
+  }
+  const std::string csv = read(tmp.path() / "out/summary.csv");
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 5);
+  EXPECT_NE(csv.find("softmax_lr100,softmax,100,diverged,"), std::string::npos) << csv;
+
+  // Interrupt one point after its step-10 checkpoint: no status, no final checkpoint.
+  const fs::path cut = tmp.path() / "out/performer_lr0.01";
+  fs::remove(cut / "status.json");
+  fs::remove_all(cut / "checkpoints" / checkpoint_name(20));
+  std::map<std::string, fs::file_time_type> before;
+  for (const SweepPoint& p : plan.points) before[p.name] = fs::last_write_time(p.dir / "train.log");
+  EXPECT_NE(describe_plan(plan).find("performer_lr0.01: attention.kind=\"performer\", optimizer.lr=0.01 -> resume from step_00000010"),
+            std::string::npos)
+      << describe_plan(plan);
+
+  const json again = run_sweep(plan, options);
+  for (const SweepPoint& p : plan.points)
+    if (p.name != "performer_lr0.01") EXPECT_EQ(fs::last_write_time(p.dir / "train.log"), before[p.name]) << p.name << " ran again";
+  EXPECT_NE(read(cut / "train.log").find("==== sweep: resuming from step_00000010 ===="), std::string::npos);
+  EXPECT_EQ(json::parse(read(cut / "status.json"))["status"], "done");
+  EXPECT_EQ(read_metrics(cut / "metrics.jsonl").steps.size(), 20u);
+  EXPECT_NE(read(tmp.path() / "out/sweep.log").find("softmax_lr0.01: already done, skipped"), std::string::npos);
+  EXPECT_EQ(again["points"][3]["status"], "diverged");
+
+  const ReportResult report = write_report(tmp.path() / "out");
+  const std::string md = read(report.markdown);
+  EXPECT_NE(md.find("## Method x learning rate"), std::string::npos) << md;
+  EXPECT_NE(md.find("| kind \\ lr | 0.01 | 100 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("**Diverged**\n\n| kind \\ lr | 0.01 | 100 |\n|---|---|---|\n| softmax | 0/1 | 1/1 |\n| performer | 0/1 | 1/1 |"),
+            std::string::npos)
+      << md;
+  EXPECT_NE(md.find("| performer_lr100 | performer | 100 | diverged |"), std::string::npos) << md;
+  EXPECT_TRUE(fs::exists(tmp.path() / "out/plots/loss_curves.gp"));
+  if (std::system("command -v gnuplot > /dev/null 2>&1") == 0) {
+    EXPECT_TRUE(report.plotted) << report.plot_note;
+    EXPECT_TRUE(fs::exists(tmp.path() / "out/plots/loss_curves.png"));
+  } else {
+    EXPECT_NE(md.find("gnuplot is not installed"), std::string::npos) << md;
+  }
+}
+
+}  // namespace
+}  // namespace dark::train

@@ -1,0 +1,475 @@
+// Sweep planning (grid, names, per-point validation) and execution (child processes,
+// status files, resume, summaries). See sweep.h.
+#include "train/sweep.h"
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "core/error.h"
+#include "core/file_io.h"
+#include "train/checkpoint.h"
+#include "train/config.h"
+#include "train/stability.h"
+
+extern char** environ;
+
+namespace dark::train {
+namespace fs = std::filesystem;
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// ---------------------------------------------------------------- planning
+
+std::string value_text(const json& v) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_number_integer() || v.is_number_unsigned()) return v.dump();
+  if (v.is_number()) return short_number(v.get<double>());
+  if (v.is_array()) {
+    std::string out;
+    for (const json& item : v) out += (out.empty() ? "" : "-") + value_text(item);
+    return out;
+  }
+  return v.dump();  // true, false, objects
+}
+
+std::string safe_name(const std::string& text) {
+  std::string out;
+  for (const char c : text) out += std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' ? c : '-';
+  return out;
+}
+
+std::string point_name(const std::vector<std::pair<std::string, json>>& values, const json& name_keys) {
+  std::string name;
+  for (const auto& [key, value] : values) {
+    std::string label = key.substr(key.rfind('.') + 1);
+    if (name_keys.contains(key)) label = name_keys.at(key).get<std::string>();
+    else if (value.is_string()) label = "";
+    const std::string text = value_text(value);
+    // "lr3e-3", but "trainable-all": a label runs into a number, a dash separates words.
+    const bool joins = label.empty() || text.empty() || std::isdigit(static_cast<unsigned char>(text[0])) || text[0] == '-';
+    name += (name.empty() ? "" : "_") + safe_name(label + (joins ? "" : "-") + text);
+  }
+  return name.empty() ? "base" : name;
+}
+
+// Applies "key": value (a dotted config key) to a config document; errors name `where`.
+void apply_setting(json& doc, const std::string& key, const json& value, const std::string& where) {
+  try {
+    apply_override(doc, key + "=" + value.dump());
+  } catch (const Error& e) {
+    throw Error(str(where, ": ", e.what()));
+  }
+}
+
+}  // namespace
+
+std::string short_number(double value) {
+  if (!std::isfinite(value)) return value != value ? "nan" : value > 0 ? "inf" : "-inf";
+  char buf[64];
+  // The fewest significant digits that read back as the same double.
+  const auto shortest = [&](const char* format) {
+    for (int precision = 0; precision <= 17; ++precision) {
+      std::snprintf(buf, sizeof buf, format, precision, value);
+      if (std::strtod(buf, nullptr) == value) break;
+    }
+    return std::string(buf);
+  };
+  const std::string plain = shortest("%.*g");
+  std::string exp = shortest("%.*e");  // "3e-03": drop the "+" and leading zeros of the exponent
+  const std::size_t e = exp.find('e');
+  std::string digits = exp.substr(e + 1);
+  const std::string sign = digits[0] == '-' ? "-" : "";
+  digits = digits.substr(1);
+  digits.erase(0, std::min(digits.find_first_not_of('0'), digits.size() - 1));
+  exp = exp.substr(0, e) + (digits == "0" ? "" : "e" + sign + digits);
+  return exp.size() < plain.size() ? exp : plain;
+}
+
+SweepPlan plan_sweep(const fs::path& sweep_file) {
+  const std::string file = sweep_file.string();
+  json sweep;
+  try {
+    sweep = read_config_json(sweep_file);
+  } catch (const Error& e) {
+    throw Error(str("sweep: ", e.what()));
+  }
+  const auto where = [&](const std::string& key) { return str("sweep: ", file, ": ", key); };
+  DARK_CHECK(sweep.is_object(), "sweep: ", file, ": expected a JSON object");
+  for (const auto& [key, value] : sweep.items()) {
+    static const std::set<std::string> known = {"base", "set", "axes", "output", "name_keys"};
+    DARK_CHECK(known.contains(key), where(key), ": unknown key (a sweep file has base, set, axes, output, name_keys)");
+  }
+  DARK_CHECK(sweep.contains("base") && sweep["base"].is_string(), where("base"),
+             ": expected the path of a run config (relative to the sweep file)");
+  const json set = sweep.value("set", json::object());
+  const json axes = sweep.value("axes", json::object());
+  const json name_keys = sweep.value("name_keys", json::object());
+  DARK_CHECK(set.is_object(), where("set"), ": expected an object of dotted config keys, got ", set.dump());
+  DARK_CHECK(axes.is_object(), where("axes"), ": expected an object mapping dotted config keys to lists of values");
+  DARK_CHECK(name_keys.is_object(), where("name_keys"), ": expected an object mapping axis keys to labels");
+  for (const auto& [key, label] : name_keys.items()) {
+    DARK_CHECK(axes.contains(key), where("name_keys." + key), ": not an axis");
+    DARK_CHECK(label.is_string(), where("name_keys." + key), ": expected a string label, got ", label.dump());
+  }
+
+  SweepPlan plan;
+  plan.file = sweep_file;
+  const fs::path base_path = sweep_file.parent_path() / sweep["base"].get<std::string>();
+  json base;
+  try {
+    base = read_config_json(base_path);
+  } catch (const Error& e) {
+    throw Error(str(where("base"), ": ", e.what()));
+  }
+  for (const auto& [key, value] : set.items()) apply_setting(base, key, value, where("set." + key));
+  if (sweep.contains("output")) {
+    DARK_CHECK(sweep["output"].is_string() && !sweep["output"].get<std::string>().empty(), where("output"),
+               ": expected a folder path");
+    plan.dir = sweep["output"].get<std::string>();
+  } else {
+    plan.dir = fs::path("runs/sweeps") / sweep_file.stem();
+  }
+
+  // nlohmann::json objects sort their keys; the file's order is the grid's order.
+  std::vector<std::pair<std::string, json>> axis_values;
+  const nlohmann::ordered_json ordered =
+      nlohmann::ordered_json::parse(read_file(sweep_file), nullptr, false, true).value("axes", nlohmann::ordered_json::object());
+  for (const auto& [key, ordered_values] : ordered.items()) {
+    const json values = json::parse(ordered_values.dump());
+    DARK_CHECK(values.is_array() && !values.empty(), where("axes." + key), ": expected a non-empty list of values, got ",
+               values.dump());
+    plan.axes.push_back(key);
+    axis_values.emplace_back(key, values);
+  }
+
+  // The grid, first axis slowest: `index` counts in mixed radix over the axes' lengths.
+  std::size_t total = 1;
+  for (const auto& [key, values] : axis_values) total *= values.size();
+  std::map<std::string, std::size_t> names;
+  for (std::size_t index = 0; index < total; ++index) {
+    SweepPoint point;
+    std::size_t rest = index;
+    for (auto it = axis_values.rbegin(); it != axis_values.rend(); ++it) {
+      point.values.emplace(point.values.begin(), it->first, it->second[rest % it->second.size()]);
+      rest /= it->second.size();
+    }
+    point.name = point_name(point.values, name_keys);
+    const auto [seen, fresh] = names.emplace(point.name, index);
+    DARK_CHECK(fresh, where("axes"), ": points ", seen->second + 1, " and ", index + 1, " are both named \"", point.name,
+               "\"; give the axes distinct labels with name_keys");
+    point.dir = plan.dir / point.name;
+    point.config = base;
+    for (const auto& [key, value] : point.values)
+      apply_setting(point.config, key, value, where("axes." + key + " = " + value.dump()));
+    apply_setting(point.config, "output.dir", point.dir.string(), where("output"));
+    try {
+      parse_config(point.config);
+    } catch (const Error& e) {
+      throw Error(str("sweep: ", file, ": point ", point.name, ": ", e.what()));
+    }
+    plan.points.push_back(std::move(point));
+  }
+  return plan;
+}
+
+namespace {
+
+// ---------------------------------------------------------------- running
+
+std::string duration_text(double seconds) {
+  const auto s = static_cast<long long>(std::llround(seconds));
+  char buf[32];
+  if (s < 60) std::snprintf(buf, sizeof buf, "%llds", s);
+  else if (s < 3600) std::snprintf(buf, sizeof buf, "%lldm%02llds", s / 60, s % 60);
+  else std::snprintf(buf, sizeof buf, "%lldh%02lldm", s / 3600, s % 3600 / 60);
+  return buf;
+}
+
+json read_json_file(const fs::path& path) {
+  if (!fs::exists(path)) return nullptr;
+  return json::parse(read_file(path), nullptr, /*allow_exceptions=*/false);
+}
+
+// A finished point is skipped on re-runs; failed and interrupted ones are trained again.
+bool finished(const json& status) {
+  return status.is_object() && (status.value("status", "") == "done" || status.value("status", "") == "diverged");
+}
+
+std::vector<std::string> last_lines(const fs::path& path, std::size_t count) {
+  std::vector<std::string> lines;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    lines.push_back(line);
+    if (lines.size() > count) lines.erase(lines.begin());
+  }
+  return lines;
+}
+
+// Starts `argv` with stdout and stderr appended to `log`; returns its pid.
+pid_t spawn(const std::vector<std::string>& argv, const fs::path& log, const std::vector<std::string>& env) {
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+  std::vector<char*> args, envp;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  for (const std::string& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+  pid_t pid = 0;
+  const int rc = posix_spawn(&pid, argv[0].c_str(), &actions, nullptr, args.data(), envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  DARK_CHECK(rc == 0, "sweep: cannot start ", argv[0], ": ", std::strerror(rc));
+  return pid;
+}
+
+// 128 + signal for a child killed by a signal, as shells report it.
+int exit_code_of(int wait_status) {
+  if (WIFEXITED(wait_status)) return WEXITSTATUS(wait_status);
+  if (WIFSIGNALED(wait_status)) return 128 + WTERMSIG(wait_status);
+  return -1;
+}
+
+// The environment of the children: the parent's, with OMP_NUM_THREADS sharing the cores
+// among the jobs unless the user chose it.
+std::vector<std::string> child_environment(int jobs) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
+  if (std::getenv("OMP_NUM_THREADS") == nullptr) {
+    const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+    env.push_back("OMP_NUM_THREADS=" + std::to_string(std::max(1, cores / std::max(1, jobs))));
+  }
+  return env;
+}
+
+json eval_json(const std::optional<EvalRecord>& e) {
+  if (!e) return nullptr;
+  return {{"step", e->step}, {"loss", e->loss}, {"perplexity", e->perplexity}, {"accuracy", e->accuracy}};
+}
+
+// The stability report of a point from its metrics.jsonl, under its own stability settings.
+StabilityReport point_stability(const SweepPoint& point) {
+  const RunMetrics m = read_metrics(point.dir / "metrics.jsonl");
+  return analyze_stability(m.steps, m.evals, stability_options(parse_config(point.config)));
+}
+
+json summary_row(const SweepPoint& point, const json& status) {
+  const StabilityReport s = point_stability(point);
+  json values = json::object();
+  for (const auto& [key, value] : point.values) values[key] = value;
+  json spike_steps = json::array();
+  for (const Spike& spike : s.loss_spikes) spike_steps.push_back(spike.step);
+  const bool has_status = status.is_object();
+  return {{"name", point.name},
+          {"dir", point.dir.string()},
+          {"values", values},
+          {"status", has_status ? status.value("status", "failed") : "not run"},
+          {"exit_code", has_status ? status.value("exit_code", json(nullptr)) : json(nullptr)},
+          {"wall_s", has_status ? status.value("wall_s", json(nullptr)) : json(nullptr)},
+          {"steps", s.steps},
+          {"loss_spikes", s.loss_spikes.size()},
+          {"loss_spike_steps", spike_steps},
+          {"largest_loss_spike", s.largest_loss_spike ? json{{"step", s.largest_loss_spike->step}, {"ratio", s.largest_loss_spike->ratio}}
+                                                      : json(nullptr)},
+          {"grad_spikes", s.grad_spikes.size()},
+          {"diverged", s.diverged},
+          {"divergence_step", s.diverged ? json(s.divergence_step) : json(nullptr)},
+          {"divergence_reason", s.divergence_reason},
+          {"final_eval", eval_json(s.final_eval)},
+          {"best_eval", eval_json(s.best_eval)}};
+}
+
+std::string csv_cell(const json& v) {
+  std::string text = v.is_null() ? "" : v.is_string() ? v.get<std::string>() : v.is_number_float() ? short_number(v.get<double>()) : v.dump();
+  if (text.find_first_of(",\"\n") == std::string::npos) return text;
+  std::string quoted = "\"";
+  for (const char c : text) quoted += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return quoted + "\"";
+}
+
+std::string summary_csv(const std::vector<std::string>& axes, const json& rows) {
+  std::string out = "name";
+  for (const std::string& a : axes) out += "," + csv_cell(a);
+  out += ",status,exit_code,steps,loss_spikes,largest_spike_ratio,largest_spike_step,grad_spikes,diverged,"
+         "divergence_step,final_val_loss,best_val_loss,final_perplexity,final_accuracy,best_accuracy,wall_s\n";
+  const auto field = [](const json& object, const char* key) { return object.is_object() ? object.value(key, json(nullptr)) : json(nullptr); };
+  for (const json& r : rows) {
+    out += csv_cell(r["name"]);
+    for (const std::string& a : axes) out += "," + csv_cell(r["values"][a]);
+    for (const json& v : {r["status"], r["exit_code"], r["steps"], r["loss_spikes"], field(r["largest_loss_spike"], "ratio"),
+                          field(r["largest_loss_spike"], "step"), r["grad_spikes"], r["diverged"], r["divergence_step"],
+                          field(r["final_eval"], "loss"), field(r["best_eval"], "loss"), field(r["final_eval"], "perplexity"),
+                          field(r["final_eval"], "accuracy"), field(r["best_eval"], "accuracy"), r["wall_s"]})
+      out += "," + csv_cell(v);
+    out += "\n";
+  }
+  return out;
+}
+
+// "done in 2m10s, val loss 4.12, acc 0.310, 0 spikes" and the like.
+std::string outcome_text(const json& row, double seconds) {
+  const std::string status = row["status"];
+  std::string text = str(status, " in ", duration_text(seconds));
+  if (status == "diverged") text += str(" at step ", row["divergence_step"].dump(), " (", row["divergence_reason"].get<std::string>(), ")");
+  if (row["final_eval"].is_object()) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, ", val loss %.4g, acc %.3f", row["final_eval"]["loss"].get<double>(),
+                  row["final_eval"]["accuracy"].get<double>());
+    text += buf;
+  }
+  return text + str(", ", row["loss_spikes"].get<std::size_t>(), " spikes");
+}
+
+class SweepLog {
+ public:
+  explicit SweepLog(const fs::path& path) : out_(path, std::ios::app) {
+    DARK_CHECK(out_.good(), "sweep: cannot open ", path.string(), " for writing");
+  }
+  void line(const std::string& text) {
+    std::printf("%s\n", text.c_str());
+    std::fflush(stdout);
+    out_ << text << '\n' << std::flush;
+  }
+
+ private:
+  std::ofstream out_;
+};
+
+// Runs `darkformer prepare-data` once per distinct data folder, before the points: children
+// running at once must not build the same token shards side by side.
+void prepare_data(const SweepPlan& plan, const SweepOptions& options, const std::vector<std::string>& env, SweepLog& log) {
+  std::set<std::string> done;
+  for (const SweepPoint& p : plan.points) {
+    if (!done.insert(parse_config(p.config).data.dir).second) continue;
+    fs::create_directories(p.dir);
+    write_file_atomic(p.dir / "point_config.json", p.config.dump(2) + "\n");
+    const fs::path log_path = plan.dir / "prepare-data.log";
+    int status = 0;
+    const pid_t pid = spawn({options.executable, "prepare-data", "--config", (p.dir / "point_config.json").string()}, log_path, env);
+    DARK_CHECK(::waitpid(pid, &status, 0) == pid, "sweep: waitpid: ", std::strerror(errno));
+    if (exit_code_of(status) != 0) {
+      std::string tail;
+      for (const std::string& l : last_lines(log_path, 5)) tail += "\n  " + l;
+      throw Error(str("sweep: preparing the data of point ", p.name, " failed (exit code ", exit_code_of(status), "); see ",
+                      log_path.string(), tail));
+    }
+    log.line(str("data ready: ", parse_config(p.config).data.dir));
+  }
+}
+
+}  // namespace
+
+std::string describe_plan(const SweepPlan& plan) {
+  std::string out = str(plan.points.size(), " point(s) in ", plan.dir.string(), "\n");
+  for (std::size_t i = 0; i < plan.points.size(); ++i) {
+    const SweepPoint& p = plan.points[i];
+    const json status = read_json_file(p.dir / "status.json");
+    std::string action = "train";
+    if (finished(status)) action = "skip (" + status.value("status", "") + ")";
+    else if (const auto ck = latest_checkpoint(p.dir)) action = "resume from " + ck->filename().string();
+    std::string values;
+    for (const auto& [key, value] : p.values) values += str(values.empty() ? "" : ", ", key, "=", value.dump());
+    out += str("  [", i + 1, "/", plan.points.size(), "] ", p.name, ": ", values, " -> ", action, "\n");
+  }
+  return out;
+}
+
+json run_sweep(const SweepPlan& plan, const SweepOptions& options) {
+  fs::create_directories(plan.dir);
+  SweepLog log(plan.dir / "sweep.log");
+  const std::vector<std::string> env = child_environment(options.jobs);
+  log.line(str("sweep ", plan.file.string(), ": ", plan.points.size(), " point(s), ", options.jobs, " at a time, in ",
+               plan.dir.string()));
+
+  std::vector<std::size_t> todo;
+  std::size_t completed = 0;
+  for (std::size_t i = 0; i < plan.points.size(); ++i) {
+    const json status = read_json_file(plan.points[i].dir / "status.json");
+    if (!finished(status)) {
+      todo.push_back(i);
+      continue;
+    }
+    ++completed;
+    log.line(str("[", completed, "/", plan.points.size(), "] ", plan.points[i].name, ": already ",
+                 status.value("status", ""), ", skipped"));
+  }
+  if (!todo.empty()) prepare_data(plan, options, env, log);
+
+  struct Running {
+    std::size_t index;
+    Clock::time_point start;
+  };
+  std::map<pid_t, Running> running;
+  std::size_t next = 0;
+  while (next < todo.size() || !running.empty()) {
+    while (next < todo.size() && running.size() < static_cast<std::size_t>(std::max(1, options.jobs))) {
+      const SweepPoint& p = plan.points[todo[next++]];
+      fs::create_directories(p.dir);
+      write_file_atomic(p.dir / "point_config.json", p.config.dump(2) + "\n");
+      std::vector<std::string> argv = {options.executable, "train", "--config", (p.dir / "point_config.json").string()};
+      const auto checkpoint = latest_checkpoint(p.dir);
+      if (checkpoint) argv.push_back("--resume");
+      std::ofstream(p.dir / "train.log", std::ios::app) << "==== sweep: " << (checkpoint ? "resuming from " + checkpoint->filename().string() : "starting")
+                                                        << " ====\n";
+      running[spawn(argv, p.dir / "train.log", env)] = {todo[next - 1], Clock::now()};
+      log.line(str("start ", p.name, checkpoint ? " (resuming from " + checkpoint->filename().string() + ")" : ""));
+    }
+    int wait_status = 0;
+    const pid_t pid = ::waitpid(-1, &wait_status, 0);
+    if (pid < 0 && errno == EINTR) continue;
+    DARK_CHECK(pid > 0, "sweep: waitpid: ", std::strerror(errno));
+    const auto it = running.find(pid);
+    if (it == running.end()) continue;  // not one of ours
+    const SweepPoint& p = plan.points[it->second.index];
+    const double seconds = std::chrono::duration<double>(Clock::now() - it->second.start).count();
+    running.erase(it);
+
+    const int exit_code = exit_code_of(wait_status);
+    const StabilityReport s = point_stability(p);
+    // A diverged run may still exit 0 (stability.stop_on_divergence) or not
+    // (training.max_consecutive_skips); either way it is a result of the sweep, not a failure.
+    const std::string status = s.diverged ? "diverged" : exit_code == 0 ? "done" : "failed";
+    json record = {{"status", status}, {"exit_code", exit_code}, {"wall_s", seconds}};
+    if (exit_code != 0) record["log_tail"] = last_lines(p.dir / "train.log", 10);
+    write_file_atomic(p.dir / "status.json", record.dump(2) + "\n");
+    ++completed;
+    std::string line = str("[", completed, "/", plan.points.size(), "] ", p.name, ": ", outcome_text(summary_row(p, record), seconds));
+    if (status == "failed") {
+      line += str(" (exit code ", exit_code, "; see ", (p.dir / "train.log").string(), ")");
+      for (const std::string& l : last_lines(p.dir / "train.log", 3)) line += "\n    " + l;
+    }
+    log.line(line);
+  }
+
+  json rows = json::array();
+  for (const SweepPoint& p : plan.points) rows.push_back(summary_row(p, read_json_file(p.dir / "status.json")));
+  const json summary = {{"sweep_file", plan.file.string()}, {"axes", plan.axes}, {"points", rows}};
+  write_file_atomic(plan.dir / "summary.json", summary.dump(2) + "\n");
+  write_file_atomic(plan.dir / "summary.csv", summary_csv(plan.axes, rows));
+  std::size_t counts[3] = {0, 0, 0};
+  for (const json& r : rows) counts[r["status"] == "done" ? 0 : r["status"] == "diverged" ? 1 : 2]++;
+  log.line(str("sweep finished: ", counts[0], " done, ", counts[1], " diverged, ", counts[2], " failed; summary in ",
+               (plan.dir / "summary.csv").string()));
+  return summary;
+}
+
+}  // namespace dark::train

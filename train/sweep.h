@@ -1,0 +1,76 @@
+// `darkformer sweep`: trains every point of a grid of config overrides, each as a child
+// process of the same binary, and summarises their stability and validation metrics.
+//
+// Sweep file (JSON, comments allowed):
+//   {
+//     "base": "../quickstart.json",     // run config; relative to the sweep file's folder
+//     "set":  {"training.steps": 300},  // dotted keys applied to every point
+//     "axes": {"attention.kind": ["softmax", "performer"],   // the grid: the cartesian product,
+//              "optimizer.lr": [1e-3, 3e-3]},                // first axis slowest
+//     "output": "runs/sweeps/lr",       // sweep folder; default runs/sweeps/<sweep file stem>
+//     "name_keys": {"optimizer.lr": "lr"}  // optional labels in point names (see below)
+//   }
+// Paths inside the configs (data, output) stay relative to the working directory, as for
+// `darkformer train`. Each point's output.dir is <sweep folder>/<point name>.
+//
+// Point names join one part per axis with "_": a string value alone ("performer"), other
+// values after a label (the key's last segment, or name_keys[key]; "" = the value alone):
+// "performer_lr3e-3". Numbers take their shortest spelling, characters outside [A-Za-z0-9.-]
+// become "-". Two points with the same name are an error.
+//
+// Sweep folder:
+//   sweep.log                      the progress lines of every invocation
+//   prepare-data.log               output of the data preparation run before the points
+//   summary.json, summary.csv      one row per point (written at the end of every invocation)
+//   <point>/point_config.json      the point's config document (base + set + axis values)
+//   <point>/train.log              the child's stdout and stderr
+//   <point>/status.json            written when the child ends: {"status": "done" | "diverged"
+//                                  | "failed", "exit_code", "wall_s", "log_tail"}; a point whose
+//                                  status is done or diverged is finished and skipped when the
+//                                  sweep runs again; failed and interrupted points run again,
+//                                  resumed (--resume) from their latest checkpoint when they have one
+//   <point>/...                    the run folder (config.json, metrics.jsonl, stability.json, ...)
+#pragma once
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace dark::train {
+
+struct SweepPoint {
+  std::string name;                                             // folder name below the sweep folder
+  std::vector<std::pair<std::string, nlohmann::json>> values;  // axis key -> value, in axis order
+  nlohmann::json config;                                        // config document, output.dir set
+  std::filesystem::path dir;
+};
+
+struct SweepPlan {
+  std::filesystem::path file;  // the sweep file
+  std::filesystem::path dir;   // the sweep folder
+  std::vector<std::string> axes;
+  std::vector<SweepPoint> points;
+};
+
+// Reads a sweep file and builds every point, checking each point's config (unknown keys, bad
+// values, cross-field rules) before anything runs. Errors start "sweep: FILE: KEY: ...".
+SweepPlan plan_sweep(const std::filesystem::path& sweep_file);
+
+// "3e-3" for 0.003, "64" for 64, "0.5" for 0.5: the shortest spelling that reads back exactly.
+std::string short_number(double value);
+
+struct SweepOptions {
+  int jobs = 1;                              // points trained at once
+  std::string executable = "/proc/self/exe";  // the darkformer binary the children run
+};
+
+// Trains the unfinished points (progress lines on stdout and in sweep.log), then writes
+// summary.json and summary.csv; returns the summary. Throws only when the sweep itself cannot
+// go on (data preparation fails, a folder cannot be written); a point that fails is recorded.
+nlohmann::json run_sweep(const SweepPlan& plan, const SweepOptions& options);
+
+// The plan as text for --dry-run: each point's name, values, folder and what a run would do.
+std::string describe_plan(const SweepPlan& plan);
+
+}  // namespace dark::train

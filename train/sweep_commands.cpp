@@ -1,0 +1,66 @@
+// The `darkformer sweep` and `darkformer report` subcommands (see commands.h, sweep.h, report.h).
+#include <cstdio>
+
+#include "core/error.h"
+#include "train/args.h"
+#include "train/commands.h"
+#include "train/report.h"
+#include "train/sweep.h"
+
+namespace dark::train {
+namespace {
+
+bool help_requested(const CommandArgs& args, const char* usage, const std::vector<FlagSpec>& specs) {
+  for (const auto& a : args)
+    if (a == "--help" || a == "-h") {
+      std::printf("%s\n\noptions:\n%s", usage, flags_usage(specs).c_str());
+      return true;
+    }
+  return false;
+}
+
+const FlagSpec kHelpFlag{"--help", "", "", "show this message"};
+
+}  // namespace
+
+int sweep_command(const CommandArgs& args) {
+  const std::vector<FlagSpec> specs = {
+      {"--config", "FILE", "", "sweep file (JSON: base, set, axes, output, name_keys); required"},
+      {"--jobs", "N", "1", "points trained at once (each child gets OMP_NUM_THREADS = cores / N unless set)"},
+      {"--dry-run", "", "", "check every point's config and list what would run; write nothing"},
+      kHelpFlag};
+  if (help_requested(args, "usage: darkformer sweep --config FILE [--jobs N] [--dry-run]\n"
+                           "Trains every point of a grid of config overrides as its own `darkformer train` process;\n"
+                           "finished points are skipped and interrupted ones resumed when run again. See README.md.",
+                     specs))
+    return 0;
+  Args a(args, specs);
+  const long long jobs = a.integer("--jobs");
+  DARK_CHECK(jobs >= 1, "--jobs: expected a positive integer, got ", jobs);
+  const SweepPlan plan = plan_sweep(a.require("--config"));
+  if (a.has("--dry-run")) {
+    std::printf("%s", describe_plan(plan).c_str());
+    return 0;
+  }
+  SweepOptions options;
+  options.jobs = static_cast<int>(jobs);
+  const nlohmann::json summary = run_sweep(plan, options);
+  for (const auto& point : summary["points"])
+    if (point["status"] == "failed") return 1;
+  return 0;
+}
+
+int report_command(const CommandArgs& args) {
+  const std::vector<FlagSpec> specs = {kHelpFlag};
+  if (help_requested(args, "usage: darkformer report SWEEP_DIR\n"
+                           "Writes SWEEP_DIR/report.md (tables from summary.json) and PNG plots in SWEEP_DIR/plots/ (gnuplot).",
+                     specs))
+    return 0;
+  DARK_CHECK(args.size() == 1, "report: expected one argument, the sweep folder (darkformer report SWEEP_DIR)");
+  const ReportResult r = write_report(args[0]);
+  std::printf("wrote %s\n", r.markdown.c_str());
+  if (!r.plotted) std::printf("no plots: %s\n", r.plot_note.c_str());
+  return 0;
+}
+
+}  // namespace dark::train
