@@ -112,7 +112,7 @@ std::string matrix(const json& rows, const std::string& row_title, const std::fu
       std::vector<const json*> in_cell;
       for (const json& r : rows)
         if (row_key(r) == rv && col_key(r) == cv) in_cell.push_back(&r);
-      out += " " + cell(in_cell, m) + " |";
+      out += str(" ", cell(in_cell, m), " |");
     }
     out += "\n";
   }
@@ -128,7 +128,7 @@ std::string all_points_table(const json& rows, const std::vector<std::string>& a
   out += "---|---|---|---|---|---|---|---|---|---|\n";
   for (const json& r : rows) {
     out += "| " + r["name"].get<std::string>() + " |";
-    for (const std::string& a : axes) out += " " + value_text(r["values"][a]) + " |";
+    for (const std::string& a : axes) out += str(" ", value_text(r["values"][a]), " |");
     const json& big = r["largest_loss_spike"];
     const auto opt = [](std::optional<double> v, const char* format = "%.4g") { return v ? number_text(*v, format) : "–"; };
     out += str(" ", r["status"].get<std::string>(), " | ", r["loss_spikes"].dump(), " | ",

@@ -65,7 +65,7 @@ std::string point_name(const std::vector<std::pair<std::string, json>>& values, 
     const std::string text = value_text(value);
     // "lr3e-3", but "trainable-all": a label runs into a number, a dash separates words.
     const bool joins = label.empty() || text.empty() || std::isdigit(static_cast<unsigned char>(text[0])) || text[0] == '-';
-    name += (name.empty() ? "" : "_") + safe_name(label + (joins ? "" : "-") + text);
+    name += str(name.empty() ? "" : "_", safe_name(label + (joins ? "" : "-") + text));
   }
   return name.empty() ? "base" : name;
 }
@@ -308,18 +308,18 @@ std::string csv_cell(const json& v) {
 
 std::string summary_csv(const std::vector<std::string>& axes, const json& rows) {
   std::string out = "name";
-  for (const std::string& a : axes) out += "," + csv_cell(a);
+  for (const std::string& a : axes) out += str(",", csv_cell(a));
   out += ",status,exit_code,steps,loss_spikes,largest_spike_ratio,largest_spike_step,grad_spikes,diverged,"
          "divergence_step,final_val_loss,best_val_loss,final_perplexity,final_accuracy,best_accuracy,wall_s\n";
   const auto field = [](const json& object, const char* key) { return object.is_object() ? object.value(key, json(nullptr)) : json(nullptr); };
   for (const json& r : rows) {
     out += csv_cell(r["name"]);
-    for (const std::string& a : axes) out += "," + csv_cell(r["values"][a]);
+    for (const std::string& a : axes) out += str(",", csv_cell(r["values"][a]));
     for (const json& v : {r["status"], r["exit_code"], r["steps"], r["loss_spikes"], field(r["largest_loss_spike"], "ratio"),
                           field(r["largest_loss_spike"], "step"), r["grad_spikes"], r["diverged"], r["divergence_step"],
                           field(r["final_eval"], "loss"), field(r["best_eval"], "loss"), field(r["final_eval"], "perplexity"),
                           field(r["final_eval"], "accuracy"), field(r["best_eval"], "accuracy"), r["wall_s"]})
-      out += "," + csv_cell(v);
+      out += str(",", csv_cell(v));
     out += "\n";
   }
   return out;
