@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "data/bpe_tokenizer.h"
 #include "data/sentencepiece_tokenizer.h"
 
 namespace dark::data {
@@ -38,7 +39,8 @@ std::string ByteTokenizer::piece(std::int32_t id) const {
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& kind, const std::string& model_path) {
   if (kind == "byte") return std::make_unique<ByteTokenizer>();
   if (kind == "sentencepiece") return SentencePieceTokenizer::load(model_path);
-  throw Error(str("tokenizer: unknown kind '", kind, "' (allowed: \"sentencepiece\", \"byte\")"));
+  if (kind == "gguf") return BpeTokenizer::from_gguf(model_path);
+  throw Error(str("tokenizer: unknown kind '", kind, "' (allowed: \"sentencepiece\", \"gguf\", \"byte\")"));
 }
 
 }  // namespace dark::data

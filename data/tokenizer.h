@@ -19,7 +19,7 @@ namespace dark::data {
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
-  // "byte" or "sentencepiece".
+  // "byte", "sentencepiece" or "gguf" (byte-level BPE from GGUF metadata).
   virtual std::string kind() const = 0;
   virtual std::vector<std::int32_t> encode(std::string_view text) const = 0;
   // eos and bos decode to nothing. Throws on an id outside the vocabulary.
@@ -52,7 +52,8 @@ class ByteTokenizer final : public Tokenizer {
   std::string piece(std::int32_t id) const override;
 };
 
-// Loads a tokenizer by kind: "byte" (model_path ignored) or "sentencepiece" (a .model file).
+// Loads a tokenizer by kind: "byte" (model_path ignored), "sentencepiece" (a .model file) or
+// "gguf" (the byte-level BPE tokenizer in a .gguf file's metadata, see bpe_tokenizer.h).
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& kind, const std::string& model_path);
 
 }  // namespace dark::data

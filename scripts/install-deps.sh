@@ -10,6 +10,7 @@ packages=(
   nlohmann-json3-dev     # JSON configs
   libspdlog-dev          # console logging
   libsentencepiece-dev   # tokenizer (data/)
+  libicu-dev             # Unicode categories for the byte-level BPE pre-tokenizer (data/)
   libopenmpi-dev openmpi-bin  # multi-process launcher and CPU all-reduce
   libgtest-dev libgmock-dev   # unit tests
   libbenchmark-dev       # bench/
