@@ -30,10 +30,12 @@ std::string shard_file(Split split) { return split == Split::train ? "train.bin"
 
 void validate(const DataConfig& cfg) {
   DARK_CHECK(!cfg.dir.empty(), "data: dir (the output data directory) is required");
-  DARK_CHECK(cfg.tokenizer == "sentencepiece" || cfg.tokenizer == "byte", "data: tokenizer: unknown kind '",
-             cfg.tokenizer, "' (allowed: \"sentencepiece\", \"byte\")");
-  DARK_CHECK(cfg.tokenizer_model.empty() || cfg.tokenizer == "sentencepiece",
-             "data: tokenizer_model is only used with tokenizer = \"sentencepiece\"");
+  DARK_CHECK(cfg.tokenizer == "sentencepiece" || cfg.tokenizer == "byte" || cfg.tokenizer == "gguf",
+             "data: tokenizer: unknown kind '", cfg.tokenizer, "' (allowed: \"sentencepiece\", \"gguf\", \"byte\")");
+  DARK_CHECK(cfg.tokenizer_model.empty() || cfg.tokenizer != "byte",
+             "data: tokenizer_model is not used with tokenizer = \"byte\"");
+  DARK_CHECK(!cfg.tokenizer_model.empty() || cfg.tokenizer != "gguf",
+             "data: tokenizer = \"gguf\" needs tokenizer_model, the .gguf file whose vocabulary it reads");
   if (cfg.tokenizer == "sentencepiece" && cfg.tokenizer_model.empty())
     DARK_CHECK(cfg.vocab_size > 259 && cfg.vocab_size <= (1 << 24), "data: vocab_size must be in [260, 16777216], got ",
                cfg.vocab_size);
@@ -55,7 +57,7 @@ json inputs_of(const DataConfig& cfg, const Corpus& corpus) {
       {"invalid_utf8", cfg.invalid_utf8},
       {"tokenizer", cfg.tokenizer},
   };
-  if (cfg.tokenizer == "sentencepiece") {
+  if (cfg.tokenizer != "byte") {
     if (!cfg.tokenizer_model.empty()) {
       in["tokenizer_model_hash"] = hex64(fnv1a64(read_file(cfg.tokenizer_model)));
     } else {
@@ -70,7 +72,11 @@ json inputs_of(const DataConfig& cfg, const Corpus& corpus) {
 
 std::shared_ptr<const Tokenizer> load_dir_tokenizer(const std::string& dir, const json& meta) {
   const std::string kind = meta.at("tokenizer").at("kind").get<std::string>();
-  const std::string model = kind == "byte" ? "" : (fs::path(dir) / kTokenizerFile).string();
+  // A GGUF tokenizer stays in its model file (tens of MB of weights around it); meta.json
+  // records where, and the hash check below catches a file that changed.
+  const std::string model = kind == "byte"   ? ""
+                            : kind == "gguf" ? meta.at("tokenizer").at("source_model").get<std::string>()
+                                             : (fs::path(dir) / kTokenizerFile).string();
   std::shared_ptr<const Tokenizer> tok = load_tokenizer(kind, model);
   const std::string recorded = meta.at("tokenizer").at("hash").get<std::string>();
   DARK_CHECK(tok->hash() == recorded, "data: ", dir, ": tokenizer ", model.empty() ? kind : model, " has hash ",
@@ -245,6 +251,11 @@ PreparedData prepare(const DataConfig& cfg) {
   if (cfg.tokenizer == "byte") {
     tok = std::make_shared<ByteTokenizer>();
     fs::remove(model_path, ec);
+  } else if (cfg.tokenizer == "gguf") {
+    tok = load_tokenizer("gguf", cfg.tokenizer_model);
+    fs::remove(model_path, ec);
+    tok_record["source_model"] = fs::absolute(cfg.tokenizer_model).lexically_normal().string();
+    spdlog::info("data: using the tokenizer of {} ({}, vocab {})", cfg.tokenizer_model, tok->hash(), tok->vocab_size());
   } else if (!cfg.tokenizer_model.empty()) {
     auto sp = SentencePieceTokenizer::load(cfg.tokenizer_model);
     sp->save(model_path);
@@ -277,7 +288,7 @@ PreparedData prepare(const DataConfig& cfg) {
   tok_record["vocab_size"] = tok->vocab_size();
   tok_record["eos_id"] = tok->eos_id();
   tok_record["bos_id"] = tok->bos_id();
-  tok_record["file"] = tok->kind() == "byte" ? json(nullptr) : json(kTokenizerFile);
+  tok_record["file"] = tok->kind() == "sentencepiece" ? json(kTokenizerFile) : json(nullptr);
   json meta = {
       {"format_version", kDataFormatVersion},
       {"created_by", str("darkformer ", DARK_VERSION)},

@@ -29,8 +29,9 @@ struct DataConfig {
   std::string corpus = "debdocs";       // named corpus: "debdocs" or "debdocs-python"
   std::vector<std::string> sources;     // files, folders or glob patterns; override corpus when non-empty
   std::string dir;                      // output data directory (required)
-  std::string tokenizer = "sentencepiece";  // "sentencepiece" or "byte"
-  std::string tokenizer_model;          // existing SentencePiece .model to use instead of training one
+  std::string tokenizer = "sentencepiece";  // "sentencepiece", "gguf" or "byte"
+  std::string tokenizer_model;          // existing SentencePiece .model to use instead of training one;
+                                        // for "gguf" the .gguf file (meta.json records its path)
   std::int32_t vocab_size = 8192;       // SentencePiece vocabulary when training (ignored with tokenizer_model; byte: 258)
   double val_fraction = 0.02;           // share of files (by path hash) in the validation split, [0, 0.5]
   std::string invalid_utf8 = "error";   // invalid UTF-8 in an input file: "error" or "replace" (U+FFFD)

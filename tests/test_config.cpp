@@ -219,7 +219,7 @@ TEST(Config, UnknownKeysSuggestTheClosest) {
   EXPECT_EQ(
       parse_error(R"({"xyzzy": 1})"),
       "config: xyzzy: unknown key (top-level keys: model, attention, data, optimizer, schedule, training, "
-      "output, stability, seed)");
+      "finetune, output, stability, seed)");
 }
 
 TEST(Config, Overrides) {

@@ -281,4 +281,12 @@ std::optional<fs::path> latest_checkpoint(const fs::path& run_dir) {
   return all.back().path;
 }
 
+fs::path find_checkpoint(const fs::path& path) {
+  DARK_CHECK(fs::exists(path), "checkpoint ", path.string(), " does not exist");
+  if (fs::exists(path / "state.json")) return path;
+  const auto latest = latest_checkpoint(path);
+  DARK_CHECK(latest.has_value(), path.string(), " is neither a checkpoint nor a run folder with checkpoints");
+  return *latest;
+}
+
 }  // namespace dark::train

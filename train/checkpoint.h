@@ -56,5 +56,8 @@ struct CheckpointEntry {
 std::vector<CheckpointEntry> list_checkpoints(const std::filesystem::path& run_dir);
 // The newest complete checkpoint, if any; temp and half-deleted directories are ignored.
 std::optional<std::filesystem::path> latest_checkpoint(const std::filesystem::path& run_dir);
+// `path` itself when it is a checkpoint directory, else the latest checkpoint of the run
+// folder `path`; throws naming `path` when it is neither.
+std::filesystem::path find_checkpoint(const std::filesystem::path& path);
 
 }  // namespace dark::train

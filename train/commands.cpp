@@ -49,13 +49,7 @@ struct LoadedRun {
 };
 
 LoadedRun load_run(const std::string& path) {
-  fs::path dir = path;
-  DARK_CHECK(fs::exists(dir), "checkpoint ", path, " does not exist");
-  if (!fs::exists(dir / "state.json")) {  // a run folder: take its latest checkpoint
-    const auto latest = latest_checkpoint(dir);
-    DARK_CHECK(latest.has_value(), path, " is neither a checkpoint nor a run folder with checkpoints");
-    dir = *latest;
-  }
+  const fs::path dir = find_checkpoint(path);
   CheckpointData ck = load_checkpoint(dir);
   LoadedRun run;
   run.step = ck.step;

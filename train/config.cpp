@@ -425,6 +425,13 @@ std::vector<Field> make_schema() {
               "tokens sampled at the end of training; 0 = none"),
       text(DARK_CONFIG_MEMBER(training.generate_prompt), false, "prompt for that sample"),
 
+      text(DARK_CONFIG_MEMBER(finetune.init_from), false,
+           "start from these weights: a checkpoint, a run folder (its latest checkpoint) or a .gguf model; "
+           "the model keys left unset are taken from it, attention may differ; \"\" = random initialisation"),
+      text_list(DARK_CONFIG_MEMBER(finetune.trainable),
+                "parameter-name globs that train (the rest is frozen: no gradient, no optimizer state), or "
+                "presets: all, limited_attention (q_proj, k_proj, v_proj and the attention feature maps)"),
+
       text(DARK_CONFIG_MEMBER(output.dir), false,
            "run folder (checkpoints, metrics, config.json); \"\" = runs/<config file stem>"),
 
@@ -680,6 +687,12 @@ int auto_d_ff(int d_model) {
 }
 
 void resolve_config(RunConfig& config, const std::string& config_stem) {
+  // A GGUF model brings its own tokenizer: use it unless the document chose one.
+  const std::string& init_from = config.finetune.init_from;
+  if (init_from.ends_with(".gguf") && !config.given.contains("data.tokenizer")) {
+    config.data.tokenizer = TokenizerKind::gguf;
+    if (!config.given.contains("data.tokenizer_model")) config.data.tokenizer_model = init_from;
+  }
   ModelConfig& m = config.model;
   if (m.n_kv_heads == 0) m.n_kv_heads = m.n_heads;
   if (m.d_ff == 0) m.d_ff = auto_d_ff(m.d_model);
@@ -697,7 +710,11 @@ void resolve_config(RunConfig& config, const std::string& config_stem) {
       std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
       name = std::string("sources-") + hex;
     }
-    d.dir = str("cache/data/", name, "-", enum_name(d.tokenizer), "-", d.vocab_size);
+    // A trained tokenizer is named by its vocabulary size; a GGUF model's by the model file.
+    const std::string tokenizer_tag = d.tokenizer == TokenizerKind::gguf
+                                          ? std::filesystem::path(d.tokenizer_model).stem().string()
+                                          : std::to_string(d.vocab_size);
+    d.dir = str("cache/data/", name, "-", enum_name(d.tokenizer), "-", tokenizer_tag);
   }
   if (config.output.dir.empty())
     config.output.dir = "runs/" + (config_stem.empty() ? std::string("default") : config_stem);
@@ -734,6 +751,13 @@ void validate_config(const RunConfig& config) {
     fail("schedule.warmup_steps",
          str(config.schedule.warmup_steps, " exceeds training.steps (", config.training.steps, ")"));
   }
+  if (config.data.tokenizer == TokenizerKind::gguf && config.data.tokenizer_model.empty()) {
+    fail("data.tokenizer_model", "tokenizer \"gguf\" reads its vocabulary from a .gguf model file: set "
+                                 "data.tokenizer_model (or finetune.init_from to that file)");
+  }
+  if (config.finetune.trainable.empty()) {
+    fail("finetune.trainable", "is empty: nothing would train; use [\"all\"] or name parameter globs");
+  }
   if (config.optimizer.momentum != 0.0 && config.optimizer.name != OptimizerKind::sgd) {
     fail("optimizer.momentum",
          str(number_text(config.optimizer.momentum), " is only used by optimizer.name \"sgd\" (this is \"",
@@ -746,6 +770,7 @@ RunConfig parse_config(const json& doc, const std::string& config_stem) {
   RunConfig config;
   for_each_setting(doc, Scope{}, [&config](const Field& f, const json& value, const std::string& where) {
     f.set(config, value, where);
+    config.given.insert(f.path);
   });
   resolve_config(config, config_stem);
   validate_config(config);

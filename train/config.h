@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -37,7 +38,7 @@ namespace dark::train {
 // ---- enumerations: a new kind is one enumerator plus one row in its EnumNames table ----
 enum class MlpKind { swiglu, geglu };
 enum class AttentionKind { softmax, performer, lfk, darkformer };
-enum class TokenizerKind { sentencepiece, byte };
+enum class TokenizerKind { sentencepiece, byte, gguf };
 enum class OptimizerKind { adamw, sgd };
 enum class ScheduleKind { cosine, linear, constant };
 enum class FeatureDrawKind { iid, orthogonal };
@@ -65,8 +66,8 @@ struct EnumNames<AttentionKind> {
 };
 template <>
 struct EnumNames<TokenizerKind> {
-  static constexpr std::array<std::pair<TokenizerKind, std::string_view>, 2> table{
-      {{TokenizerKind::sentencepiece, "sentencepiece"}, {TokenizerKind::byte, "byte"}}};
+  static constexpr std::array<std::pair<TokenizerKind, std::string_view>, 3> table{
+      {{TokenizerKind::sentencepiece, "sentencepiece"}, {TokenizerKind::byte, "byte"}, {TokenizerKind::gguf, "gguf"}}};
 };
 template <>
 struct EnumNames<OptimizerKind> {
@@ -178,7 +179,7 @@ struct DataConfig {
   std::vector<std::string> sources;  // files, folders or globs of text; replace `corpus` when given
   std::string dir;                   // token shards; "" = cache/data/<corpus>-<tokenizer>-<vocab>
   TokenizerKind tokenizer = TokenizerKind::sentencepiece;  // tokenizer family
-  std::string tokenizer_model;                             // existing tokenizer model file; "" = train one
+  std::string tokenizer_model;                             // existing tokenizer model file (.model, or .gguf for gguf); "" = train one
   int vocab_size = 8192;                                   // vocabulary size of a tokenizer trained here
   double val_fraction = 0.02;                              // share of the corpus held out for validation
   int seq_len = 256;                                       // tokens per training window
@@ -219,6 +220,13 @@ struct TrainingConfig {
   std::string generate_prompt = "The";     // prompt for that sample
 };
 
+// Finetuning: start from trained weights (ours or a GGUF model), possibly with another
+// attention kind, and train only some parameters. See train/finetune.h.
+struct FinetuneConfig {
+  std::string init_from;                         // checkpoint, run folder or .gguf file; "" = random initialisation
+  std::vector<std::string> trainable = {"all"};  // parameter-name globs or presets (all, limited_attention)
+};
+
 struct OutputConfig {
   std::string dir;  // run folder (checkpoints, metrics, config.json); "" = runs/<config file stem>
 };
@@ -238,9 +246,13 @@ struct RunConfig {
   OptimizerConfig optimizer;
   ScheduleConfig schedule;
   TrainingConfig training;
+  FinetuneConfig finetune;
   OutputConfig output;
   StabilityConfig stability;
   std::uint64_t seed = 0;  // root of every random stream (init, data order, dropout, features)
+  // The schema paths the config document set explicitly (not written out): init_from takes
+  // the model's shape from its source for the keys the document left at their defaults.
+  std::set<std::string> given;
 };
 
 // The attention settings of one layer: the base config with the overrides whose range holds `layer` applied (`layers` cleared).

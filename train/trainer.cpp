@@ -20,6 +20,7 @@
 #include "nn/schedule.h"
 #include "train/checkpoint.h"
 #include "core/file_io.h"
+#include "train/finetune.h"
 #include "train/model_builder.h"
 #include "train/stability.h"
 
@@ -184,6 +185,24 @@ void calibrate_attention(nn::CausalLM& model, const RunConfig& config, const dat
   model.train(true);
 }
 
+// A finetuned model must read the tokens it was trained on: the same tokenizer as its source.
+void check_source_tokenizer(const InitSource& source, const RunConfig& config, const data::PreparedData& data) {
+  if (source.data_dir.empty()) {  // a GGUF model: its own tokenizer
+    DARK_CHECK(config.data.tokenizer == TokenizerKind::gguf, "config: data.tokenizer: a GGUF model (",
+               source.path, ") reads the ids of its own tokenizer: use \"gguf\" (the default with a .gguf init_from)");
+    return;
+  }
+  if (!fs::exists(fs::path(source.data_dir) / "meta.json")) {
+    spdlog::warn("init_from: {} was trained on {}, which no longer exists; cannot check that the tokenizers agree",
+                 source.description, source.data_dir);
+    return;
+  }
+  const std::string theirs = data::open_prepared(source.data_dir).tokenizer->hash();
+  DARK_CHECK(theirs == data.tokenizer->hash(), "init_from: ", source.description, " was trained with tokenizer ", theirs,
+             " (", source.data_dir, "), this run's data uses ", data.tokenizer->hash(), " (", config.data.dir,
+             "): the token ids would not mean the same");
+}
+
 std::map<std::string, Tensor> named_parameters_map(nn::CausalLM& model) {
   std::map<std::string, Tensor> out;
   for (auto& [name, p] : model.named_parameters()) out[name] = *p;
@@ -216,25 +235,37 @@ void load_parameters(nn::CausalLM& model, const std::map<std::string, Tensor>& s
 
 TrainResult train(RunConfig config, const TrainOptions& options) {
   const auto t_start = Clock::now();
-  data::PreparedData data = prepare_data_for(config);
-  validate_config(config);
   const fs::path run_dir = config.output.dir;
   const auto& tc = config.training;
 
-  // ---- fresh start or resume ----
+  // ---- fresh start, finetuning start or resume ----
   std::optional<CheckpointData> resumed;
+  std::optional<InitSource> source;
+  fs::path resumed_from;
   if (options.resume) {
     const auto latest = latest_checkpoint(run_dir);
     DARK_CHECK(latest.has_value(), "--resume: no checkpoint in ", (run_dir / "checkpoints").string());
-    resumed = load_checkpoint(*latest);
+    resumed_from = *latest;
+    resumed = load_checkpoint(resumed_from);
+    // The weights come from the checkpoint; its config already holds the source's shape.
+    if (!config.finetune.init_from.empty())
+      adopt_architecture(config, parse_config(resumed->state.at("config")).model, "the checkpoint's config");
+  } else if (!config.finetune.init_from.empty()) {
+    source = load_init_source(config.finetune.init_from);
+    adopt_architecture(config, source->model, source->description);
+  }
+  data::PreparedData data = prepare_data_for(config);
+  validate_config(config);
+  if (source) check_source_tokenizer(*source, config, data);
+  if (resumed) {
     RunConfig saved = parse_config(resumed->state.at("config"));
     json a = to_json(saved), b = to_json(config);
     // Extending a run (training.steps) and moving its folder (output.dir) are allowed.
     for (json* j : {&a, &b}) (*j)["training"].erase("steps"), j->erase("output");
-    DARK_CHECK(a == b, "--resume: the config differs from the one checkpoint ", latest->filename().string(),
+    DARK_CHECK(a == b, "--resume: the config differs from the one checkpoint ", resumed_from.filename().string(),
                " was trained with (only training.steps and output.dir may change); see ",
                (run_dir / "config.json").string());
-    spdlog::info("resuming from {} (step {})", latest->string(), resumed->step);
+    spdlog::info("resuming from {} (step {})", resumed_from.string(), resumed->step);
   } else {
     DARK_CHECK(list_checkpoints(run_dir).empty(), "run folder ", run_dir.string(),
                " already has checkpoints: pass --resume to continue it, or set output.dir to a new folder");
@@ -245,7 +276,15 @@ TrainResult train(RunConfig config, const TrainOptions& options) {
 
   // ---- model, optimizer, data streams ----
   std::unique_ptr<nn::CausalLM> model = build_model(config);
-  nn::ParameterBuffer params(model->named_parameters());
+  if (source) load_source_weights(*model, *source);
+  source.reset();  // the model holds the weights now
+  const Freezing freezing = freeze_parameters(*model, config.finetune.trainable);
+  if (!freezing.frozen.empty())
+    spdlog::info("finetune.trainable: {} of {} parameters train ({} tensors); {} frozen save {:.1f} MiB of gradients and "
+                 "optimizer state",
+                 freezing.trainable_numel, freezing.trainable_numel + freezing.frozen_numel, freezing.trainable.size(),
+                 freezing.frozen_numel, static_cast<double>(frozen_bytes_saved(freezing, config)) / (1 << 20));
+  nn::ParameterBuffer params(freezing.trainable);
   nn::Optimizer optimizer(params, optimizer_config(config));
   const nn::ScheduleConfig schedule = schedule_config(config);
   std::int64_t step = 0, consecutive_skips = 0, skipped_total = 0;
@@ -300,6 +339,10 @@ TrainResult train(RunConfig config, const TrainOptions& options) {
                    {"eval_accuracy", m.accuracy}, {"eval_tokens", m.tokens}});
     return m;
   };
+
+  // A finetuning run first measures where it starts: the source's weights under this run's
+  // attention (the cost of the swap before any training).
+  if (!resumed && !config.finetune.init_from.empty()) run_eval(0);
 
   // ---- the loop ----
   const std::int64_t tokens_per_step = static_cast<std::int64_t>(tc.batch_size) * tc.grad_accum * config.data.seq_len;
