@@ -386,7 +386,8 @@ std::vector<Field> make_schema() {
            "token-shard folder; \"\" = cache/data/<corpus or sources-<hash>>-<tokenizer>-<vocab_size>"),
       choice(DARK_CONFIG_MEMBER(data.tokenizer), "tokenizer family"),
       text(DARK_CONFIG_MEMBER(data.tokenizer_model), false,
-           "existing tokenizer model file; \"\" = train one on the corpus"),
+           "existing tokenizer model file (.model for sentencepiece, the .gguf model for gguf); \"\" = train one on "
+           "the corpus (sentencepiece)"),
       integer(DARK_CONFIG_MEMBER(data.vocab_size), 1, "vocabulary size of a tokenizer trained here"),
       number(DARK_CONFIG_MEMBER(data.val_fraction), open_unit_interval(),
              "share of the corpus held out for validation"),

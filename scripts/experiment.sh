@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Runs one of the experiments in configs/experiments/ end to end: builds darkformer, fetches
+# what the experiment needs (the SmolLM2 model, the pretrained small softmax model), runs the
+# sweep (resuming an interrupted one) and writes its report.
+# Usage: scripts/experiment.sh NAME [extra sweep flags]   e.g. scripts/experiment.sh lr_sweep_spikes
+#   NAME: pretrain_compare | lr_sweep_spikes | feature_budget | finetune_compare | smollm2_limited
+#         | smollm2_limited_large
+# Environment: JOBS (points trained at once; default 2 for the small models, 1 for SmolLM2).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+name=${1:?usage: scripts/experiment.sh NAME [sweep flags]; see configs/experiments/}
+shift
+sweep=configs/experiments/$name.json
+[[ -f "$sweep" ]] || { echo "experiment: no $sweep; choose one of: $(ls configs/experiments | sed 's/\.json$//' | tr '\n' ' ')" >&2; exit 2; }
+
+scripts/install-deps.sh
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release > /dev/null
+cmake --build build -j "$(nproc)" --target darkformer
+
+jobs=${JOBS:-2}
+case "$name" in
+  smollm2_*)
+    scripts/fetch-models.sh
+    jobs=${JOBS:-1}  # one 135M-parameter model already uses every core
+    ;;
+  finetune_compare)
+    # The base: configs/small.json trained with softmax for 1500 of its 5000 steps (~45 min on 2 cores).
+    if [[ ! -d runs/small-softmax-1500/checkpoints ]]; then
+      echo "experiment: pretraining the softmax base model (runs/small-softmax-1500)"
+      build/darkformer train --config configs/small.json --set training.steps=1500 \
+        --set schedule.warmup_steps=100 --set output.dir=runs/small-softmax-1500
+    fi
+    ;;
+esac
+
+start=$(date +%s)
+build/darkformer sweep --config "$sweep" --jobs "$jobs" "$@"
+out=$(python3 -c 'import json,sys,re; t=open(sys.argv[1]).read(); t=re.sub(r"^\s*//.*$","",t,flags=re.M); print(json.loads(t).get("output",""))' "$sweep")
+build/darkformer report "${out:-runs/sweeps/$name}"
+echo "experiment $name: $(( ($(date +%s) - start) / 60 )) min; report in ${out:-runs/sweeps/$name}/report.md"
