@@ -43,6 +43,8 @@ std::int64_t gguf_type_bytes(GgufType t);
 // Whether dequantize() supports `t`: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K,
 // Q3_K, Q4_K, Q5_K, Q6_K, Q8_K.
 bool gguf_can_dequantize(GgufType t);
+// Those types' names, comma-separated ("F32, F16, Q4_0, ..."), for error messages.
+std::string gguf_dequantizable_types();
 
 // Dequantises `count` values (a multiple of the type's block size) from `src`, which must
 // hold at least count / block_size * type_bytes bytes, into dst[0, count). Bit-exact with
