@@ -145,6 +145,16 @@ TEST(Stability, FinalAndBestValidation) {
   const auto j = r.to_json();
   EXPECT_EQ(j["best_eval"]["loss"], 2.5);
   EXPECT_EQ(j["loss_spike_count"], 0);
+  EXPECT_FALSE(r.start_eval);  // no eval at step 0: not a finetuning run
+  EXPECT_TRUE(j["start_eval"].is_null());
+
+  // A finetuning run's step-0 eval is its starting point.
+  std::vector<EvalRecord> finetune = evals;
+  finetune.insert(finetune.begin(), EvalRecord{0, 4.0, 54.6, 0.1});
+  const StabilityReport f = analyze_stability(curve({3, 3, 3}), finetune, {});
+  ASSERT_TRUE(f.start_eval);
+  EXPECT_DOUBLE_EQ(f.start_eval->loss, 4.0);
+  EXPECT_EQ(f.to_json()["start_eval"]["accuracy"], 0.1);
 }
 
 TEST(Stability, MetricsLinesAndTheMonitor) {

@@ -120,17 +120,22 @@ std::string matrix(const json& rows, const std::string& row_title, const std::fu
 }
 
 std::string all_points_table(const json& rows, const std::vector<std::string>& axes) {
+  // Finetuning runs evaluate their starting point (step 0): show it beside the end.
+  const bool has_start = std::any_of(rows.begin(), rows.end(), [](const json& r) { return eval_field(r, "start_eval", "loss").has_value(); });
   std::string out = "| point |";
   for (const std::string& a : axes) out += " " + leaf(a) + " |";
+  if (has_start) out += " start val loss | start accuracy |";
   out += " status | loss spikes | largest spike (ratio @ step) | grad spikes | diverged at | final val loss | best val loss | "
          "perplexity | accuracy | wall |\n|---|";
-  for (std::size_t i = 0; i < axes.size(); ++i) out += "---|";
+  for (std::size_t i = 0; i < axes.size() + (has_start ? 2 : 0); ++i) out += "---|";
   out += "---|---|---|---|---|---|---|---|---|---|\n";
   for (const json& r : rows) {
     out += "| " + r["name"].get<std::string>() + " |";
     for (const std::string& a : axes) out += str(" ", value_text(r["values"][a]), " |");
     const json& big = r["largest_loss_spike"];
     const auto opt = [](std::optional<double> v, const char* format = "%.4g") { return v ? number_text(*v, format) : "–"; };
+    if (has_start)
+      out += str(" ", opt(eval_field(r, "start_eval", "loss")), " | ", opt(eval_field(r, "start_eval", "accuracy")), " |");
     out += str(" ", r["status"].get<std::string>(), " | ", r["loss_spikes"].dump(), " | ",
                big.is_object() ? number_text(big["ratio"].get<double>(), "%.3g") + " @ " + big["step"].dump() : "–", " | ",
                r["grad_spikes"].dump(), " | ", r["diverged"].get<bool>() ? r["divergence_step"].dump() : "–", " | ",

@@ -107,6 +107,7 @@ StabilityReport analyze_stability(const std::vector<StepRecord>& steps, const st
     break;
   }
   for (const EvalRecord& e : evals) {
+    if (e.step == 0) r.start_eval = e;
     r.final_eval = e;
     if (std::isfinite(e.loss) && (!r.best_eval || e.loss < r.best_eval->loss)) r.best_eval = e;
   }
@@ -127,6 +128,7 @@ json StabilityReport::to_json() const {
           {"divergence_step", diverged ? json(divergence_step) : json(nullptr)},
           {"divergence_reason", divergence_reason},
           {"stopped_on_divergence", stopped_on_divergence},
+          {"start_eval", eval_json(start_eval)},
           {"final_eval", eval_json(final_eval)},
           {"best_eval", eval_json(best_eval)}};
 }

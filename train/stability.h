@@ -58,6 +58,7 @@ struct StabilityReport {
   std::int64_t divergence_step = 0;  // when diverged
   std::string divergence_reason;     // "non-finite loss", "skipped step", "loss 6.1 above the initial loss 5.5"
   std::optional<EvalRecord> final_eval, best_eval;  // best = lowest validation loss
+  std::optional<EvalRecord> start_eval;  // the eval at step 0: a finetuning run's starting point
   bool stopped_on_divergence = false;  // set by the trainer when stability.stop_on_divergence ended the run
 
   nlohmann::json to_json() const;

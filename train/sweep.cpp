@@ -294,6 +294,7 @@ json summary_row(const SweepPoint& point, const json& status) {
           {"diverged", s.diverged},
           {"divergence_step", s.diverged ? json(s.divergence_step) : json(nullptr)},
           {"divergence_reason", s.divergence_reason},
+          {"start_eval", eval_json(s.start_eval)},
           {"final_eval", eval_json(s.final_eval)},
           {"best_eval", eval_json(s.best_eval)}};
 }
