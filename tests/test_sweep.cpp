@@ -26,7 +26,8 @@ std::string read(const fs::path& p) {
 }
 
 // base.json (a tiny run) and sweeps/grid.json beside it, written as text: the file's axis
-// order is the grid's order; returns the sweep file. No warm-up, so that lr 100 counts as
+// order is the grid's order; returns the sweep file. No warm-up and a spike window of 5 (so
+// the divergence rule compares single steps with the first), so that lr 100 counts as
 // diverged at once (its loss explodes above the initial loss on step 2).
 fs::path write_sweep(const TempDir& tmp, const std::string& axes, const std::string& name_keys = "{}") {
   json base = tiny_config(tmp, "unused", 20);
@@ -34,7 +35,7 @@ fs::path write_sweep(const TempDir& tmp, const std::string& axes, const std::str
   base["training"]["generate_tokens"] = 0;
   dark::testing::write_text(tmp / "base.json", base.dump(2));
   dark::testing::write_text(tmp / "sweeps/grid.json",
-                            str(R"({"base": "../base.json", "set": {"stability.stop_on_divergence": true, "schedule.warmup_steps": 0}, "axes": )", axes,
+                            str(R"({"base": "../base.json", "set": {"stability.stop_on_divergence": true, "stability.window": 5, "schedule.warmup_steps": 0}, "axes": )", axes,
                                 R"(, "output": ")", tmp / "out", R"(", "name_keys": )", name_keys, "}"));
   return tmp.path() / "sweeps/grid.json";
 }

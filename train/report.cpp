@@ -265,7 +265,8 @@ ReportResult write_report(const fs::path& sweep_dir) {
                        " diverged, ", counts[2], " failed or not run.\n\n",
                        "A loss spike is a step whose training loss exceeds `stability.loss_factor` (default 1.2) times the "
                        "median of the previous `stability.window` (default 50) steps; a run diverged at its first skipped "
-                       "or non-finite step, or loss above its first-step loss after warm-up. Accuracy is next-token top-1 "
+                       "or non-finite step, or when, after warm-up, the median loss of `stability.window` / 5 consecutive steps "
+                       "rose above its initial loss (the highest of its first `stability.window` / 5 steps). Accuracy is next-token top-1 "
                        "on the validation windows at the end of the run. Cells that hold several points show their mean "
                        "(divergence: diverged/points).\n\n");
   if (!methods.empty() && has_axis(kLr)) {

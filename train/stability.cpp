@@ -25,15 +25,6 @@ double median_of(std::vector<double> v) {
   return (*std::max_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid)) + upper) / 2;
 }
 
-// Why step `r` marks divergence, or "" when it does not. `initial_loss` is the first step's.
-std::string divergence_reason(const StepRecord& r, double initial_loss, std::int64_t warmup_steps) {
-  if (r.skipped) return "skipped step (non-finite loss or gradient)";
-  if (!std::isfinite(r.loss)) return "non-finite loss";
-  if (r.step > warmup_steps && std::isfinite(initial_loss) && r.loss > initial_loss)
-    return str("loss ", r.loss, " above the initial loss ", initial_loss, " after warm-up");
-  return "";
-}
-
 json spike_json(const Spike& s) {
   return {{"step", s.step}, {"value", s.value}, {"median", s.median}, {"ratio", s.ratio}};
 }
@@ -97,9 +88,9 @@ StabilityReport analyze_stability(const std::vector<StepRecord>& steps, const st
   for (const Spike& s : r.loss_spikes)
     if (!r.largest_loss_spike || s.ratio > r.largest_loss_spike->ratio) r.largest_loss_spike = s;
 
-  const double initial_loss = steps.empty() ? kNaN : steps.front().loss;
+  DivergenceCheck divergence(options);
   for (const StepRecord& s : steps) {
-    std::string why = divergence_reason(s, initial_loss, options.warmup_steps);
+    std::string why = divergence.observe(s);
     if (why.empty()) continue;
     r.diverged = true;
     r.divergence_step = s.step;
@@ -160,14 +151,32 @@ RunMetrics read_metrics(const std::filesystem::path& metrics_jsonl) {
   return m;
 }
 
+std::string DivergenceCheck::observe(const StepRecord& r) {
+  if (r.skipped) return "skipped step (non-finite loss or gradient)";
+  if (!std::isfinite(r.loss)) return "non-finite loss";
+  const std::size_t n = static_cast<std::size_t>(options_.divergence_span());
+  if (first_.size() < n) {
+    first_.push_back(r.loss);
+    return "";
+  }
+  recent_.push_back(r.loss);
+  recent_steps_.push_back(r.step);
+  if (recent_.size() > n) recent_.erase(recent_.begin()), recent_steps_.erase(recent_steps_.begin());
+  if (recent_.size() < n || r.step <= options_.warmup_steps) return "";
+  const double initial = *std::max_element(first_.begin(), first_.end());
+  const double median = median_of(recent_);
+  if (median <= initial) return "";
+  return str("median loss ", median, " of steps ", recent_steps_.front(), "-", r.step, " above the initial loss ", initial,
+             " (the highest of the first ", n, " steps) after warm-up");
+}
+
 StabilityMonitor::StabilityMonitor(const StabilityOptions& options, RunMetrics earlier)
-    : options_(options), metrics_(std::move(earlier)) {
+    : options_(options), metrics_(std::move(earlier)), divergence_(options) {
   for (const StepRecord& s : metrics_.steps) check(s);
 }
 
 void StabilityMonitor::check(const StepRecord& r) {
-  if (r.step == metrics_.steps.front().step) initial_loss_ = r.loss;
-  diverged_ = diverged_ || !divergence_reason(r, initial_loss_, options_.warmup_steps).empty();
+  diverged_ = !divergence_.observe(r).empty() || diverged_;
 }
 
 bool StabilityMonitor::observe(const json& line) {

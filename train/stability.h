@@ -8,8 +8,12 @@
 //               values exist, so the first steps of a run are judged against a median of ten
 //               (window 50), not of one or two noisy values.
 //   divergence  the first step that is skipped (non-finite loss or gradient), has a
-//               non-finite loss, or has a loss above the run's initial (first-step) loss
-//               once warm-up (schedule.warmup_steps) is over.
+//               non-finite loss, or, once warm-up (schedule.warmup_steps) is over, ends a
+//               stretch of n = max(1, window / 5) steps whose median loss is above the
+//               initial loss, the highest loss of the run's first n steps. Both sides are
+//               taken over n steps because single batches are noisy: a finetuning run starts
+//               at its pretrained loss, and one hard batch later must not read as divergence,
+//               while a loss that climbs back above where training began and stays there does.
 // The core, analyze_stability(), is a pure function of the step and eval records.
 #pragma once
 #include <cstdint>
@@ -28,6 +32,7 @@ struct StabilityOptions {
   double loss_factor = 1.2;        // loss spike: loss > loss_factor x that median
   double grad_factor = 2.0;        // gradient-norm spike: grad_norm > grad_factor x that median
   std::int64_t warmup_steps = 0;   // divergence by "loss above the initial loss" counts after this step
+  int divergence_span() const { return window / 5 > 1 ? window / 5 : 1; }  // n in the rule above
 };
 StabilityOptions stability_options(const RunConfig& config);
 
@@ -56,7 +61,7 @@ struct StabilityReport {
   std::optional<Spike> largest_loss_spike;  // highest ratio among loss_spikes
   bool diverged = false;
   std::int64_t divergence_step = 0;  // when diverged
-  std::string divergence_reason;     // "non-finite loss", "skipped step", "loss 6.1 above the initial loss 5.5"
+  std::string divergence_reason;     // "non-finite loss", "skipped step", "median loss 6.1 of steps 81-90 above the initial loss 5.5 ..."
   std::optional<EvalRecord> final_eval, best_eval;  // best = lowest validation loss
   std::optional<EvalRecord> start_eval;  // the eval at step 0: a finetuning run's starting point
   bool stopped_on_divergence = false;  // set by the trainer when stability.stop_on_divergence ended the run
@@ -82,9 +87,24 @@ struct RunMetrics {
 };
 RunMetrics read_metrics(const std::filesystem::path& metrics_jsonl);
 
+// The divergence rule above, one step at a time (shared by analyze_stability and the
+// monitor, so a run stopped on divergence and its report agree).
+class DivergenceCheck {
+ public:
+  explicit DivergenceCheck(const StabilityOptions& options) : options_(options) {}
+  // Why this step diverges, or "" when it does not.
+  std::string observe(const StepRecord& r);
+
+ private:
+  StabilityOptions options_;
+  std::vector<double> first_;   // the first n finite losses
+  std::vector<double> recent_;  // the last n finite losses
+  std::vector<std::int64_t> recent_steps_;
+};
+
 // Follows a run while it trains: fed every metrics line, it says when the run has diverged
-// (O(1) per line: divergence needs no spike history), for stability.stop_on_divergence, and
-// gives the report of everything seen.
+// (O(window) per line), for stability.stop_on_divergence, and gives the report of
+// everything seen.
 class StabilityMonitor {
  public:
   StabilityMonitor(const StabilityOptions& options, RunMetrics earlier);  // earlier: a resumed run's lines
@@ -96,7 +116,7 @@ class StabilityMonitor {
   void check(const StepRecord& r);
   StabilityOptions options_;
   RunMetrics metrics_;
-  double initial_loss_ = 0;
+  DivergenceCheck divergence_;
   bool diverged_ = false;
 };
 
