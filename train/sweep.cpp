@@ -272,6 +272,12 @@ StabilityReport point_stability(const SweepPoint& point) {
   return analyze_stability(m.steps, m.evals, stability_options(parse_config(point.config)));
 }
 
+// A diverged run may still exit 0 (stability.stop_on_divergence) or not
+// (training.max_consecutive_skips); either way it is a result of the sweep, not a failure.
+std::string point_status(const StabilityReport& s, int exit_code) {
+  return s.diverged ? "diverged" : exit_code == 0 ? "done" : "failed";
+}
+
 json summary_row(const SweepPoint& point, const json& status) {
   const StabilityReport s = point_stability(point);
   json values = json::object();
@@ -282,7 +288,11 @@ json summary_row(const SweepPoint& point, const json& status) {
   return {{"name", point.name},
           {"dir", point.dir.string()},
           {"values", values},
-          {"status", has_status ? status.value("status", "failed") : "not run"},
+          // Re-derived from the metrics with the current rules, so a summary never keeps a label
+          // an older rule gave.
+          {"status", !has_status                         ? "not run"
+                     : status.value("exit_code", json()).is_number_integer() ? point_status(s, status["exit_code"].get<int>())
+                                                                             : status.value("status", "failed")},
           {"exit_code", has_status ? status.value("exit_code", json(nullptr)) : json(nullptr)},
           {"wall_s", has_status ? status.value("wall_s", json(nullptr)) : json(nullptr)},
           {"steps", s.steps},
@@ -445,10 +455,7 @@ json run_sweep(const SweepPlan& plan, const SweepOptions& options) {
     running.erase(it);
 
     const int exit_code = exit_code_of(wait_status);
-    const StabilityReport s = point_stability(p);
-    // A diverged run may still exit 0 (stability.stop_on_divergence) or not
-    // (training.max_consecutive_skips); either way it is a result of the sweep, not a failure.
-    const std::string status = s.diverged ? "diverged" : exit_code == 0 ? "done" : "failed";
+    const std::string status = point_status(point_stability(p), exit_code);
     json record = {{"status", status}, {"exit_code", exit_code}, {"wall_s", seconds}};
     if (exit_code != 0) record["log_tail"] = last_lines(p.dir / "train.log", 10);
     write_file_atomic(p.dir / "status.json", record.dump(2) + "\n");
