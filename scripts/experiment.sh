@@ -3,8 +3,8 @@
 # what the experiment needs (the SmolLM2 model, the pretrained small softmax model), runs the
 # sweep (resuming an interrupted one) and writes its report.
 # Usage: scripts/experiment.sh NAME [extra sweep flags]   e.g. scripts/experiment.sh lr_sweep_spikes
-#   NAME: pretrain_compare | lr_sweep_spikes | feature_budget | finetune_compare | smollm2_limited
-#         | smollm2_limited_large
+#   NAME: pretrain_compare | lr_sweep_spikes | lr_sweep_spikes_noclip | feature_budget | seed_noise
+#         | finetune_compare | smollm2_limited | smollm2_limited_large (results: docs/results.md)
 # Environment: JOBS (points trained at once; default 2 for the small models, 1 for SmolLM2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
