@@ -1,6 +1,7 @@
 // Command-line parsing for the subcommands (see args.h).
 #include "train/args.h"
 
+#include <cstdio>
 #include <cstdlib>
 
 #include "core/error.h"
@@ -76,6 +77,15 @@ std::string flags_usage(const std::vector<FlagSpec>& specs) {
     out += "\n";
   }
   return out;
+}
+
+bool print_help_if_asked(const std::vector<std::string>& args, const char* usage, const std::vector<FlagSpec>& specs) {
+  for (const auto& a : args)
+    if (a == "--help" || a == "-h") {
+      std::printf("%s\n\noptions:\n%s", usage, flags_usage(specs).c_str());
+      return true;
+    }
+  return false;
 }
 
 }  // namespace dark::train

@@ -36,4 +36,11 @@ class Args {
 // "  --config FILE   run config (default: ...)" lines for a usage message.
 std::string flags_usage(const std::vector<FlagSpec>& specs);
 
+// The --help flag every subcommand lists.
+inline const FlagSpec kHelpFlag{"--help", "", "", "show this message"};
+
+// When args hold --help or -h: prints `usage` and the flags, and returns true (the command
+// then exits 0 without parsing anything else).
+bool print_help_if_asked(const std::vector<std::string>& args, const char* usage, const std::vector<FlagSpec>& specs);
+
 }  // namespace dark::train

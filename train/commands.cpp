@@ -23,19 +23,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const FlagSpec kHelp{"--help", "", "", "show this message"};
 const FlagSpec kConfig{"--config", "FILE", "", "run config (JSON); required"};
 const FlagSpec kSet{"--set", "KEY=VALUE", "", "override a config key, e.g. --set optimizer.lr=1e-3 (repeatable)", true};
 const FlagSpec kCheckpoint{"--checkpoint", "PATH", "", "a checkpoint directory, or a run folder (its latest checkpoint); required"};
-
-bool wants_help(const CommandArgs& args, const char* usage, const std::vector<FlagSpec>& specs) {
-  for (const auto& a : args)
-    if (a == "--help" || a == "-h") {
-      std::printf("%s\n\noptions:\n%s", usage, flags_usage(specs).c_str());
-      return true;
-    }
-  return false;
-}
 
 RunConfig config_from(const Args& a) { return load_config(a.require("--config"), a.all("--set")); }
 
@@ -65,8 +55,8 @@ LoadedRun load_run(const std::string& path) {
 }  // namespace
 
 int prepare_data_command(const CommandArgs& args) {
-  const std::vector<FlagSpec> specs = {kConfig, kSet, kHelp};
-  if (wants_help(args, "usage: darkformer prepare-data --config FILE [--set KEY=VALUE ...]\n"
+  const std::vector<FlagSpec> specs = {kConfig, kSet, kHelpFlag};
+  if (print_help_if_asked(args, "usage: darkformer prepare-data --config FILE [--set KEY=VALUE ...]\n"
                        "Builds (or verifies) the tokenizer and token shards named by the config's data section.", specs))
     return 0;
   Args a(args, specs);
@@ -79,8 +69,8 @@ int prepare_data_command(const CommandArgs& args) {
 }
 
 int train_command(const CommandArgs& args) {
-  const std::vector<FlagSpec> specs = {kConfig, kSet, {"--resume", "", "", "continue the run folder's latest checkpoint"}, kHelp};
-  if (wants_help(args, "usage: darkformer train --config FILE [--set KEY=VALUE ...] [--resume]\n"
+  const std::vector<FlagSpec> specs = {kConfig, kSet, {"--resume", "", "", "continue the run folder's latest checkpoint"}, kHelpFlag};
+  if (print_help_if_asked(args, "usage: darkformer train --config FILE [--set KEY=VALUE ...] [--resume]\n"
                        "Trains a model; see README.md for the run folder and every config key.", specs))
     return 0;
   Args a(args, specs);
@@ -91,8 +81,8 @@ int train_command(const CommandArgs& args) {
 }
 
 int eval_command(const CommandArgs& args) {
-  const std::vector<FlagSpec> specs = {kCheckpoint, {"--batches", "N", "0", "validation batches (0 = the config's data.val_windows)"}, kHelp};
-  if (wants_help(args, "usage: darkformer eval --checkpoint PATH [--batches N]\n"
+  const std::vector<FlagSpec> specs = {kCheckpoint, {"--batches", "N", "0", "validation batches (0 = the config's data.val_windows)"}, kHelpFlag};
+  if (print_help_if_asked(args, "usage: darkformer eval --checkpoint PATH [--batches N]\n"
                        "Validation loss, perplexity and next-token accuracy of a checkpoint.", specs))
     return 0;
   Args a(args, specs);
@@ -112,8 +102,8 @@ int generate_command(const CommandArgs& args) {
                                        {"--temperature", "T", "0.8", "sampling temperature; 0 = greedy"},
                                        {"--top-k", "K", "40", "sample among the K most likely tokens; 0 = all"},
                                        {"--seed", "S", "0", "sampling seed"},
-                                       kHelp};
-  if (wants_help(args, "usage: darkformer generate --checkpoint PATH --prompt TEXT [options]", specs)) return 0;
+                                       kHelpFlag};
+  if (print_help_if_asked(args, "usage: darkformer generate --checkpoint PATH --prompt TEXT [options]", specs)) return 0;
   Args a(args, specs);
   LoadedRun run = load_run(a.require("--checkpoint"));
   nn::GenerateOptions g;
@@ -159,8 +149,8 @@ int probe_command(const CommandArgs& args) {
       {"--redraws", "N", "8", "feature draws per (layer, m)"},
       {"--calibration-batches", "N", "2", "training batches for the whiten initialisation"},
       {"--json", "PATH", "", "write the full report (per layer and head) here; default <checkpoint>/probe.json"},
-      kHelp};
-  if (wants_help(args, "usage: darkformer probe --checkpoint PATH [--batches N] [--features 16,32,64,128,256]\n"
+      kHelpFlag};
+  if (print_help_if_asked(args, "usage: darkformer probe --checkpoint PATH [--batches N] [--features 16,32,64,128,256]\n"
                        "Monte Carlo error (against the same kernel evaluated exactly) and swap error (against the\n"
                        "layer's softmax attention) of performer, darkformer (identity, whiten, learned M) and lfk\n"
                        "features, per layer and head, on the checkpoint's own attention inputs. See README.md.", specs))
@@ -184,8 +174,8 @@ int probe_command(const CommandArgs& args) {
 }
 
 int export_hf_command(const CommandArgs& args) {
-  const std::vector<FlagSpec> specs = {kCheckpoint, {"--out", "DIR", "", "output folder; required"}, kHelp};
-  if (wants_help(args, "usage: darkformer export-hf --checkpoint PATH --out DIR\n"
+  const std::vector<FlagSpec> specs = {kCheckpoint, {"--out", "DIR", "", "output folder; required"}, kHelpFlag};
+  if (print_help_if_asked(args, "usage: darkformer export-hf --checkpoint PATH --out DIR\n"
                        "Writes config.json + model.safetensors that Hugging Face transformers loads as LlamaForCausalLM\n"
                        "(softmax-attention models only).", specs))
     return 0;

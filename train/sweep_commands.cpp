@@ -8,20 +8,6 @@
 #include "train/sweep.h"
 
 namespace dark::train {
-namespace {
-
-bool help_requested(const CommandArgs& args, const char* usage, const std::vector<FlagSpec>& specs) {
-  for (const auto& a : args)
-    if (a == "--help" || a == "-h") {
-      std::printf("%s\n\noptions:\n%s", usage, flags_usage(specs).c_str());
-      return true;
-    }
-  return false;
-}
-
-const FlagSpec kHelpFlag{"--help", "", "", "show this message"};
-
-}  // namespace
 
 int sweep_command(const CommandArgs& args) {
   const std::vector<FlagSpec> specs = {
@@ -29,7 +15,7 @@ int sweep_command(const CommandArgs& args) {
       {"--jobs", "N", "1", "points trained at once (each child gets OMP_NUM_THREADS = cores / N unless set)"},
       {"--dry-run", "", "", "check every point's config and list what would run; write nothing"},
       kHelpFlag};
-  if (help_requested(args, "usage: darkformer sweep --config FILE [--jobs N] [--dry-run]\n"
+  if (print_help_if_asked(args, "usage: darkformer sweep --config FILE [--jobs N] [--dry-run]\n"
                            "Trains every point of a grid of config overrides as its own `darkformer train` process;\n"
                            "finished points are skipped and interrupted ones resumed when run again. See README.md.",
                      specs))
@@ -52,7 +38,7 @@ int sweep_command(const CommandArgs& args) {
 
 int report_command(const CommandArgs& args) {
   const std::vector<FlagSpec> specs = {kHelpFlag};
-  if (help_requested(args, "usage: darkformer report SWEEP_DIR\n"
+  if (print_help_if_asked(args, "usage: darkformer report SWEEP_DIR\n"
                            "Writes SWEEP_DIR/report.md (tables from summary.json) and PNG plots in SWEEP_DIR/plots/ (gnuplot).",
                      specs))
     return 0;
