@@ -411,19 +411,19 @@ json run_sweep(const SweepPlan& plan, const SweepOptions& options) {
   log.line(str("sweep ", plan.file.string(), ": ", plan.points.size(), " point(s), ", options.jobs, " at a time, in ",
                plan.dir.string()));
 
-  std::vector<std::size_t> todo;
+  std::vector<std::size_t> unfinished;  // point indices still to train, in grid order
   std::size_t completed = 0;
   for (std::size_t i = 0; i < plan.points.size(); ++i) {
     const json status = read_json_file(plan.points[i].dir / "status.json");
     if (!finished(status)) {
-      todo.push_back(i);
+      unfinished.push_back(i);
       continue;
     }
     ++completed;
     log.line(str("[", completed, "/", plan.points.size(), "] ", plan.points[i].name, ": already ",
                  status.value("status", ""), ", skipped"));
   }
-  if (!todo.empty()) prepare_data(plan, options, env, log);
+  if (!unfinished.empty()) prepare_data(plan, options, env, log);
 
   struct Running {
     std::size_t index;
@@ -431,9 +431,10 @@ json run_sweep(const SweepPlan& plan, const SweepOptions& options) {
   };
   std::map<pid_t, Running> running;
   std::size_t next = 0;
-  while (next < todo.size() || !running.empty()) {
-    while (next < todo.size() && running.size() < static_cast<std::size_t>(std::max(1, options.jobs))) {
-      const SweepPoint& p = plan.points[todo[next++]];
+  while (next < unfinished.size() || !running.empty()) {
+    while (next < unfinished.size() && running.size() < static_cast<std::size_t>(std::max(1, options.jobs))) {
+      const std::size_t index = unfinished[next++];
+      const SweepPoint& p = plan.points[index];
       fs::create_directories(p.dir);
       write_file_atomic(p.dir / "point_config.json", p.config.dump(2) + "\n");
       std::vector<std::string> argv = {options.executable, "train", "--config", (p.dir / "point_config.json").string()};
@@ -441,7 +442,7 @@ json run_sweep(const SweepPlan& plan, const SweepOptions& options) {
       if (checkpoint) argv.push_back("--resume");
       std::ofstream(p.dir / "train.log", std::ios::app) << "==== sweep: " << (checkpoint ? "resuming from " + checkpoint->filename().string() : "starting")
                                                         << " ====\n";
-      running[spawn(argv, p.dir / "train.log", env)] = {todo[next - 1], Clock::now()};
+      running[spawn(argv, p.dir / "train.log", env)] = {index, Clock::now()};
       log.line(str("start ", p.name, checkpoint ? " (resuming from " + checkpoint->filename().string() + ")" : ""));
     }
     int wait_status = 0;
