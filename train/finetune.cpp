@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <functional>
+#include <set>
 
 #include "autograd/grad_mode.h"
 #include "nn/optim.h"
@@ -102,9 +103,10 @@ std::size_t load_source_weights(nn::CausalLM& model, const InitSource& source) {
     p->copy_(it->second);
     ++loaded;
   }
+  std::set<std::string> model_names;
+  for (const auto& [name, p] : params) model_names.insert(name);
   for (const auto& [name, t] : source.parameters) {
-    const bool used = std::any_of(params.begin(), params.end(), [&](const auto& np) { return np.first == name; });
-    if (used) continue;
+    if (model_names.contains(name)) continue;
     DARK_CHECK(is_feature_map_parameter(name), source.description, ": holds '", name,
                "', which this model does not have (a different architecture?)");
     dropped.push_back(name);

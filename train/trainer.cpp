@@ -240,6 +240,7 @@ TrainResult train(RunConfig config, const TrainOptions& options) {
 
   // ---- fresh start, finetuning start or resume ----
   std::optional<CheckpointData> resumed;
+  std::optional<RunConfig> resumed_config;  // the config the checkpoint was trained with
   std::optional<InitSource> source;
   fs::path resumed_from;
   if (options.resume) {
@@ -247,9 +248,9 @@ TrainResult train(RunConfig config, const TrainOptions& options) {
     DARK_CHECK(latest.has_value(), "--resume: no checkpoint in ", (run_dir / "checkpoints").string());
     resumed_from = *latest;
     resumed = load_checkpoint(resumed_from);
+    resumed_config = parse_config(resumed->state.at("config"));
     // The weights come from the checkpoint; its config already holds the source's shape.
-    if (!config.finetune.init_from.empty())
-      adopt_architecture(config, parse_config(resumed->state.at("config")).model, "the checkpoint's config");
+    if (!config.finetune.init_from.empty()) adopt_architecture(config, resumed_config->model, "the checkpoint's config");
   } else if (!config.finetune.init_from.empty()) {
     source = load_init_source(config.finetune.init_from);
     adopt_architecture(config, source->model, source->description);
@@ -258,8 +259,7 @@ TrainResult train(RunConfig config, const TrainOptions& options) {
   validate_config(config);
   if (source) check_source_tokenizer(*source, config, data);
   if (resumed) {
-    RunConfig saved = parse_config(resumed->state.at("config"));
-    json a = to_json(saved), b = to_json(config);
+    json a = to_json(*resumed_config), b = to_json(config);
     // Extending a run (training.steps) and moving its folder (output.dir) are allowed.
     for (json* j : {&a, &b}) (*j)["training"].erase("steps"), j->erase("output");
     DARK_CHECK(a == b, "--resume: the config differs from the one checkpoint ", resumed_from.filename().string(),
