@@ -1,34 +1,13 @@
-// Hashing and keyed random integers shared by the data pipeline: FNV-1a 64 (train/val
+// Hashing and keyed random integers shared by the data pipeline: FNV-1a 64 (core/hash.h: train/val
 // split keys, tokenizer hashes, the shard checksum) and uniform integers drawn from Philox
 // streams keyed by purpose, so data order depends only on (seed, purpose, counter).
 #pragma once
 #include <cstdint>
-#include <cstdio>
-#include <string>
-#include <string_view>
 
+#include "core/hash.h"
 #include "core/philox.h"
 
 namespace dark::data {
-
-inline constexpr std::uint64_t kFnvOffset = 0xcbf29ce484222325ull;
-inline constexpr std::uint64_t kFnvPrime = 0x100000001b3ull;
-
-// FNV-1a 64 over bytes; `hash` continues an earlier call.
-inline std::uint64_t fnv1a64(std::string_view bytes, std::uint64_t hash = kFnvOffset) {
-  for (unsigned char c : bytes) {
-    hash ^= c;
-    hash *= kFnvPrime;
-  }
-  return hash;
-}
-
-// 16 lower-case hex digits.
-inline std::string hex64(std::uint64_t value) {
-  char text[17];
-  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(value));
-  return text;
-}
 
 // Philox stream tags (the high bits of the stream word name the purpose).
 inline constexpr std::uint64_t kStreamDataOrder = 0x6461746100000000ull;          // "data" + epoch
