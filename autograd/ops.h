@@ -58,6 +58,8 @@ Tensor max(const Tensor& x, std::vector<int> axes = {}, bool keepdim = false);  
 Tensor min(const Tensor& x, std::vector<int> axes = {}, bool keepdim = false);  // ties share the gradient
 Tensor logsumexp(const Tensor& x, std::vector<int> axes = {}, bool keepdim = false);
 Tensor reduce(ReduceOp op, const Tensor& x, std::vector<int> axes, bool keepdim);
+// The index (i64) of the first largest element along the last axis; never differentiable.
+Tensor argmax(const Tensor& x);
 // Sums x down to `shape` (the inverse of broadcasting): used by broadcasting backward.
 Tensor sum_to(const Tensor& x, const Shape& shape);
 

@@ -69,6 +69,11 @@ DARK_DECLARE_KERNEL(softmax_forward, void(const Tensor& x, Tensor& y, bool log))
 // dx from the forward output y and upstream dy, all (rows, n) contiguous.
 DARK_DECLARE_KERNEL(softmax_backward, void(const Tensor& y, const Tensor& dy, Tensor& dx, bool log))
 
+// Over the last axis of x: (rows, n) contiguous -> out: (rows) i64, the index of the first
+// largest element of each row (std::max_element's rule: a NaN is never larger, so it is
+// chosen only when it comes first and nothing after compares larger).
+DARK_DECLARE_KERNEL(argmax, void(const Tensor& x, Tensor& out))
+
 // See GemmShape. a, b, out are the base tensors whose data() the strides index.
 DARK_DECLARE_KERNEL(matmul, void(const Tensor& a, const Tensor& b, Tensor& out, const GemmShape& s))
 

@@ -3,6 +3,7 @@
 // for composites are in test_torch_reference.cpp.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 
@@ -185,6 +186,32 @@ TEST(Forward, ElementwiseLargeParallelMatchesSerialDefinition) {
   const auto av = values(a), bv = values(b);
   const auto sv = values(add(a, b));
   for (std::size_t i = 0; i < av.size(); i += 997) ASSERT_EQ(sv[i], static_cast<double>(static_cast<float>(av[i]) + static_cast<float>(bv[i])));
+}
+
+TEST(Forward, ArgmaxIsTheFirstLargestOfTheLastAxisAsStdMaxElementFindsIt) {
+  const double nan = std::nan("");
+  // Ties (the first wins), a NaN first (never beaten by a comparison), a NaN later (skipped),
+  // negative rows and a one-element axis.
+  const std::vector<double> rows = {1, 3, 3, 2,  nan, 5, 9, 1,  4, nan, 7, 7,  -3, -1, -2, -1};
+  for (DType dt : {DType::f32, DType::f64, DType::bf16}) {
+    const Tensor x = Tensor::from_vector(rows, {2, 2, 4}).to(dt);
+    const Tensor i = argmax(x);
+    ASSERT_EQ(i.shape(), (Shape{2, 2})) << dtype_name(dt);
+    ASSERT_EQ(i.dtype(), DType::i64);
+    std::vector<std::int64_t> want;
+    for (std::size_t r = 0; r < 4; ++r)
+      want.push_back(std::max_element(rows.begin() + 4 * r, rows.begin() + 4 * r + 4) - (rows.begin() + 4 * r));
+    EXPECT_EQ(i.to_vector<std::int64_t>(), want) << dtype_name(dt);
+    EXPECT_EQ(want, (std::vector<std::int64_t>{1, 0, 2, 1}));
+  }
+  EXPECT_EQ(argmax(Tensor::from_vector<float>({4, 2}, {2, 1})).to_vector<std::int64_t>(), (std::vector<std::int64_t>{0, 0}));
+  // Many rows take the threaded path; every row against the serial definition.
+  const Tensor big = randn({3000, 37}, 9);
+  const std::vector<double> v = values(big);
+  const std::vector<std::int64_t> got = argmax(big).to_vector<std::int64_t>();
+  for (std::size_t r = 0; r < 3000; ++r)
+    ASSERT_EQ(got[r], std::max_element(v.begin() + 37 * r, v.begin() + 37 * r + 37) - (v.begin() + 37 * r)) << r;
+  EXPECT_THROW(argmax(Tensor::from_vector<std::int32_t>({1, 2}, {2})), Error);  // not floating
 }
 
 }  // namespace
