@@ -29,7 +29,7 @@ std::vector<double> identity_init(std::int64_t r, std::int64_t d, const Attentio
 
 DarkformerAttention::DarkformerAttention(const nn::AttentionShape& shape, const AttentionConfig& config)
     : RandomFeatureAttention(shape, config) {
-  const std::int64_t count = config.scope == MatrixScope::head ? shape.n_kv_heads : 1, d = shape.head_dim;
+  const std::int64_t count = config.darkformer.scope == MatrixScope::head ? shape.n_kv_heads : 1, d = shape.head_dim;
   std::vector<double> values;
   for (std::int64_t i = 0; i < count; ++i) {
     const std::vector<double> one = identity_init(rank_, d, config_, shape.layer, i);
@@ -39,7 +39,7 @@ DarkformerAttention::DarkformerAttention(const nn::AttentionShape& shape, const 
 }
 
 bool DarkformerAttention::needs_calibration() const {
-  return config_.init == MatrixInit::whiten || RandomFeatureAttention::needs_calibration();
+  return config_.darkformer.init == MatrixInit::whiten || RandomFeatureAttention::needs_calibration();
 }
 
 Tensor DarkformerAttention::apply_transform(const Tensor& x, double scale) const {
@@ -52,7 +52,7 @@ std::vector<double> DarkformerAttention::transform_matrix(std::int64_t kv_head) 
 }
 
 void DarkformerAttention::calibrated(const SecondMoments& moments) {
-  if (config_.init != MatrixInit::whiten) return;
+  if (config_.darkformer.init != MatrixInit::whiten) return;
   const std::int64_t count = matrix->size(0), d = shape_.head_dim;
   std::vector<double> values;
   for (std::int64_t i = 0; i < count; ++i) {

@@ -9,22 +9,6 @@
 
 namespace dark::attention {
 
-Kind parse_kind(const std::string& name) {
-  for (Kind k : {Kind::softmax, Kind::performer, Kind::lfk, Kind::darkformer})
-    if (name == kind_name(k)) return k;
-  throw Error(str("attention kind '", name, "' is not one of softmax, performer, lfk, darkformer"));
-}
-
-const char* kind_name(Kind kind) {
-  switch (kind) {
-    case Kind::softmax: return "softmax";
-    case Kind::performer: return "performer";
-    case Kind::lfk: return "lfk";
-    case Kind::darkformer: return "darkformer";
-  }
-  return "?";
-}
-
 nn::AttentionFactory make_factory(const AttentionConfig& config) {
   return make_layer_factory([config](int) { return config; });
 }

@@ -14,7 +14,7 @@ class PerformerAttention final : public RandomFeatureAttention {
  private:
   // Performer has no transform: its features live in the full head dimension.
   static AttentionConfig with_full_rank(AttentionConfig c) {
-    c.rank = 0;
+    c.darkformer.rank = 0;
     return c;
   }
 };

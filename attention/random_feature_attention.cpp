@@ -25,11 +25,11 @@ Tensor per_head_project(const Tensor& x, const Tensor& w, std::int64_t kv_heads)
 }
 
 RandomFeatureAttention::RandomFeatureAttention(const nn::AttentionShape& shape, const AttentionConfig& config)
-    : shape_(shape), config_(config), rank_(config.rank > 0 ? config.rank : shape.head_dim) {
+    : shape_(shape), config_(config), rank_(config.darkformer.rank > 0 ? config.darkformer.rank : shape.head_dim) {
   DARK_CHECK(config.num_features >= 1, "attention: num_features must be >= 1, got ", config.num_features);
   DARK_CHECK(rank_ <= shape.head_dim, "attention: darkformer rank ", rank_, " exceeds the head dimension ",
              shape.head_dim);
-  DARK_CHECK(config.chunk >= 1 && config.eps > 0, "attention: chunk must be >= 1 and eps > 0");
+  DARK_CHECK(config.chunk_size >= 1 && config.eps > 0, "attention: chunk_size must be >= 1 and eps > 0");
 }
 
 Tensor RandomFeatureAttention::transformed(const Tensor& x) const {
@@ -103,7 +103,7 @@ Tensor RandomFeatureAttention::forward(const Tensor& q, const Tensor& k, const T
   }
   if (config_.mode == Mode::exact)
     return flash_attention(pad_to(qt, v.size(3)), pad_to(kt, v.size(3)), v, /*causal=*/true, 1.0, key_mask);
-  return linear_attention(feature_logits(qt), feature_logits(kt), v, /*causal=*/true, config_.eps, config_.chunk,
+  return linear_attention(feature_logits(qt), feature_logits(kt), v, /*causal=*/true, config_.eps, config_.chunk_size,
                           key_mask);
 }
 

@@ -62,6 +62,9 @@ class RandomFeatureAttention : public nn::AttentionKernel {
   // Feature matrices (Hkv, m, r) and the per-feature log-weight (Hkv, m) or undefined.
   // Default: drawn for the current epoch (with the proposal when there is one).
   virtual std::pair<Tensor, Tensor> features(DType dtype, Device device);
+  // Drawn features live on the queries' device; a model moving elsewhere drops them (they are
+  // redrawn there on the next forward, bit-identical since they depend on (seed, epoch) only).
+  void move_state(Device /*device*/) override { drawn_ = Drawn{}; }
   // Called by end_calibration with the measured second moments of the scaled inputs
   // (DARKFormer's whiten initialisation sets M here), before the proposal is built.
   virtual void calibrated(const SecondMoments& /*moments*/) {}

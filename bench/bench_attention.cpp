@@ -164,7 +164,7 @@ Args parse_args(int argc, char** argv) {
     if (arg == "--help" || arg == "-h") usage(0);
     else if (arg == "--kinds") {
       a.kinds = split(value(), ',');
-      for (const auto& k : a.kinds) dark::attention::parse_kind(k);  // throws on unknown kinds
+      for (const auto& k : a.kinds) dark::parse_enum<dark::attention::Kind>(k, "--kinds: attention kind");  // throws on unknown kinds
     } else if (arg == "--features") {
       a.features.clear();
       for (const auto& f : split(value(), ',')) a.features.push_back(to_int(arg, f, 1));
@@ -223,7 +223,7 @@ struct Spec {
 Spec parse_spec(const std::string& text) {
   const auto parts = split(text, ':');
   DARK_CHECK(parts.size() == 3, "a configuration is kind:m:L, got '", text, "'");
-  dark::attention::parse_kind(parts[0]);
+  dark::parse_enum<dark::attention::Kind>(parts[0], "attention kind");
   return {parts[0], to_int("m", parts[1], 0), to_int("L", parts[2], 1)};
 }
 
@@ -239,9 +239,9 @@ struct Bench {
   Bench(const Args& a, Spec s) : spec(std::move(s)) {
     using namespace dark;
     attention::AttentionConfig config;
-    config.kind = attention::parse_kind(spec.kind);
-    config.num_features = spec.m > 0 ? spec.m : 64;
-    config.chunk = a.chunk;
+    config.kind = parse_enum<attention::Kind>(spec.kind, "attention kind");
+    config.num_features = spec.m > 0 ? static_cast<int>(spec.m) : 64;
+    config.chunk_size = static_cast<int>(a.chunk);
     config.seed = a.seed;
     kernel = attention::make_factory(config)(nn::AttentionShape{a.heads, a.heads, a.head_dim, 0, DType::f32});
     kernel->train(true);

@@ -174,16 +174,16 @@ int main(int argc, char** argv) {
                        {"n_heads", m.n_heads},
                        {"n_kv_heads", m.n_kv_heads},
                        {"d_ff", m.d_ff},
-                       {"mlp", std::string(train::enum_name(m.mlp))},
+                       {"mlp", std::string(dark::enum_name(m.mlp))},
                        {"rope_theta", m.rope_theta},
                        {"norm_eps", m.norm_eps},
                        {"tie_embeddings", m.tie_embeddings},
                        {"init_std", m.init_std},
-                       {"attention", std::string(train::enum_name(config.attention.kind))},
+                       {"attention", std::string(dark::enum_name(config.attention.kind))},
                        {"batch_size", B},
                        {"seq_len", T},
                        {"grad_accum", config.training.grad_accum},
-                       {"optimizer", std::string(train::enum_name(config.optimizer.name))},
+                       {"optimizer", std::string(dark::enum_name(config.optimizer.name))},
                        {"lr", config.optimizer.lr},
                        {"betas", config.optimizer.betas},
                        {"eps", config.optimizer.eps},
@@ -202,8 +202,7 @@ int main(int argc, char** argv) {
     // ---- as trainer.cpp sets up a run ----
     std::unique_ptr<nn::CausalLM> model = train::build_model(config);
     nn::ParameterBuffer params(model->named_parameters());
-    nn::Optimizer optimizer(params, train::optimizer_config(config));
-    const nn::ScheduleConfig schedule = train::schedule_config(config);
+    nn::Optimizer optimizer(params, config.optimizer);
     model->train(true);
     const int accum = config.training.grad_accum;
 
@@ -216,7 +215,7 @@ int main(int argc, char** argv) {
       for (int micro = 0; micro < accum; ++micro)
         batches.push_back(random_batch(B, T + 1, V, config.seed + 12345, static_cast<std::uint64_t>(step * accum + micro)));
       const auto t0 = Clock::now();
-      const double lr = nn::learning_rate_at(schedule, config.optimizer.lr, step);
+      const double lr = nn::learning_rate_at(config.schedule, config.optimizer.lr, step, config.training.steps);
       params.zero_grad();
       double loss_value = 0, fwd = 0, bwd = 0;
       for (int micro = 0; micro < accum; ++micro) {

@@ -71,12 +71,12 @@ std::vector<std::int64_t> TrainLoader::window_indices(std::int64_t step) const {
 }
 
 Tensor TrainLoader::batch(std::int64_t step) const {
-  return gather_windows(*shard_, window_indices(step), options_.seq_len);
+  return gather_windows(*shard_, window_indices(step), options_.seq_len).to(options_.device);
 }
 
 ValidationSet::ValidationSet(std::shared_ptr<const TokenShard> shard, std::int64_t batch_size, std::int64_t seq_len,
-                             std::int64_t max_windows)
-    : shard_(std::move(shard)), batch_size_(batch_size), seq_len_(seq_len) {
+                             std::int64_t max_windows, Device device)
+    : shard_(std::move(shard)), batch_size_(batch_size), seq_len_(seq_len), device_(device) {
   DARK_CHECK(shard_ != nullptr, "validation set: no shard");
   check_shape(*shard_, batch_size, seq_len, "validation set");
   const std::int64_t available = count_windows(shard_->size(), seq_len);
@@ -91,7 +91,8 @@ std::int64_t ValidationSet::num_batches() const { return (num_windows() + batch_
 Tensor ValidationSet::batch(std::int64_t index) const {
   DARK_CHECK(index >= 0 && index < num_batches(), "validation set: batch ", index, " outside [0, ", num_batches(), ")");
   const std::int64_t begin = index * batch_size_, end = std::min(begin + batch_size_, num_windows());
-  return gather_windows(*shard_, std::vector<std::int64_t>(windows_.begin() + begin, windows_.begin() + end), seq_len_);
+  return gather_windows(*shard_, std::vector<std::int64_t>(windows_.begin() + begin, windows_.begin() + end), seq_len_)
+      .to(device_);
 }
 
 }  // namespace dark::data

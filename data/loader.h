@@ -28,6 +28,7 @@ struct LoaderOptions {
   std::uint64_t seed = 0;        // data-order seed
   int rank = 0;
   int world_size = 1;
+  Device device = Device::cpu();  // where batches are delivered (the model's device)
 };
 
 class TrainLoader {
@@ -36,7 +37,8 @@ class TrainLoader {
   // windows than one global batch (batch_size * world_size).
   TrainLoader(std::shared_ptr<const TokenShard> shard, const LoaderOptions& options);
 
-  // The batch for global step `step` (>= 0): i32 tensor (batch_size, seq_len + 1) on the CPU.
+  // The batch for global step `step` (>= 0): i32 tensor (batch_size, seq_len + 1) on
+  // options().device.
   Tensor batch(std::int64_t step) const;
   // The window indices of batch(step)'s rows (what batch() reads; for tests and logging).
   std::vector<std::int64_t> window_indices(std::int64_t step) const;
@@ -66,10 +68,10 @@ class TrainLoader {
 // same windows every call, independent of any seed.
 class ValidationSet {
  public:
-  // max_windows <= 0 means every window. Throws when the shard has fewer than seq_len + 1
-  // tokens, naming both numbers.
+  // max_windows <= 0 means every window; batches are delivered on `device`. Throws when the
+  // shard has fewer than seq_len + 1 tokens, naming both numbers.
   ValidationSet(std::shared_ptr<const TokenShard> shard, std::int64_t batch_size, std::int64_t seq_len,
-                std::int64_t max_windows = 0);
+                std::int64_t max_windows = 0, Device device = Device::cpu());
 
   std::int64_t num_batches() const;
   std::int64_t num_windows() const { return static_cast<std::int64_t>(windows_.size()); }
@@ -81,6 +83,7 @@ class ValidationSet {
   std::shared_ptr<const TokenShard> shard_;
   std::int64_t batch_size_, seq_len_;
   std::vector<std::int64_t> windows_;
+  Device device_;
 };
 
 // Number of windows of seq_len + 1 tokens (stride seq_len) in num_tokens tokens.

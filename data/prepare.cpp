@@ -30,13 +30,11 @@ std::string shard_file(Split split) { return split == Split::train ? "train.bin"
 
 void validate(const DataConfig& cfg) {
   DARK_CHECK(!cfg.dir.empty(), "data: dir (the output data directory) is required");
-  DARK_CHECK(cfg.tokenizer == "sentencepiece" || cfg.tokenizer == "byte" || cfg.tokenizer == "gguf",
-             "data: tokenizer: unknown kind '", cfg.tokenizer, "' (allowed: \"sentencepiece\", \"gguf\", \"byte\")");
-  DARK_CHECK(cfg.tokenizer_model.empty() || cfg.tokenizer != "byte",
+  DARK_CHECK(cfg.tokenizer_model.empty() || cfg.tokenizer != TokenizerKind::byte,
              "data: tokenizer_model is not used with tokenizer = \"byte\"");
-  DARK_CHECK(!cfg.tokenizer_model.empty() || cfg.tokenizer != "gguf",
+  DARK_CHECK(!cfg.tokenizer_model.empty() || cfg.tokenizer != TokenizerKind::gguf,
              "data: tokenizer = \"gguf\" needs tokenizer_model, the .gguf file whose vocabulary it reads");
-  if (cfg.tokenizer == "sentencepiece" && cfg.tokenizer_model.empty())
+  if (cfg.tokenizer == TokenizerKind::sentencepiece && cfg.tokenizer_model.empty())
     DARK_CHECK(cfg.vocab_size > 259 && cfg.vocab_size <= (1 << 24), "data: vocab_size must be in [260, 16777216], got ",
                cfg.vocab_size);
   DARK_CHECK(cfg.tokenizer_max_lines > 0, "data: tokenizer_max_lines must be positive, got ", cfg.tokenizer_max_lines);
@@ -55,9 +53,9 @@ json inputs_of(const DataConfig& cfg, const Corpus& corpus) {
       {"files", corpus.files().size()},
       {"val_fraction", cfg.val_fraction},
       {"invalid_utf8", cfg.invalid_utf8},
-      {"tokenizer", cfg.tokenizer},
+      {"tokenizer", std::string(enum_name(cfg.tokenizer))},
   };
-  if (cfg.tokenizer != "byte") {
+  if (cfg.tokenizer != TokenizerKind::byte) {
     if (!cfg.tokenizer_model.empty()) {
       in["tokenizer_model_hash"] = hex64(fnv1a64(read_file(cfg.tokenizer_model)));
     } else {
@@ -248,11 +246,11 @@ PreparedData prepare(const DataConfig& cfg) {
   json tok_record = json::object();
   std::shared_ptr<const Tokenizer> tok;
   const std::string model_path = (fs::path(cfg.dir) / kTokenizerFile).string();
-  if (cfg.tokenizer == "byte") {
+  if (cfg.tokenizer == TokenizerKind::byte) {
     tok = std::make_shared<ByteTokenizer>();
     fs::remove(model_path, ec);
-  } else if (cfg.tokenizer == "gguf") {
-    tok = load_tokenizer("gguf", cfg.tokenizer_model);
+  } else if (cfg.tokenizer == TokenizerKind::gguf) {
+    tok = load_tokenizer(TokenizerKind::gguf, cfg.tokenizer_model);
     fs::remove(model_path, ec);
     tok_record["source_model"] = fs::absolute(cfg.tokenizer_model).lexically_normal().string();
     spdlog::info("data: using the tokenizer of {} ({}, vocab {})", cfg.tokenizer_model, tok->hash(), tok->vocab_size());

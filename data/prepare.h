@@ -25,15 +25,20 @@ namespace dark::data {
 
 inline constexpr int kDataFormatVersion = 1;
 
+// The data section of a run config, owned here; the run config's schema binds its rows to the
+// members above the line ("data.seq_len" is seq_len). The ones below it are not config keys.
 struct DataConfig {
   std::string corpus = "debdocs";       // named corpus: "debdocs" or "debdocs-python"
   std::vector<std::string> sources;     // files, folders or glob patterns; override corpus when non-empty
-  std::string dir;                      // output data directory (required)
-  std::string tokenizer = "sentencepiece";  // "sentencepiece", "gguf" or "byte"
+  std::string dir;                      // output data directory (required by prepare; the run config fills it)
+  TokenizerKind tokenizer = TokenizerKind::sentencepiece;
   std::string tokenizer_model;          // existing SentencePiece .model to use instead of training one;
-                                        // for "gguf" the .gguf file (meta.json records its path)
-  std::int32_t vocab_size = 8192;       // SentencePiece vocabulary when training (ignored with tokenizer_model; byte: 258)
+                                        // for gguf the .gguf file (meta.json records its path)
+  int vocab_size = 8192;                // SentencePiece vocabulary when training (ignored with tokenizer_model; byte: 258)
   double val_fraction = 0.02;           // share of files (by path hash) in the validation split, [0, 0.5]
+  int seq_len = 256;                    // tokens per training window (the loaders'; prepare() does not read it)
+  int val_windows = 64;                 // validation windows per evaluation (the loaders')
+  // ----
   std::string invalid_utf8 = "error";   // invalid UTF-8 in an input file: "error" or "replace" (U+FFFD)
   std::int64_t tokenizer_max_lines = 1000000;  // lines sampled from the train split to train SentencePiece
   double character_coverage = 0.9995;   // SentencePiece character coverage; rarer characters become bytes

@@ -36,11 +36,17 @@ std::string ByteTokenizer::piece(std::int32_t id) const {
   return text;
 }
 
+std::unique_ptr<Tokenizer> load_tokenizer(TokenizerKind kind, const std::string& model_path) {
+  switch (kind) {
+    case TokenizerKind::byte: return std::make_unique<ByteTokenizer>();
+    case TokenizerKind::sentencepiece: return SentencePieceTokenizer::load(model_path);
+    case TokenizerKind::gguf: return BpeTokenizer::from_gguf(model_path);
+  }
+  throw Error("tokenizer: unknown kind");
+}
+
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& kind, const std::string& model_path) {
-  if (kind == "byte") return std::make_unique<ByteTokenizer>();
-  if (kind == "sentencepiece") return SentencePieceTokenizer::load(model_path);
-  if (kind == "gguf") return BpeTokenizer::from_gguf(model_path);
-  throw Error(str("tokenizer: unknown kind '", kind, "' (allowed: \"sentencepiece\", \"gguf\", \"byte\")"));
+  return load_tokenizer(parse_enum<TokenizerKind>(kind, "tokenizer: kind"), model_path);
 }
 
 }  // namespace dark::data

@@ -7,14 +7,21 @@
 // read with a different tokenizer. encode/decode are const and safe to call from several
 // threads at once.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
+#include "core/enum_names.h"
+
 namespace dark::data {
+
+// The tokenizer families (data.tokenizer in a run config; "tokenizer" in meta.json).
+enum class TokenizerKind { sentencepiece, byte, gguf };
 
 class Tokenizer {
  public:
@@ -52,8 +59,20 @@ class ByteTokenizer final : public Tokenizer {
   std::string piece(std::int32_t id) const override;
 };
 
-// Loads a tokenizer by kind: "byte" (model_path ignored), "sentencepiece" (a .model file) or
-// "gguf" (the byte-level BPE tokenizer in a .gguf file's metadata, see bpe_tokenizer.h).
+// Loads a tokenizer by kind: byte (model_path ignored), sentencepiece (a .model file) or
+// gguf (the byte-level BPE tokenizer in a .gguf file's metadata, see bpe_tokenizer.h).
+std::unique_ptr<Tokenizer> load_tokenizer(TokenizerKind kind, const std::string& model_path);
+// The same with the kind as spelled in files ("byte", ...); an unknown spelling is an error.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& kind, const std::string& model_path);
 
 }  // namespace dark::data
+
+namespace dark {
+template <>
+struct EnumNames<data::TokenizerKind> {
+  static constexpr std::array<std::pair<data::TokenizerKind, std::string_view>, 3> table{
+      {{data::TokenizerKind::sentencepiece, "sentencepiece"},
+       {data::TokenizerKind::byte, "byte"},
+       {data::TokenizerKind::gguf, "gguf"}}};
+};
+}  // namespace dark

@@ -39,6 +39,7 @@ std::vector<std::int32_t> generate(CausalLM& model, const std::vector<std::int32
   model.train(false);
   std::vector<std::int32_t> tokens = prompt, produced;
   const std::int64_t vocab = model.config().vocab_size;
+  const Device device = model.device();  // ids go where the model is; one row of logits comes back per token
   DecodeCache cache;
   std::vector<std::int32_t> pending;  // tokens the cache has not seen yet
   // (Re)starts the cache on the most recent tokens: the whole prompt at first, and the last
@@ -54,7 +55,7 @@ std::vector<std::int32_t> generate(CausalLM& model, const std::vector<std::int32
     if (cache.position + static_cast<std::int64_t>(pending.size()) > options.context)
       restart(static_cast<std::size_t>(options.context / 2));
     const auto T = static_cast<std::int64_t>(pending.size());
-    const Tensor logits = model.decode(Tensor::from_vector(pending, {1, T}), cache);
+    const Tensor logits = model.decode(Tensor::from_vector(pending, {1, T}, device), cache);
     pending.clear();
     const Tensor last = core::slice(core::reshape(logits, {T, vocab}), 0, T - 1, T);
     const std::vector<double> row = last.to(DType::f64).to_vector<double>();

@@ -2,15 +2,12 @@
 #include "nn/layers.h"
 
 #include "autograd/grad_mode.h"
+#include "core/hash.h"
 #include "autograd/ops.h"
 
 namespace dark::nn {
 
-std::uint64_t name_stream(const std::string& name) {
-  std::uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : name) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
+std::uint64_t name_stream(const std::string& name) { return fnv1a64(name, kNameHashStart); }
 
 Tensor normal_init(const Shape& shape, const Init& init) {
   NoGradGuard no_grad;
@@ -44,11 +41,11 @@ RMSNorm::RMSNorm(std::int64_t dim, double eps_, DType dtype) : eps(eps_) {
 
 Tensor RMSNorm::forward(const Tensor& x) const { return rms_norm(x, *weight, eps); }
 
-GatedMlp::GatedMlp(std::int64_t dim, std::int64_t hidden, Activation act, const Init& init, const Init& out_init)
+GatedMlp::GatedMlp(std::int64_t dim, std::int64_t hidden, MlpKind kind_, const Init& init, const Init& out_init)
     : gate_proj(dim, hidden, init.with_name(init.name + ".gate_proj")),
       up_proj(dim, hidden, init.with_name(init.name + ".up_proj")),
       down_proj(hidden, dim, out_init.with_name(out_init.name + ".down_proj")),
-      activation(act) {
+      kind(kind_) {
   register_module("gate_proj", gate_proj);
   register_module("up_proj", up_proj);
   register_module("down_proj", down_proj);
@@ -56,7 +53,7 @@ GatedMlp::GatedMlp(std::int64_t dim, std::int64_t hidden, Activation act, const 
 
 Tensor GatedMlp::forward(const Tensor& x) const {
   const Tensor gate = gate_proj.forward(x), up = up_proj.forward(x);
-  return down_proj.forward(activation == Activation::silu ? swiglu(gate, up) : geglu(gate, up));
+  return down_proj.forward(kind == MlpKind::swiglu ? swiglu(gate, up) : geglu(gate, up));
 }
 
 Tensor dropout(const Tensor& x, double p, std::uint64_t seed, std::uint64_t stream) {

@@ -1,9 +1,13 @@
 // The basic layers of a Llama-style model. Weights are created by the layer with the
 // initialisation the model asks for (see nn/init.h); names follow Hugging Face Llama.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <utility>
 
+#include "core/enum_names.h"
 #include "nn/init.h"
 #include "nn/module.h"
 
@@ -35,17 +39,27 @@ class RMSNorm : public Module {
   double eps;
 };
 
+// The gated MLP's activation: SwiGLU (silu gate) or GeGLU (gelu gate).
+enum class MlpKind { swiglu, geglu };
+
 // Gated MLP: down(act(gate(x)) * up(x)), act = silu (SwiGLU) or gelu (GeGLU).
 class GatedMlp : public Module {
  public:
-  enum class Activation { silu, gelu };
-  GatedMlp(std::int64_t dim, std::int64_t hidden, Activation activation, const Init& init, const Init& out_init);
+  GatedMlp(std::int64_t dim, std::int64_t hidden, MlpKind kind, const Init& init, const Init& out_init);
   Tensor forward(const Tensor& x) const;
   Linear gate_proj, up_proj, down_proj;
-  Activation activation;
+  MlpKind kind;
 };
 
 // Inverted dropout with a counter-based mask: the same (seed, stream) drops the same units.
 Tensor dropout(const Tensor& x, double p, std::uint64_t seed, std::uint64_t stream);
 
 }  // namespace dark::nn
+
+namespace dark {
+template <>
+struct EnumNames<nn::MlpKind> {
+  static constexpr std::array<std::pair<nn::MlpKind, std::string_view>, 2> table{
+      {{nn::MlpKind::swiglu, "swiglu"}, {nn::MlpKind::geglu, "geglu"}}};
+};
+}  // namespace dark

@@ -1,6 +1,7 @@
 // CausalLM and its blocks (see model.h).
 #include "nn/model.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "autograd/grad_mode.h"
@@ -8,15 +9,39 @@
 
 namespace dark::nn {
 
+int auto_d_ff(int d_model) {
+  // Nearest multiple of 64 to 8 d_model / 3 = 64 * round(d_model / 24), halves rounded up.
+  const std::int64_t multiples = (static_cast<std::int64_t>(d_model) + 12) / 24;
+  return static_cast<int>(std::max<std::int64_t>(1, multiples) * 64);
+}
+
+ModelConfig ModelConfig::resolved() const {
+  ModelConfig r = *this;
+  if (r.n_kv_heads == 0) r.n_kv_heads = r.n_heads;
+  if (r.d_ff == 0) r.d_ff = auto_d_ff(r.d_model);
+  return r;
+}
+
 void ModelConfig::validate() const {
-  DARK_CHECK(vocab_size > 0, "model: vocab_size must be positive, got ", vocab_size);
-  DARK_CHECK(d_model > 0 && n_layers > 0 && n_heads > 0 && d_ff > 0, "model: d_model, n_layers, n_heads and d_ff must be positive");
-  DARK_CHECK(d_model % n_heads == 0, "model: n_heads (", n_heads, ") must divide d_model (", d_model, ")");
-  DARK_CHECK(n_kv_heads > 0 && n_heads % n_kv_heads == 0, "model: n_kv_heads (", n_kv_heads, ") must divide n_heads (", n_heads, ")");
-  DARK_CHECK(head_dim() % 2 == 0, "model: head dimension d_model / n_heads = ", head_dim(), " must be even for RoPE");
+  DARK_CHECK(vocab_size >= 0 && d_model > 0 && n_layers > 0 && n_heads > 0 && n_kv_heads >= 0 && d_ff >= 0,
+             "config: model: vocab_size, n_kv_heads and d_ff must be >= 0, d_model, n_layers and n_heads positive");
+  DARK_CHECK(d_model % n_heads == 0, "config: model.n_heads: ", n_heads, " does not divide model.d_model (", d_model, ")");
+  DARK_CHECK(head_dim() % 2 == 0, "config: model.n_heads: head dimension model.d_model / model.n_heads = ", d_model,
+             " / ", n_heads, " = ", head_dim(), " is odd; RoPE rotates pairs of dimensions");
+  const int kv_heads = n_kv_heads == 0 ? n_heads : n_kv_heads;
+  DARK_CHECK(n_heads % kv_heads == 0, "config: model.n_kv_heads: ", kv_heads, " does not divide model.n_heads (",
+             n_heads, ")");
 }
 
 namespace {
+// The resolved config a model is built from; the vocabulary must be known by now.
+ModelConfig checked(const ModelConfig& config) {
+  const ModelConfig c = config.resolved();
+  c.validate();
+  DARK_CHECK(c.vocab_size > 0, "config: model.vocab_size: must be set (the tokenizer's vocabulary) before building a model");
+  return c;
+}
+
 Init layer_init(const ModelConfig& c, const std::string& name) { return Init{c.init_std, c.seed, name, c.dtype}; }
 // Residual output projections: std / sqrt(2 * n_layers) (see nn/init.h).
 Init residual_init(const ModelConfig& c, const std::string& name) {
@@ -96,10 +121,10 @@ CausalLM::Inner::Inner(const ModelConfig& c, const AttentionFactory& factory)
 }
 
 CausalLM::CausalLM(const ModelConfig& config, const AttentionFactory& factory)
-    : model((config.validate(), config), factory), config_(config) {
+    : model(checked(config), factory), config_(checked(config)) {
   register_module("model", model);
-  if (!config.tie_embeddings) {
-    lm_head = std::make_unique<Linear>(config.d_model, config.vocab_size, layer_init(config, "lm_head"));
+  if (!config_.tie_embeddings) {
+    lm_head = std::make_unique<Linear>(config_.d_model, config_.vocab_size, layer_init(config_, "lm_head"));
     register_module("lm_head", *lm_head);
   }
 }
@@ -138,13 +163,10 @@ Tensor CausalLM::loss(const Tensor& tokens, std::uint64_t step, const Tensor& pa
   Tensor key_mask;
   if (padding.defined()) {
     key_mask = core::slice(padding, 1, 0, T).contiguous();
-    // Padded targets are never predicted: they get cross_entropy's ignore index.
-    const Tensor real = core::reshape(core::slice(padding, 1, 1, T + 1).contiguous(), {B * T}).to(DType::f64);
-    std::vector<std::int64_t> t = targets.to(DType::i64).to_vector<std::int64_t>();
-    const std::vector<double> r = real.to_vector<double>();
-    for (std::size_t i = 0; i < t.size(); ++i)
-      if (r[i] == 0) t[i] = -100;
-    targets = Tensor::from_vector(t, {B * T}).to(tokens.device());
+    // Padded targets are never predicted: they get cross_entropy's ignore index. Built where
+    // the tokens are, so nothing goes through the host.
+    const Tensor real = core::reshape(core::slice(padding, 1, 1, T + 1).contiguous(), {B * T});
+    targets = where(real, targets, Tensor::full({}, -100, targets.dtype(), targets.device()));
   }
   const Tensor logits = forward(inputs, step, key_mask);
   return cross_entropy(reshape(logits, {B * T, config_.vocab_size}), targets);

@@ -12,25 +12,37 @@
 
 namespace dark::nn {
 
+// The model section of a run config, owned here; the run config's schema (train/config.cpp)
+// binds its rows to these members ("model.d_model" is d_model). 0 marks the auto values.
 struct ModelConfig {
-  std::int64_t vocab_size = 0;
-  std::int64_t d_model = 256;
-  std::int64_t n_layers = 4;
-  std::int64_t n_heads = 4;
-  std::int64_t n_kv_heads = 4;
-  std::int64_t d_ff = 704;
-  GatedMlp::Activation mlp = GatedMlp::Activation::silu;
-  double rope_theta = 10000.0;
-  double norm_eps = 1e-5;
-  bool tie_embeddings = true;
-  double dropout = 0.0;
-  double init_std = 0.02;
-  std::uint64_t seed = 0;
+  int vocab_size = 0;           // token vocabulary size; 0 = the tokenizer's (the run sets it before building)
+  int d_model = 256;            // width of the residual stream
+  int n_layers = 4;             // decoder blocks
+  int n_heads = 4;              // query heads per attention layer
+  int n_kv_heads = 0;           // key/value heads (grouped-query attention); 0 = n_heads
+  int d_ff = 0;                 // gated-MLP hidden width; 0 = auto_d_ff(d_model)
+  MlpKind mlp = MlpKind::swiglu;
+  double rope_theta = 10000.0;  // RoPE base frequency
+  double norm_eps = 1e-5;       // RMSNorm epsilon
+  bool tie_embeddings = true;   // lm_head shares the token-embedding matrix
+  double dropout = 0.0;         // dropout probability, in [0, 1)
+  double init_std = 0.02;       // standard deviation of the normal weight initialisation
+  int max_seq_len = 0;          // longest sequence (exported as max_position_embeddings); 0 = the data's seq_len, set by the run
+
+  // Not config keys: set by whoever builds the model.
+  std::uint64_t seed = 0;    // the run's seed: keys the initialisation and dropout streams
   DType dtype = DType::f32;  // parameters' dtype (f64 for reference tests)
 
   std::int64_t head_dim() const { return d_model / n_heads; }
-  void validate() const;  // throws naming the inconsistent fields
+  // A copy with the auto values n_kv_heads and d_ff filled in.
+  ModelConfig resolved() const;
+  // The shape rules (n_heads divides d_model, an even head dimension for RoPE, n_kv_heads
+  // divides n_heads), on the resolved values; errors read "config: model.KEY: ...".
+  void validate() const;
 };
+
+// The d_ff that 0 resolves to: the multiple of 64 nearest 8/3 d_model (ties up), at least 64.
+int auto_d_ff(int d_model);
 
 class SelfAttention : public Module {
  public:

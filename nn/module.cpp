@@ -26,6 +26,23 @@ std::int64_t Module::num_parameters() {
   return n;
 }
 
+void Module::to(Device device) {
+  for (auto& [name, p] : params_) {
+    if (p->device() == device) continue;
+    const bool trainable = p->requires_grad();
+    Tensor moved = p->to(device);
+    if (trainable) moved.set_requires_grad(true);
+    *p = std::move(moved);
+  }
+  move_state(device);
+  for (auto& [name, child] : children_) child->to(device);
+}
+
+Device Module::device() {
+  const auto params = named_parameters();
+  return params.empty() ? Device::cpu() : params.front().second->device();
+}
+
 void Module::train(bool on) {
   training_ = on;
   for (auto& [name, child] : children_) child->train(on);

@@ -28,7 +28,19 @@ class Module {
   void train(bool on = true);
   bool training() const { return training_; }
 
+  // Moves every parameter below this module to `device` (trainable and frozen alike, keeping
+  // requires_grad) and lets each module move its other state (move_state). Parameters keep
+  // their addresses (the Tensor members are rebound in place), but one that moves becomes a
+  // new tensor: call this before a ParameterBuffer or optimizer takes the parameters.
+  void to(Device device);
+  // Where the parameters live (the first one's device; the CPU for a module without any).
+  Device device();
+
  protected:
+  // State of this module that is neither a parameter nor a child (cached feature matrices,
+  // say) and lives on a device: move or drop it. Called by to(); nothing by default.
+  virtual void move_state(Device /*device*/) {}
+
   Tensor& register_parameter(const std::string& name, Tensor value);
   template <class M>
   M& register_module(const std::string& name, M& module) {

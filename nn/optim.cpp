@@ -17,12 +17,14 @@ bool matches_any(const std::string& name, const std::vector<std::string>& patter
   return false;
 }
 
+double clip_factor(double grad_norm, double max_norm) {
+  return max_norm > 0 && grad_norm > max_norm ? max_norm / grad_norm : 1.0;
+}
+
 Optimizer::Optimizer(ParameterBuffer& params, OptimizerConfig config) : params_(params), config_(std::move(config)) {
-  DARK_CHECK(config_.name == "adamw" || config_.name == "sgd", "optimizer: unknown name '", config_.name,
-             "' (allowed: adamw, sgd)");
   for (const auto& e : params_.entries()) decay_.push_back(!matches_any(e.name, config_.no_decay));
   exp_avg_ = Tensor::zeros({params_.numel()}, DType::f32, params_.values().device());
-  if (config_.name == "adamw") exp_avg_sq_ = Tensor::zeros({params_.numel()}, DType::f32, params_.values().device());
+  if (config_.name == OptimizerKind::adamw) exp_avg_sq_ = Tensor::zeros({params_.numel()}, DType::f32, params_.values().device());
 }
 
 bool Optimizer::decays(const std::string& param_name) const {
@@ -41,16 +43,16 @@ void Optimizer::step(double lr) {
     const Tensor g = ParameterBuffer::segment(params_.grads(), e);
     Tensor m = ParameterBuffer::segment(exp_avg_, e);
     const double wd = decay_[i] ? config_.weight_decay : 0.0;
-    if (config_.name == "adamw") {
+    if (config_.name == OptimizerKind::adamw) {
       Tensor v = ParameterBuffer::segment(exp_avg_sq_, e);
       AdamWParams a;
       a.lr = lr;
-      a.beta1 = config_.beta1;
-      a.beta2 = config_.beta2;
+      a.beta1 = config_.betas[0];
+      a.beta2 = config_.betas[1];
       a.eps = config_.eps;
       a.weight_decay = wd;
-      a.bias_correction1 = 1.0 - std::pow(config_.beta1, static_cast<double>(steps_));
-      a.bias_correction2 = 1.0 - std::pow(config_.beta2, static_cast<double>(steps_));
+      a.bias_correction1 = 1.0 - std::pow(config_.betas[0], static_cast<double>(steps_));
+      a.bias_correction2 = 1.0 - std::pow(config_.betas[1], static_cast<double>(steps_));
       kernels::adamw_step().get(p.device().type, p.dtype())(p, g, m, v, a);
     } else {
       // SGD: buf = momentum * buf + g (+ wd p); p -= lr * buf.
@@ -66,7 +68,7 @@ void Optimizer::step(double lr) {
 
 std::map<std::string, Tensor> Optimizer::state() const {
   std::map<std::string, Tensor> out;
-  const bool adam = config_.name == "adamw";
+  const bool adam = config_.name == OptimizerKind::adamw;
   for (const auto& e : params_.entries()) {
     const Shape& shape = e.param->shape();
     out[(adam ? "exp_avg." : "momentum.") + e.name] = core::reshape(ParameterBuffer::segment(exp_avg_, e), shape);
@@ -82,7 +84,7 @@ void Optimizer::load_state(const std::map<std::string, Tensor>& state) {
     DARK_CHECK(it != state.end(), "optimizer state: missing tensor '", key, "'");
     return it->second;
   };
-  const bool adam = config_.name == "adamw";
+  const bool adam = config_.name == OptimizerKind::adamw;
   for (const auto& e : params_.entries()) {
     const std::vector<std::pair<std::string, Tensor>> targets =
         adam ? std::vector<std::pair<std::string, Tensor>>{{"exp_avg." + e.name, exp_avg_}, {"exp_avg_sq." + e.name, exp_avg_sq_}}
@@ -91,6 +93,8 @@ void Optimizer::load_state(const std::map<std::string, Tensor>& state) {
       const Tensor& src = take(key);
       DARK_CHECK(src.shape() == e.param->shape(), "optimizer state: '", key, "' has shape ", shape_str(src.shape()),
                  ", parameter has ", shape_str(e.param->shape()));
+      DARK_CHECK(src.dtype() == flat.dtype(), "optimizer state: '", key, "' is ", dtype_name(src.dtype()),
+                 ", the optimizer keeps ", dtype_name(flat.dtype()));
       Tensor dst = core::reshape(ParameterBuffer::segment(flat, e), e.param->shape());
       dst.copy_(src);
     }

@@ -3,21 +3,39 @@
 // (default: norms and embeddings excluded). Optimizer state is held in flat buffers
 // aligned with the parameter buffer and exported per parameter for checkpoints.
 #pragma once
+#include <array>
 #include <map>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
+#include "core/enum_names.h"
 #include "nn/parameter_buffer.h"
 
 namespace dark::nn {
 
+enum class OptimizerKind { adamw, sgd };
+
+// The optimizer section of a run config, owned here; the run config's schema binds its rows
+// to these members ("optimizer.lr" is lr).
 struct OptimizerConfig {
-  std::string name = "adamw";  // adamw | sgd
-  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
-  double weight_decay = 0.1;
-  double momentum = 0.0;  // sgd only
-  std::vector<std::string> no_decay = {"*norm*", "*embed_tokens*"};
+  OptimizerKind name = OptimizerKind::adamw;
+  double lr = 3e-4;                           // peak learning rate (the schedule scales it per step)
+  std::array<double, 2> betas = {0.9, 0.95};  // AdamW moment decay rates
+  double eps = 1e-8;                          // AdamW denominator epsilon
+  double weight_decay = 0.1;                  // decoupled weight decay
+  double momentum = 0.0;                      // SGD momentum (sgd only)
+  // Parameter-name glob patterns that get no weight decay.
+  // The attention feature maps (DARKFormer's M, LFK's W) are excluded too: decaying M toward 0
+  // flattens the kernel toward uniform attention instead of regularising toward Performer.
+  std::vector<std::string> no_decay = {"*norm*", "*embed_tokens*", "*feature_map*"};
+  double grad_clip = 1.0;  // max global gradient L2 norm; 0 = off (applied by the trainer, see clip_factor)
 };
+
+// The factor that brings a global gradient norm down to max_norm (1 when it is within it or
+// clipping is off).
+double clip_factor(double grad_norm, double max_norm);
 
 // True when name matches one of the glob patterns (fnmatch: *, ?, [...]).
 bool matches_any(const std::string& name, const std::vector<std::string>& patterns);
@@ -45,3 +63,11 @@ class Optimizer {
 };
 
 }  // namespace dark::nn
+
+namespace dark {
+template <>
+struct EnumNames<nn::OptimizerKind> {
+  static constexpr std::array<std::pair<nn::OptimizerKind, std::string_view>, 2> table{
+      {{nn::OptimizerKind::adamw, "adamw"}, {nn::OptimizerKind::sgd, "sgd"}}};
+};
+}  // namespace dark

@@ -41,7 +41,7 @@ AttentionConfig config(Kind kind) {
   AttentionConfig c;
   c.kind = kind;
   c.num_features = kM;
-  c.chunk = 4;  // several chunks and a partial one at T = 13
+  c.chunk_size = 4;  // several chunks and a partial one at T = 13
   c.eps = 1e-12;
   c.seed = 7;
   return c;
@@ -136,8 +136,8 @@ TEST(AttentionKinds, DarkformerEqualsTheFormulaWithALearnedM) {
   for (MatrixScope scope : {MatrixScope::head, MatrixScope::layer})
     for (std::int64_t rank : {kD, std::int64_t{5}}) {
       AttentionConfig c = config(Kind::darkformer);
-      c.scope = scope;
-      c.rank = rank;
+      c.darkformer.scope = scope;
+      c.darkformer.rank = rank;
       DarkformerAttention dark(shape(), c);
       ASSERT_EQ(dark.matrix->shape(), Shape({scope == MatrixScope::head ? kHkv : 1, rank, kD}));
       {
@@ -191,7 +191,7 @@ TEST(AttentionKinds, ExactModeIsFlashSoftmaxOfTheTransformedQueriesAndKeys) {
   expect_close(performer.forward(x.q, x.k, x.v), softmax.forward(x.q, x.k, x.v), 1e-13, 1e-12, "exact performer");
 
   c.kind = Kind::darkformer;
-  c.rank = 5;
+  c.darkformer.rank = 5;
   DarkformerAttention dark(shape(), c);
   {
     NoGradGuard no_grad;
@@ -228,7 +228,7 @@ TEST(AttentionKinds, GradcheckThroughMAndW) {
   o.atol = 1e-8;
   {
     AttentionConfig c = config(Kind::darkformer);
-    c.rank = 6;
+    c.darkformer.rank = 6;
     c.eps = 1e-10;
     DarkformerAttention dark(shape(), c);
     Tensor M = randn(dark.matrix->shape(), 14, 0.6);
@@ -289,8 +289,8 @@ Qkv anisotropic(double scale) {
 
 TEST(AttentionKinds, WhitenCalibrationEqualisesTheEigenvaluesOfMLambdaMt) {
   AttentionConfig c = config(Kind::darkformer);
-  c.init = MatrixInit::whiten;
-  c.scope = MatrixScope::layer;
+  c.darkformer.init = MatrixInit::whiten;
+  c.darkformer.scope = MatrixScope::layer;
   DarkformerAttention dark(shape(), c);
   ASSERT_TRUE(dark.needs_calibration());
   const Qkv x = anisotropic(1.0);
@@ -447,17 +447,17 @@ std::vector<AttentionConfig> every_kind() {
   for (Kind k : {Kind::softmax, Kind::performer, Kind::lfk, Kind::darkformer}) out.push_back(config(k));
   AttentionConfig exact = config(Kind::darkformer);
   exact.mode = Mode::exact;
-  exact.rank = 6;
+  exact.darkformer.rank = 6;
   out.push_back(exact);
   AttentionConfig layer_scope = config(Kind::darkformer);
-  layer_scope.scope = MatrixScope::layer;
-  layer_scope.rank = 4;
+  layer_scope.darkformer.scope = MatrixScope::layer;
+  layer_scope.darkformer.rank = 4;
   out.push_back(layer_scope);
   return out;
 }
 
 std::string label(const AttentionConfig& c) {
-  return std::string(kind_name(c.kind)) + (c.mode == Mode::exact ? " exact" : "") + " rank " + std::to_string(c.rank);
+  return std::string(enum_name(c.kind)) + (c.mode == Mode::exact ? " exact" : "") + " rank " + std::to_string(c.darkformer.rank);
 }
 
 Tensor token_ids(std::int64_t batch, std::int64_t len, std::uint64_t seed) {

@@ -113,5 +113,22 @@ TEST(AttentionTraining, ProbeMeasuresEveryEstimatorOnATrainedModel) {
   EXPECT_NE(report.table().find("layer 1"), std::string::npos);
 }
 
+TEST(AttentionTraining, ProbeGivesTheModelItsKernelsBackWhenAForwardThrows) {
+  TempDir tmp;
+  RunConfig config = parse_config(with_attention(tiny_config(tmp, "probe", 10), {{"kind", "performer"}, {"num_features", 8}}));
+  const data::PreparedData data = prepare_data_for(config);
+  config.model.vocab_size = 64;  // the text's byte ids reach 'z' = 122: the embedding rejects them
+  auto model = build_model(config);
+  const std::vector<nn::AttentionKernel*> kernels = model->attention_kernels();
+  ProbeOptions o;
+  o.batches = 1;
+  o.features = {4};
+  o.redraws = 1;
+  o.calibration_batches = 1;
+  EXPECT_THROW(run_probe(*model, config, data, o), Error);
+  EXPECT_EQ(model->attention_kernels(), kernels);  // not the probe's recording wrappers
+  EXPECT_STREQ(model->attention_kernels()[0]->kind(), "performer");
+}
+
 }  // namespace
 }  // namespace dark::train

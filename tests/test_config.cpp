@@ -35,36 +35,36 @@ TEST(Config, DefaultsResolve) {
   EXPECT_EQ(c.model.n_kv_heads, 4);     // auto: n_heads
   EXPECT_EQ(c.model.d_ff, 704);         // auto: 8/3 * 256 = 682.7 -> 704
   EXPECT_EQ(c.model.max_seq_len, 256);  // auto: data.seq_len
-  EXPECT_EQ(c.model.mlp, MlpKind::swiglu);
+  EXPECT_EQ(c.model.mlp, nn::MlpKind::swiglu);
   EXPECT_EQ(c.model.rope_theta, 10000.0);
   EXPECT_EQ(c.model.norm_eps, 1e-5);
   EXPECT_TRUE(c.model.tie_embeddings);
   EXPECT_EQ(c.model.dropout, 0.0);
   EXPECT_EQ(c.model.init_std, 0.02);
-  EXPECT_EQ(c.attention.kind, AttentionKind::softmax);
+  EXPECT_EQ(c.attention.kind, attention::Kind::softmax);
   EXPECT_EQ(c.attention.num_features, 64);
-  EXPECT_EQ(c.attention.draw, FeatureDrawKind::orthogonal);
+  EXPECT_EQ(c.attention.draw, attention::FeatureDraw::orthogonal);
   EXPECT_EQ(c.attention.redraw_interval, 1000);
   EXPECT_EQ(c.attention.eps, 1e-6);
-  EXPECT_EQ(c.attention.mode, AttentionMode::linear);
-  EXPECT_EQ(c.attention.proposal, ProposalKind::isotropic);
+  EXPECT_EQ(c.attention.mode, attention::Mode::linear);
+  EXPECT_EQ(c.attention.proposal, attention::Proposal::isotropic);
   EXPECT_EQ(c.attention.chunk_size, 64);
   EXPECT_EQ(c.attention.calibration_batches, 4);
-  EXPECT_EQ(c.attention.darkformer.scope, DarkformerScope::head);
+  EXPECT_EQ(c.attention.darkformer.scope, attention::MatrixScope::head);
   EXPECT_EQ(c.attention.darkformer.rank, 0);
-  EXPECT_EQ(c.attention.darkformer.init, DarkformerInit::identity);
-  EXPECT_EQ(c.attention.lfk.init, LfkInit::orthogonal);
+  EXPECT_EQ(c.attention.darkformer.init, attention::MatrixInit::identity);
+  EXPECT_EQ(c.attention.lfk.init, attention::FeatureDraw::orthogonal);
   EXPECT_TRUE(c.attention.layers.empty());
   EXPECT_EQ(c.data.corpus, "debdocs");
   EXPECT_TRUE(c.data.sources.empty());
   EXPECT_EQ(c.data.dir, "cache/data/debdocs-sentencepiece-8192");
-  EXPECT_EQ(c.data.tokenizer, TokenizerKind::sentencepiece);
+  EXPECT_EQ(c.data.tokenizer, data::TokenizerKind::sentencepiece);
   EXPECT_EQ(c.data.tokenizer_model, "");
   EXPECT_EQ(c.data.vocab_size, 8192);
   EXPECT_EQ(c.data.val_fraction, 0.02);
   EXPECT_EQ(c.data.seq_len, 256);
   EXPECT_EQ(c.data.val_windows, 64);
-  EXPECT_EQ(c.optimizer.name, OptimizerKind::adamw);
+  EXPECT_EQ(c.optimizer.name, nn::OptimizerKind::adamw);
   EXPECT_EQ(c.optimizer.lr, 3e-4);
   EXPECT_EQ(c.optimizer.betas, (std::array<double, 2>{0.9, 0.95}));
   EXPECT_EQ(c.optimizer.eps, 1e-8);
@@ -72,7 +72,7 @@ TEST(Config, DefaultsResolve) {
   EXPECT_EQ(c.optimizer.momentum, 0.0);
   EXPECT_EQ(c.optimizer.no_decay, (std::vector<std::string>{"*norm*", "*embed_tokens*", "*feature_map*"}));
   EXPECT_EQ(c.optimizer.grad_clip, 1.0);
-  EXPECT_EQ(c.schedule.kind, ScheduleKind::cosine);
+  EXPECT_EQ(c.schedule.kind, nn::ScheduleKind::cosine);
   EXPECT_EQ(c.schedule.warmup_steps, 100);
   EXPECT_EQ(c.schedule.min_lr_ratio, 0.1);
   EXPECT_EQ(c.training.steps, 1000);
@@ -91,12 +91,12 @@ TEST(Config, DefaultsResolve) {
 }
 
 TEST(Config, AutoValues) {
-  EXPECT_EQ(auto_d_ff(256), 704);   // 682.7
-  EXPECT_EQ(auto_d_ff(512), 1344);  // 1365.3
-  EXPECT_EQ(auto_d_ff(768), 2048);  // exactly 2048
-  EXPECT_EQ(auto_d_ff(576), 1536);  // exactly 1536 (SmolLM2-135M's width)
-  EXPECT_EQ(auto_d_ff(36), 128);    // 96 is halfway between 64 and 128: rounds up
-  EXPECT_EQ(auto_d_ff(8), 64);      // never below 64
+  EXPECT_EQ(nn::auto_d_ff(256), 704);   // 682.7
+  EXPECT_EQ(nn::auto_d_ff(512), 1344);  // 1365.3
+  EXPECT_EQ(nn::auto_d_ff(768), 2048);  // exactly 2048
+  EXPECT_EQ(nn::auto_d_ff(576), 1536);  // exactly 1536 (SmolLM2-135M's width)
+  EXPECT_EQ(nn::auto_d_ff(36), 128);    // 96 is halfway between 64 and 128: rounds up
+  EXPECT_EQ(nn::auto_d_ff(8), 64);      // never below 64
   const RunConfig c = parse_config(json::parse(R"({"model": {"d_model": 512, "n_heads": 8, "n_kv_heads": 2,
       "d_ff": 1000, "max_seq_len": 1024}, "data": {"corpus": "wiki", "tokenizer": "byte", "vocab_size": 256,
       "dir": ""}, "output": {"dir": "elsewhere"}})"),
@@ -159,15 +159,15 @@ TEST(Config, IntegersWrittenAsFloatsAndNonSoftmaxKindsParse) {
       parse_config(json::parse(R"({"training": {"steps": 2e3}, "attention": {"kind": "darkformer"},
       "model": {"mlp": "geglu"}, "optimizer": {"name": "sgd", "momentum": 0.9}, "seed": 12345678901})"));
   EXPECT_EQ(c.training.steps, 2000);
-  EXPECT_EQ(c.attention.kind, AttentionKind::darkformer);
-  EXPECT_EQ(c.model.mlp, MlpKind::geglu);
-  EXPECT_EQ(c.optimizer.name, OptimizerKind::sgd);
+  EXPECT_EQ(c.attention.kind, attention::Kind::darkformer);
+  EXPECT_EQ(c.model.mlp, nn::MlpKind::geglu);
+  EXPECT_EQ(c.optimizer.name, nn::OptimizerKind::sgd);
   EXPECT_EQ(c.optimizer.momentum, 0.9);
   EXPECT_EQ(c.seed, 12345678901u);
   EXPECT_EQ(parse_error(R"({"seed": 18446744073709551615})"),
             "config: seed: expected a non-negative integer <= 9223372036854775807, got 18446744073709551615");
-  EXPECT_EQ(enum_name(AttentionKind::lfk), "lfk");
-  EXPECT_EQ(enum_name(ScheduleKind::constant), "constant");
+  EXPECT_EQ(enum_name(attention::Kind::lfk), "lfk");
+  EXPECT_EQ(enum_name(nn::ScheduleKind::constant), "constant");
 }
 
 TEST(Config, CrossFieldChecks) {
@@ -240,7 +240,7 @@ TEST(Config, Overrides) {
   EXPECT_EQ(c.data.corpus, "mycorpus");
   EXPECT_EQ(c.training.generate_prompt, "123");
   EXPECT_EQ(c.data.tokenizer_model, "tok.model");
-  EXPECT_EQ(c.attention.kind, AttentionKind::performer);
+  EXPECT_EQ(c.attention.kind, attention::Kind::performer);
   EXPECT_EQ(c.seed, 7u);
   EXPECT_EQ(c.output.dir, "runs/a=b");
 
@@ -306,17 +306,17 @@ TEST(Config, NestedSections) {
   const RunConfig c = parse_config(json::parse(R"({"attention": {"kind": "darkformer", "draw": "iid",
       "redraw_interval": 0, "eps": 1e-4, "mode": "exact", "chunk_size": 32, "calibration_batches": 2,
       "darkformer": {"scope": "layer", "rank": 16, "init": "whiten"}, "lfk": {"init": "iid"}}})"));
-  EXPECT_EQ(c.attention.draw, FeatureDrawKind::iid);
+  EXPECT_EQ(c.attention.draw, attention::FeatureDraw::iid);
   EXPECT_EQ(c.attention.redraw_interval, 0);
   EXPECT_EQ(c.attention.eps, 1e-4);
-  EXPECT_EQ(c.attention.mode, AttentionMode::exact);
+  EXPECT_EQ(c.attention.mode, attention::Mode::exact);
   EXPECT_EQ(c.attention.chunk_size, 32);
   EXPECT_EQ(c.attention.calibration_batches, 2);
-  EXPECT_EQ(c.attention.darkformer.scope, DarkformerScope::layer);
+  EXPECT_EQ(c.attention.darkformer.scope, attention::MatrixScope::layer);
   EXPECT_EQ(c.attention.darkformer.rank, 16);
-  EXPECT_EQ(c.attention.darkformer.init, DarkformerInit::whiten);
-  EXPECT_EQ(c.attention.lfk.init, LfkInit::iid);
-  EXPECT_EQ(enum_name(ProposalKind::variance_optimal), "variance_optimal");
+  EXPECT_EQ(c.attention.darkformer.init, attention::MatrixInit::whiten);
+  EXPECT_EQ(c.attention.lfk.init, attention::FeatureDraw::iid);
+  EXPECT_EQ(enum_name(attention::Proposal::variance_optimal), "variance_optimal");
 
   // --set reaches the third level and keeps the keys beside it.
   json doc = json::parse(R"({"attention": {"darkformer": {"scope": "layer"}}})");
@@ -325,8 +325,8 @@ TEST(Config, NestedSections) {
   apply_override(doc, R"(attention.layers={"1": {"kind": "softmax"}})");
   const RunConfig o = parse_config(doc);
   EXPECT_EQ(o.attention.darkformer.rank, 8);
-  EXPECT_EQ(o.attention.darkformer.scope, DarkformerScope::layer);
-  EXPECT_EQ(o.attention.lfk.init, LfkInit::iid);
+  EXPECT_EQ(o.attention.darkformer.scope, attention::MatrixScope::layer);
+  EXPECT_EQ(o.attention.lfk.init, attention::FeatureDraw::iid);
   ASSERT_EQ(o.attention.layers.size(), 1u);
   EXPECT_EQ(o.attention.layers[0].settings, json::parse(R"({"kind": "softmax"})"));
 
@@ -368,16 +368,16 @@ TEST(Config, PerLayerOverrides) {
   EXPECT_EQ(c.attention.layers[1].last, 5);
   // Stored as the setters read them: 1.28e2 is the integer 128.
   EXPECT_EQ(c.attention.layers[1].settings, json::parse(R"({"num_features": 128, "darkformer": {"rank": 16}})"));
-  EXPECT_EQ(c.attention.kind, AttentionKind::performer);  // the base is untouched
+  EXPECT_EQ(c.attention.kind, attention::Kind::performer);  // the base is untouched
 
   for (int layer = 0; layer < 6; ++layer) {
-    const AttentionConfig a = attention_for_layer(c, layer);
+    const attention::AttentionConfig a = attention_for_layer(c, layer);
     SCOPED_TRACE(layer);
     EXPECT_TRUE(a.layers.empty());
-    EXPECT_EQ(a.kind, layer <= 1 ? AttentionKind::softmax : AttentionKind::performer);
+    EXPECT_EQ(a.kind, layer <= 1 ? attention::Kind::softmax : attention::Kind::performer);
     EXPECT_EQ(a.num_features, layer == 5 ? 128 : 32);
     EXPECT_EQ(a.darkformer.rank, layer == 5 ? 16 : 0);
-    EXPECT_EQ(a.darkformer.scope, DarkformerScope::head);  // not overridden anywhere
+    EXPECT_EQ(a.darkformer.scope, attention::MatrixScope::head);  // not overridden anywhere
   }
 }
 

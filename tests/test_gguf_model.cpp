@@ -110,7 +110,7 @@ TEST_F(SmolLM2, PreparedDataUsesTheModelsTokenizer) {
   data::DataConfig cfg;
   cfg.sources = {tmp / "corpus"};
   cfg.dir = tmp / "data";
-  cfg.tokenizer = "gguf";
+  cfg.tokenizer = data::TokenizerKind::gguf;
   cfg.tokenizer_model = kModel.string();
   cfg.val_fraction = 0.34;
   const data::PreparedData prepared = data::prepare(cfg);

@@ -55,7 +55,7 @@ TEST(Layers, RMSNormGradcheck) {
 }
 
 TEST(Layers, GatedMlpGradcheckSwiGluAndGeGlu) {
-  for (auto act : {GatedMlp::Activation::silu, GatedMlp::Activation::gelu}) {
+  for (auto act : {MlpKind::swiglu, MlpKind::geglu}) {
     GatedMlp layer(4, 7, act, f64_init("mlp"), f64_init("mlp"));
     check_layer(layer, Tensor::randn({2, 3, 4}, 4, 0, DType::f64), [&](const Tensor& x) { return layer.forward(x); });
   }

@@ -30,7 +30,7 @@ Reference load(const std::string& name, DType dtype) {
   r.config.n_heads = c.at("n_heads");
   r.config.n_kv_heads = c.at("n_kv_heads");
   r.config.d_ff = c.at("d_ff");
-  r.config.mlp = c.at("mlp") == "swiglu" ? nn::GatedMlp::Activation::silu : nn::GatedMlp::Activation::gelu;
+  r.config.mlp = parse_enum<nn::MlpKind>(c.at("mlp").get<std::string>(), "mlp");
   r.config.rope_theta = c.at("rope_theta");
   r.config.norm_eps = c.at("norm_eps");
   r.config.tie_embeddings = c.at("tie_embeddings");

@@ -1,6 +1,8 @@
 // Command-line parsing for the subcommands (see args.h).
 #include "train/args.h"
 
+#include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 
@@ -54,16 +56,28 @@ std::vector<std::string> Args::all(const std::string& flag) const {
 double Args::number(const std::string& flag) const {
   const std::string text = get(flag);
   char* end = nullptr;
+  errno = 0;
   const double v = std::strtod(text.c_str(), &end);
   DARK_CHECK(!text.empty() && *end == '\0', flag, ": '", text, "' is not a number");
+  DARK_CHECK(std::isfinite(v) && errno != ERANGE, flag, ": '", text, "' is not a finite number");
   return v;
 }
 
-long long Args::integer(const std::string& flag) const {
+long long Args::integer(const std::string& flag, long long min, long long max) const {
   const std::string text = get(flag);
   char* end = nullptr;
+  errno = 0;
   const long long v = std::strtoll(text.c_str(), &end, 10);
   DARK_CHECK(!text.empty() && *end == '\0', flag, ": '", text, "' is not an integer");
+  const bool in_range = errno != ERANGE && v >= min && v <= max;
+  if (!in_range) {
+    const bool bounded_below = min != std::numeric_limits<long long>::min();
+    const bool bounded_above = max != std::numeric_limits<long long>::max();
+    const std::string range = bounded_below && bounded_above ? str("in [", min, ", ", max, "]")
+                              : bounded_below                ? str(">= ", min)
+                                                             : str("<= ", max);
+    throw Error(str(flag, ": ", text, " is out of range: expected an integer ", range));
+  }
   return v;
 }
 

@@ -2,6 +2,7 @@
 // or switch, default, help); unknown flags, missing values and malformed numbers are
 // errors that name the flag. Repeated flags (--set) collect every value.
 #pragma once
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -25,8 +26,12 @@ class Args {
   std::string get(const std::string& flag) const;  // value or default
   std::string require(const std::string& flag) const;  // error naming the flag when absent
   std::vector<std::string> all(const std::string& flag) const;
+  // A finite number; errors name the flag ("--lr: 'fast' is not a number").
   double number(const std::string& flag) const;
-  long long integer(const std::string& flag) const;
+  // An integer in [min, max]; out-of-range values, including ones too large for any integer
+  // type, are errors naming the flag and the range, never silently cut down.
+  long long integer(const std::string& flag, long long min = std::numeric_limits<long long>::min(),
+                    long long max = std::numeric_limits<long long>::max()) const;
 
  private:
   std::map<std::string, std::vector<std::string>> values_;

@@ -8,11 +8,13 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <limits>
 
 #include "nn/generate.h"
 #include "train/args.h"
 #include "train/checkpoint.h"
 #include "core/file_io.h"
+#include "train/mlp_demo.h"
 #include "train/model_builder.h"
 #include "train/probe.h"
 #include "train/safetensors.h"
@@ -89,7 +91,7 @@ int eval_command(const CommandArgs& args) {
   LoadedRun run = load_run(a.require("--checkpoint"));
   const data::ValidationSet val(run.data.open_shard(data::Split::val), run.config.training.batch_size,
                                 run.config.data.seq_len, run.config.data.val_windows);
-  const EvalMetrics m = evaluate(*run.model, val, a.integer("--batches"));
+  const EvalMetrics m = evaluate(*run.model, val, a.integer("--batches", 0));
   std::printf("step %lld | val loss %.4f | perplexity %.2f | next-token accuracy %.4f | %lld tokens\n",
               static_cast<long long>(run.step), m.loss, m.perplexity, m.accuracy, static_cast<long long>(m.tokens));
   return 0;
@@ -107,12 +109,12 @@ int generate_command(const CommandArgs& args) {
   Args a(args, specs);
   LoadedRun run = load_run(a.require("--checkpoint"));
   nn::GenerateOptions g;
-  g.max_tokens = static_cast<int>(a.integer("--max-tokens"));
+  g.max_tokens = static_cast<int>(a.integer("--max-tokens", 0, std::numeric_limits<int>::max()));
   g.temperature = a.number("--temperature");
-  g.top_k = static_cast<int>(a.integer("--top-k"));
-  g.seed = static_cast<std::uint64_t>(a.integer("--seed"));
+  g.top_k = static_cast<int>(a.integer("--top-k", 0, std::numeric_limits<int>::max()));
+  g.seed = static_cast<std::uint64_t>(a.integer("--seed", 0));
   g.context = run.config.data.seq_len;
-  DARK_CHECK(g.max_tokens >= 0 && g.temperature >= 0 && g.top_k >= 0, "generate: --max-tokens, --temperature and --top-k must be >= 0");
+  DARK_CHECK(g.temperature >= 0, "generate: --temperature must be >= 0, got ", g.temperature);
   const std::string prompt = a.require("--prompt");
   std::vector<std::int32_t> ids = run.data.tokenizer->encode(prompt);
   if (ids.empty()) ids.push_back(run.data.tokenizer->eos_id());
@@ -157,10 +159,10 @@ int probe_command(const CommandArgs& args) {
     return 0;
   Args a(args, specs);
   ProbeOptions o;
-  o.batches = a.integer("--batches");
+  o.batches = a.integer("--batches", 1);
   o.features = integer_list(a.get("--features"), "--features");
-  o.redraws = a.integer("--redraws");
-  o.calibration_batches = a.integer("--calibration-batches");
+  o.redraws = a.integer("--redraws", 1);
+  o.calibration_batches = a.integer("--calibration-batches", 1);
   const std::string where = a.require("--checkpoint");
   LoadedRun run = load_run(where);
   const ProbeReport report = run_probe(*run.model, run.config, run.data, o);
@@ -183,8 +185,8 @@ int export_hf_command(const CommandArgs& args) {
   LoadedRun run = load_run(a.require("--checkpoint"));
   const RunConfig& c = run.config;
   for (int layer = 0; layer < c.model.n_layers; ++layer) {
-    const AttentionKind kind = attention_for_layer(c, layer).kind;
-    DARK_CHECK(kind == AttentionKind::softmax, "export-hf: only softmax-attention models map onto LlamaForCausalLM; layer ",
+    const attention::Kind kind = attention_for_layer(c, layer).kind;
+    DARK_CHECK(kind == attention::Kind::softmax, "export-hf: only softmax-attention models map onto LlamaForCausalLM; layer ",
                layer, " uses ", enum_name(kind));
   }
   const fs::path out = a.require("--out");
@@ -198,7 +200,7 @@ int export_hf_command(const CommandArgs& args) {
       {"num_hidden_layers", c.model.n_layers},
       {"num_attention_heads", c.model.n_heads},
       {"num_key_value_heads", c.model.n_kv_heads},
-      {"hidden_act", c.model.mlp == MlpKind::swiglu ? "silu" : "gelu"},
+      {"hidden_act", c.model.mlp == nn::MlpKind::swiglu ? "silu" : "gelu"},
       {"max_position_embeddings", c.model.max_seq_len},
       {"rms_norm_eps", c.model.norm_eps},
       {"rope_theta", c.model.rope_theta},
@@ -214,6 +216,33 @@ int export_hf_command(const CommandArgs& args) {
   save_safetensors(out / "model.safetensors", tensors, {{"format", "pt"}});
   std::printf("wrote %s and %s (step %lld)\n", (out / "config.json").c_str(), (out / "model.safetensors").c_str(),
               static_cast<long long>(run.step));
+  return 0;
+}
+
+int demo_mlp_command(const CommandArgs& args) {
+  const std::vector<FlagSpec> specs = {{"--steps", "N", "2000", "optimizer steps"},
+                                       {"--lr", "X", "0.3", "SGD learning rate"},
+                                       {"--batch-size", "N", "64", "examples per step"},
+                                       {"--seed", "N", "0", "Philox seed for weights and data"},
+                                       kHelpFlag};
+  if (print_help_if_asked(args, "usage: darkformer demo-mlp [--steps N] [--lr X] [--batch-size N] [--seed N]\n"
+                                "Trains a small MLP on a synthetic regression task with the autograd tape.", specs))
+    return 0;
+  Args a(args, specs);
+  MlpDemoConfig config;
+  config.steps = static_cast<int>(a.integer("--steps", 1, std::numeric_limits<int>::max()));
+  config.learning_rate = a.number("--lr");
+  DARK_CHECK(config.learning_rate > 0, "--lr: expected a number > 0, got ", a.get("--lr"));
+  config.batch_size = static_cast<int>(a.integer("--batch-size", 1, std::numeric_limits<int>::max()));
+  config.seed = static_cast<std::uint64_t>(a.integer("--seed", 0));
+  std::printf("demo-mlp: %d steps, batch %d, lr %g, seed %llu\n", config.steps, config.batch_size,
+              config.learning_rate, static_cast<unsigned long long>(config.seed));
+  const int every = std::max(1, config.steps / 15);
+  const MlpDemoResult result = run_mlp_demo(config, [&](int step, double loss) {
+    if (step % every == 0 || step + 1 == config.steps) std::printf("step %5d/%d | loss %.6f\n", step + 1, config.steps, loss);
+  });
+  std::printf("held-out loss: %.6f before training, %.6f after (%.1fx lower)\n", result.initial_eval_loss,
+              result.final_eval_loss, result.initial_eval_loss / result.final_eval_loss);
   return 0;
 }
 

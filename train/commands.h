@@ -17,5 +17,6 @@ int export_hf_command(const CommandArgs& args);
 int probe_command(const CommandArgs& args);
 int sweep_command(const CommandArgs& args);   // train/sweep_commands.cpp
 int report_command(const CommandArgs& args);
+int demo_mlp_command(const CommandArgs& args);  // the autograd demo (train/mlp_demo.h)
 
 }  // namespace dark::train

@@ -16,8 +16,10 @@
 #include <sstream>
 #include <type_traits>
 
+#include "core/device.h"
 #include "core/error.h"
 #include "core/file_io.h"
+#include "core/hash.h"
 
 namespace dark::train {
 
@@ -132,23 +134,23 @@ std::vector<std::string> string_list_value(const json& v, const std::string& pat
 }
 
 template <class E>
-std::string enum_choices(const char* separator) {
-  std::string out;
-  for (const auto& [value, name] : EnumNames<E>::table) {
-    if (!out.empty()) out += separator;
-    out += name;
-  }
-  return out;
+E enum_value(const json& v, const std::string& path) {
+  if (!v.is_string()) fail(path, str("expected one of ", enum_choices<E>(), ", got ", v.dump()));
+  if (const std::optional<E> value = find_enum<E>(v.get<std::string>())) return *value;
+  fail(path, str(v.dump(), " is not one of ", enum_choices<E>()));
 }
 
-template <class E>
-E enum_value(const json& v, const std::string& path) {
-  if (!v.is_string()) fail(path, str("expected one of ", enum_choices<E>(", "), ", got ", v.dump()));
-  const std::string s = v.get<std::string>();
-  for (const auto& [value, name] : EnumNames<E>::table) {
-    if (name == s) return value;
+// training.device: "cpu", "cuda", "cuda:N" or "auto" (which device is usable is decided at
+// run time, train/device.h; here only the spelling is checked).
+std::string device_value(const json& v, const std::string& path) {
+  const std::string text = string_value(v, path, true);
+  if (text == "auto") return text;
+  try {
+    Device::parse(text);
+  } catch (const Error&) {
+    fail(path, str(v.dump(), " is not one of cpu, cuda, cuda:N (N >= 0), auto"));
   }
-  fail(path, str(v.dump(), " is not one of ", enum_choices<E>(", ")));
+  return text;
 }
 
 // ---------------------------------------------------------------- the schema
@@ -263,13 +265,24 @@ Field choice(std::string path, Access access, std::string description) {
   using E = MemberType<Access>;
   return {std::move(path),
           "string",
-          enum_choices<E>(", "),
+          enum_choices<E>(),
           std::move(description),
           true,
           [access](const RunConfig& c) { return json(std::string(enum_name(access(c)))); },
           [access](RunConfig& c, const json& v, const std::string& where) {
             access(c) = enum_value<E>(v, where);
           }};
+}
+
+template <class Access>
+Field device(std::string path, Access access, std::string description) {
+  return {std::move(path),
+          "string",
+          "cpu, cuda, cuda:N, auto",
+          std::move(description),
+          true,
+          [access](const RunConfig& c) { return json(access(c)); },
+          [access](RunConfig& c, const json& v, const std::string& where) { access(c) = device_value(v, where); }};
 }
 
 // ---------------------------------------------------------------- per-layer overrides
@@ -299,7 +312,7 @@ std::pair<int, int> layer_range(const std::string& key, const std::string& where
 }
 
 // Parses attention.layers (defined below the schema, whose fields it uses).
-std::vector<AttentionLayerOverride> layer_overrides_value(const json& v, const std::string& where);
+std::vector<attention::LayerOverride> layer_overrides_value(const json& v, const std::string& where);
 
 template <class Access>
 Field layer_overrides(std::string path, Access access, std::string description) {
@@ -310,7 +323,7 @@ Field layer_overrides(std::string path, Access access, std::string description) 
           false,
           [access](const RunConfig& c) {
             json out = json::object();
-            for (const AttentionLayerOverride& o : access(c)) out[range_key(o.first, o.last)] = o.settings;
+            for (const attention::LayerOverride& o : access(c)) out[range_key(o.first, o.last)] = o.settings;
             return out;
           },
           [access](RunConfig& c, const json& v, const std::string& where) {
@@ -425,6 +438,9 @@ std::vector<Field> make_schema() {
       integer(DARK_CONFIG_MEMBER(training.generate_tokens), 0,
               "tokens sampled at the end of training; 0 = none"),
       text(DARK_CONFIG_MEMBER(training.generate_prompt), false, "prompt for that sample"),
+      device(DARK_CONFIG_MEMBER(training.device),
+             "where the model trains and runs: cpu; cuda or cuda:N (a GPU); auto (the first usable GPU, else "
+             "the CPU); GPU training is not available yet"),
 
       text(DARK_CONFIG_MEMBER(finetune.init_from), false,
            "start from these weights: a checkpoint, a run folder (its latest checkpoint) or a .gguf model; "
@@ -600,9 +616,9 @@ json set_attention_settings(RunConfig& config, const json& settings, const std::
   return stored;
 }
 
-std::vector<AttentionLayerOverride> layer_overrides_value(const json& v, const std::string& where) {
+std::vector<attention::LayerOverride> layer_overrides_value(const json& v, const std::string& where) {
   if (!v.is_object()) fail(where, str("expected an object mapping layers to attention keys, got ", v.dump()));
-  std::vector<AttentionLayerOverride> overrides;
+  std::vector<attention::LayerOverride> overrides;
   for (const auto& [key, settings] : v.items()) {
     const std::string at = where + "." + key;
     const auto [first, last] = layer_range(key, at);
@@ -613,47 +629,23 @@ std::vector<AttentionLayerOverride> layer_overrides_value(const json& v, const s
   return overrides;
 }
 
-std::string override_path(const AttentionLayerOverride& o) {
+std::string override_path(const attention::LayerOverride& o) {
   return "attention.layers." + range_key(o.first, o.last);
 }
 
 // Every override inside the model, and no layer in two of them.
-void validate_layer_ranges(const std::vector<AttentionLayerOverride>& overrides, int n_layers) {
-  std::vector<const AttentionLayerOverride*> by_first;
-  for (const AttentionLayerOverride& o : overrides) by_first.push_back(&o);
+void validate_layer_ranges(const std::vector<attention::LayerOverride>& overrides, int n_layers) {
+  std::vector<const attention::LayerOverride*> by_first;
+  for (const attention::LayerOverride& o : overrides) by_first.push_back(&o);
   std::stable_sort(by_first.begin(), by_first.end(), [](auto* a, auto* b) { return a->first < b->first; });
-  const AttentionLayerOverride* furthest = nullptr;  // of those before, the one reaching furthest
-  for (const AttentionLayerOverride* o : by_first) {
+  const attention::LayerOverride* furthest = nullptr;  // of those before, the one reaching furthest
+  for (const attention::LayerOverride* o : by_first) {
     if (o->last >= n_layers)
       fail(override_path(*o), str("layer ", o->last, " does not exist (model.n_layers = ", n_layers, ")"));
     if (furthest != nullptr && o->first <= furthest->last)
       fail(override_path(*o),
            str("overlaps ", override_path(*furthest), " (both cover layer ", o->first, ")"));
     if (furthest == nullptr || o->last > furthest->last) furthest = o;
-  }
-}
-
-// The rules between attention keys (see config.h) on one layer's effective settings; errors
-// name `prefix`.KEY, prefix "attention" or a per-layer override's path.
-void validate_attention(const AttentionConfig& a, int head_dim, const std::string& prefix) {
-  if (a.darkformer.rank > head_dim) {
-    fail(prefix + ".darkformer.rank",
-         str(a.darkformer.rank, " exceeds the head dimension model.d_model / model.n_heads = ", head_dim));
-  }
-  if (a.mode == AttentionMode::exact && a.kind == AttentionKind::lfk) {
-    fail(prefix + ".mode",
-         "\"exact\" cannot be used with kind \"lfk\": LFK learns its feature map, so there is no fixed "
-         "kernel to evaluate exactly");
-  }
-  if (a.proposal != ProposalKind::variance_optimal) return;
-  if (a.kind != AttentionKind::performer && a.kind != AttentionKind::darkformer) {
-    fail(prefix + ".proposal",
-         str("\"variance_optimal\" cannot be used with kind \"", enum_name(a.kind),
-             "\": only performer and darkformer draw random features (lfk learns them, softmax has none)"));
-  }
-  if (a.mode == AttentionMode::exact) {
-    fail(prefix + ".proposal",
-         "\"variance_optimal\" cannot be used with mode \"exact\": exact attention draws no features");
   }
 }
 
@@ -671,48 +663,39 @@ const std::vector<ConfigKey>& config_keys() {
   return keys;
 }
 
-AttentionConfig attention_for_layer(const RunConfig& config, int layer) {
+attention::AttentionConfig attention_for_layer(const RunConfig& config, int layer) {
   RunConfig effective;
   effective.attention = config.attention;
   effective.attention.layers.clear();
-  for (const AttentionLayerOverride& o : config.attention.layers) {
+  for (const attention::LayerOverride& o : config.attention.layers) {
     if (o.first <= layer && layer <= o.last) set_attention_settings(effective, o.settings, override_path(o));
   }
+  effective.attention.seed = config.seed;
   return effective.attention;
-}
-
-int auto_d_ff(int d_model) {
-  // Nearest multiple of 64 to 8 d_model / 3 = 64 * round(d_model / 24), halves rounded up.
-  const std::int64_t multiples = (static_cast<std::int64_t>(d_model) + 12) / 24;
-  return static_cast<int>(std::max<std::int64_t>(1, multiples) * 64);
 }
 
 void resolve_config(RunConfig& config, const std::string& config_stem) {
   // A GGUF model brings its own tokenizer: use it unless the document chose one.
   const std::string& init_from = config.finetune.init_from;
   if (init_from.ends_with(".gguf") && !config.given.contains("data.tokenizer")) {
-    config.data.tokenizer = TokenizerKind::gguf;
+    config.data.tokenizer = data::TokenizerKind::gguf;
     if (!config.given.contains("data.tokenizer_model")) config.data.tokenizer_model = init_from;
   }
-  ModelConfig& m = config.model;
-  if (m.n_kv_heads == 0) m.n_kv_heads = m.n_heads;
-  if (m.d_ff == 0) m.d_ff = auto_d_ff(m.d_model);
+  nn::ModelConfig& m = config.model;
+  m = m.resolved();
   if (m.max_seq_len == 0) m.max_seq_len = config.data.seq_len;
-  DataConfig& d = config.data;
+  data::DataConfig& d = config.data;
   if (d.dir.empty()) {
     // Custom sources get a folder of their own (named by a hash of the list), so they never
     // rebuild, and so replace, a named corpus's prepared data.
     std::string name = d.corpus;
     if (!d.sources.empty()) {
-      std::uint64_t h = 1469598103934665603ull;
-      for (const std::string& s : d.sources)
-        for (unsigned char c : s + '\n') h = (h ^ c) * 1099511628211ull;
-      char hex[17];
-      std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
-      name = std::string("sources-") + hex;
+      std::uint64_t h = kNameHashStart;
+      for (const std::string& s : d.sources) h = fnv1a64(s + '\n', h);
+      name = "sources-" + hex64(h);
     }
     // A trained tokenizer is named by its vocabulary size; a GGUF model's by the model file.
-    const std::string tokenizer_tag = d.tokenizer == TokenizerKind::gguf
+    const std::string tokenizer_tag = d.tokenizer == data::TokenizerKind::gguf
                                           ? std::filesystem::path(d.tokenizer_model).stem().string()
                                           : std::to_string(d.vocab_size);
     d.dir = str("cache/data/", name, "-", enum_name(d.tokenizer), "-", tokenizer_tag);
@@ -726,25 +709,14 @@ void validate_config(const RunConfig& config) {
   RunConfig scratch = config;
   for (const Field& f : schema()) f.set(scratch, f.get(config), f.path);
 
-  const ModelConfig& m = config.model;
-  if (m.d_model % m.n_heads != 0) {
-    fail("model.n_heads", str(m.n_heads, " does not divide model.d_model (", m.d_model, ")"));
-  }
-  const int head_dim = m.d_model / m.n_heads;
-  if (head_dim % 2 != 0) {
-    fail("model.n_heads", str("head dimension model.d_model / model.n_heads = ", m.d_model, " / ", m.n_heads,
-                              " = ", head_dim, " is odd; RoPE rotates pairs of dimensions"));
-  }
-  const int kv_heads = m.n_kv_heads == 0 ? m.n_heads : m.n_kv_heads;
-  if (m.n_heads % kv_heads != 0) {
-    fail("model.n_kv_heads", str(kv_heads, " does not divide model.n_heads (", m.n_heads, ")"));
-  }
+  const nn::ModelConfig& m = config.model;
+  m.validate();
   validate_layer_ranges(config.attention.layers, m.n_layers);
   // After the range checks: each layer's effective settings are then the base and at most
   // one override, so checking once per override covers every layer.
-  validate_attention(config.attention, head_dim, "attention");
-  for (const AttentionLayerOverride& o : config.attention.layers)
-    validate_attention(attention_for_layer(config, o.first), head_dim, override_path(o));
+  attention::validate(config.attention, m.head_dim(), "attention");
+  for (const attention::LayerOverride& o : config.attention.layers)
+    attention::validate(attention_for_layer(config, o.first), m.head_dim(), override_path(o));
   if (m.max_seq_len != 0 && m.max_seq_len < config.data.seq_len) {
     fail("model.max_seq_len", str(m.max_seq_len, " is less than data.seq_len (", config.data.seq_len, ")"));
   }
@@ -752,14 +724,14 @@ void validate_config(const RunConfig& config) {
     fail("schedule.warmup_steps",
          str(config.schedule.warmup_steps, " exceeds training.steps (", config.training.steps, ")"));
   }
-  if (config.data.tokenizer == TokenizerKind::gguf && config.data.tokenizer_model.empty()) {
+  if (config.data.tokenizer == data::TokenizerKind::gguf && config.data.tokenizer_model.empty()) {
     fail("data.tokenizer_model", "tokenizer \"gguf\" reads its vocabulary from a .gguf model file: set "
                                  "data.tokenizer_model (or finetune.init_from to that file)");
   }
   if (config.finetune.trainable.empty()) {
     fail("finetune.trainable", "is empty: nothing would train; use [\"all\"] or name parameter globs");
   }
-  if (config.optimizer.momentum != 0.0 && config.optimizer.name != OptimizerKind::sgd) {
+  if (config.optimizer.momentum != 0.0 && config.optimizer.name != nn::OptimizerKind::sgd) {
     fail("optimizer.momentum",
          str(number_text(config.optimizer.momentum), " is only used by optimizer.name \"sgd\" (this is \"",
              enum_name(config.optimizer.name), "\"); remove it or set 0"));

@@ -1,5 +1,8 @@
 // The run configuration: one JSON document describes a training run. RunConfig is its typed
-// form; every field has a default (the member initialisers below) and is documented.
+// form: each section is the config struct of the layer that uses it (nn::ModelConfig,
+// attention::AttentionConfig, ...; the sections of the training run itself are below), so
+// the values a layer reads are the values the document set, with no translation between.
+// Every field has a default (the member initialisers) and is documented.
 //
 // The schema lives once, in train/config.cpp: a table of fields, each naming its JSON path
 // (identical to the C++ member path, e.g. "model.d_model" or "attention.darkformer.rank";
@@ -23,189 +26,25 @@
 // model.n_layers and be disjoint. attention_for_layer() gives a layer's effective settings.
 // Config files are JSON; // and /* */ comments are allowed.
 #pragma once
-#include <array>
 #include <cstdint>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
-#include <string_view>
-#include <utility>
 #include <vector>
+
+#include "attention/config.h"
+#include "data/prepare.h"
+#include "nn/model.h"
+#include "nn/optim.h"
+#include "nn/schedule.h"
+#include "train/stability.h"
 
 namespace dark::train {
 
-// ---- enumerations: a new kind is one enumerator plus one row in its EnumNames table ----
-enum class MlpKind { swiglu, geglu };
-enum class AttentionKind { softmax, performer, lfk, darkformer };
-enum class TokenizerKind { sentencepiece, byte, gguf };
-enum class OptimizerKind { adamw, sgd };
-enum class ScheduleKind { cosine, linear, constant };
-enum class FeatureDrawKind { iid, orthogonal };
-enum class AttentionMode { linear, exact };
-enum class ProposalKind { isotropic, variance_optimal };
-enum class DarkformerScope { head, layer };
-enum class DarkformerInit { identity, whiten };
-enum class LfkInit { orthogonal, iid };
-
-// The spelling of each enumerator in config files, in documentation order.
-template <class E>
-struct EnumNames;
-template <>
-struct EnumNames<MlpKind> {
-  static constexpr std::array<std::pair<MlpKind, std::string_view>, 2> table{
-      {{MlpKind::swiglu, "swiglu"}, {MlpKind::geglu, "geglu"}}};
-};
-template <>
-struct EnumNames<AttentionKind> {
-  static constexpr std::array<std::pair<AttentionKind, std::string_view>, 4> table{
-      {{AttentionKind::softmax, "softmax"},
-       {AttentionKind::performer, "performer"},
-       {AttentionKind::lfk, "lfk"},
-       {AttentionKind::darkformer, "darkformer"}}};
-};
-template <>
-struct EnumNames<TokenizerKind> {
-  static constexpr std::array<std::pair<TokenizerKind, std::string_view>, 3> table{
-      {{TokenizerKind::sentencepiece, "sentencepiece"}, {TokenizerKind::byte, "byte"}, {TokenizerKind::gguf, "gguf"}}};
-};
-template <>
-struct EnumNames<OptimizerKind> {
-  static constexpr std::array<std::pair<OptimizerKind, std::string_view>, 2> table{
-      {{OptimizerKind::adamw, "adamw"}, {OptimizerKind::sgd, "sgd"}}};
-};
-template <>
-struct EnumNames<ScheduleKind> {
-  static constexpr std::array<std::pair<ScheduleKind, std::string_view>, 3> table{
-      {{ScheduleKind::cosine, "cosine"},
-       {ScheduleKind::linear, "linear"},
-       {ScheduleKind::constant, "constant"}}};
-};
-template <>
-struct EnumNames<FeatureDrawKind> {
-  static constexpr std::array<std::pair<FeatureDrawKind, std::string_view>, 2> table{
-      {{FeatureDrawKind::iid, "iid"}, {FeatureDrawKind::orthogonal, "orthogonal"}}};
-};
-template <>
-struct EnumNames<AttentionMode> {
-  static constexpr std::array<std::pair<AttentionMode, std::string_view>, 2> table{
-      {{AttentionMode::linear, "linear"}, {AttentionMode::exact, "exact"}}};
-};
-template <>
-struct EnumNames<ProposalKind> {
-  static constexpr std::array<std::pair<ProposalKind, std::string_view>, 2> table{
-      {{ProposalKind::isotropic, "isotropic"}, {ProposalKind::variance_optimal, "variance_optimal"}}};
-};
-template <>
-struct EnumNames<DarkformerScope> {
-  static constexpr std::array<std::pair<DarkformerScope, std::string_view>, 2> table{
-      {{DarkformerScope::head, "head"}, {DarkformerScope::layer, "layer"}}};
-};
-template <>
-struct EnumNames<DarkformerInit> {
-  static constexpr std::array<std::pair<DarkformerInit, std::string_view>, 2> table{
-      {{DarkformerInit::identity, "identity"}, {DarkformerInit::whiten, "whiten"}}};
-};
-template <>
-struct EnumNames<LfkInit> {
-  static constexpr std::array<std::pair<LfkInit, std::string_view>, 2> table{
-      {{LfkInit::orthogonal, "orthogonal"}, {LfkInit::iid, "iid"}}};
-};
-
-// "swiglu" for MlpKind::swiglu, and so on.
-template <class E>
-requires requires {
-  EnumNames<E>::table;
-}
-constexpr std::string_view enum_name(E value) {
-  for (const auto& [v, name] : EnumNames<E>::table) {
-    if (v == value) return name;
-  }
-  return "?";
-}
-
-// ---- the configuration ----
-struct ModelConfig {
-  int vocab_size = 0;             // token vocabulary size; 0 = take it from the tokenizer
-  int d_model = 256;              // width of the residual stream
-  int n_layers = 4;               // decoder blocks
-  int n_heads = 4;                // query heads per attention layer
-  int n_kv_heads = 0;             // key/value heads (grouped-query attention); 0 = n_heads
-  int d_ff = 0;                   // gated-MLP hidden width; 0 = multiple of 64 nearest 8/3 d_model
-  MlpKind mlp = MlpKind::swiglu;  // gated-MLP activation
-  double rope_theta = 10000.0;    // RoPE base frequency
-  double norm_eps = 1e-5;         // RMSNorm epsilon
-  bool tie_embeddings = true;     // lm_head shares the token-embedding matrix
-  double dropout = 0.0;           // dropout probability, in [0, 1)
-  double init_std = 0.02;         // standard deviation of the normal weight initialisation
-  int max_seq_len = 0;            // longest sequence (RoPE table length); 0 = data.seq_len
-};
-
-struct DarkformerConfig {
-  DarkformerScope scope = DarkformerScope::head;  // one M per (layer, head), or one per layer shared by its heads
-  int rank = 0;                                   // rows of M (r x d); 0 = full rank d; must be <= head dim
-  DarkformerInit init = DarkformerInit::identity; // identity = exactly Performer with the same features; whiten = from calibration covariance
-};
-struct LfkConfig {
-  LfkInit init = LfkInit::orthogonal;  // how W (m x d) is initialised: a Performer draw of that kind
-};
-struct AttentionLayerOverride {
-  int first = 0, last = 0;   // inclusive layer range, from a key "3" or "0-1"
-  nlohmann::json settings;   // the attention keys it sets (validated), e.g. {"kind": "softmax"}
-};
-// Cross-field rules (validate_config), on the base settings and on each layer's effective
-// settings:
-//   darkformer.rank <= head dimension (model.d_model / model.n_heads);
-//   mode "exact" not with kind lfk (LFK learns its feature map: there is no fixed kernel);
-//   proposal "variance_optimal" only with kind performer or darkformer (LFK learns its
-//   features, softmax has none) and only with mode "linear" (exact attention draws none).
-struct AttentionConfig {
-  AttentionKind kind = AttentionKind::softmax;
-  int num_features = 64;                       // m, random features per head; >= 1
-  FeatureDrawKind draw = FeatureDrawKind::orthogonal;
-  std::int64_t redraw_interval = 1000;         // optimizer steps between feature redraws in training; 0 = never
-  double eps = 1e-6;                           // denominator guard (> 0), in offset-scaled units
-  AttentionMode mode = AttentionMode::linear;  // linear = random features; exact = the same kernel evaluated exactly
-  ProposalKind proposal = ProposalKind::isotropic;
-  int chunk_size = 64;                         // causal linear-attention chunk length, >= 1
-  int calibration_batches = 4;                 // training batches measured for darkformer.init=whiten and proposal=variance_optimal, >= 1
-  DarkformerConfig darkformer;
-  LfkConfig lfk;
-  std::vector<AttentionLayerOverride> layers;  // per-layer overrides
-};
-
-struct DataConfig {
-  std::string corpus = "debdocs";    // named corpus to build or read
-  std::vector<std::string> sources;  // files, folders or globs of text; replace `corpus` when given
-  std::string dir;                   // token shards; "" = cache/data/<corpus>-<tokenizer>-<vocab>
-  TokenizerKind tokenizer = TokenizerKind::sentencepiece;  // tokenizer family
-  std::string tokenizer_model;                             // existing tokenizer model file (.model, or .gguf for gguf); "" = train one
-  int vocab_size = 8192;                                   // vocabulary size of a tokenizer trained here
-  double val_fraction = 0.02;                              // share of the corpus held out for validation
-  int seq_len = 256;                                       // tokens per training window
-  int val_windows = 64;                                    // validation windows per evaluation
-};
-
-struct OptimizerConfig {
-  OptimizerKind name = OptimizerKind::adamw;  // optimizer
-  double lr = 3e-4;                           // peak learning rate
-  std::array<double, 2> betas = {0.9, 0.95};  // AdamW moment decay rates
-  double eps = 1e-8;                          // AdamW denominator epsilon
-  double weight_decay = 0.1;                  // decoupled weight decay
-  double momentum = 0.0;                      // SGD momentum (sgd only)
-  // Parameter-name glob patterns that get no weight decay.
-  // The attention feature maps (DARKFormer's M, LFK's W) are excluded too: decaying M toward 0
-  // flattens the kernel toward uniform attention instead of regularising toward Performer.
-  std::vector<std::string> no_decay = {"*norm*", "*embed_tokens*", "*feature_map*"};
-  double grad_clip = 1.0;  // max global gradient L2 norm; 0 = off
-};
-
-struct ScheduleConfig {
-  ScheduleKind kind = ScheduleKind::cosine;  // decay after warm-up
-  std::int64_t warmup_steps = 100;           // linear warm-up steps from 0 to optimizer.lr
-  double min_lr_ratio = 0.1;                 // final learning rate as a fraction of optimizer.lr
-};
-
+// ---- the sections owned by this layer (the others are nn::ModelConfig,
+// attention::AttentionConfig, data::DataConfig, nn::OptimizerConfig, nn::ScheduleConfig and
+// StabilityConfig in train/stability.h) ----
 struct TrainingConfig {
   std::int64_t steps = 1000;               // optimizer steps
   int batch_size = 16;                     // sequences per micro-batch
@@ -218,6 +57,7 @@ struct TrainingConfig {
   std::int64_t log_interval = 10;          // steps between log lines
   int generate_tokens = 64;                // tokens sampled at the end of training; 0 = none
   std::string generate_prompt = "The";     // prompt for that sample
+  std::string device = "cpu";              // cpu, cuda, cuda:N or auto (see train/device.h)
 };
 
 // Finetuning: start from trained weights (ours or a GGUF model), possibly with another
@@ -231,20 +71,13 @@ struct OutputConfig {
   std::string dir;  // run folder (checkpoints, metrics, config.json); "" = runs/<config file stem>
 };
 
-// Loss-spike and divergence detection (train/stability.h), written to stability.json.
-struct StabilityConfig {
-  int window = 50;                  // previous steps whose median loss / gradient norm a step is compared with
-  double loss_factor = 1.2;         // loss spike: loss > loss_factor x that median
-  double grad_factor = 2.0;         // gradient-norm spike: grad_norm > grad_factor x that median
-  bool stop_on_divergence = false;  // end a diverged run early (no final checkpoint), e.g. in sweeps
-};
-
+// ---- the configuration ----
 struct RunConfig {
-  ModelConfig model;
-  AttentionConfig attention;
-  DataConfig data;
-  OptimizerConfig optimizer;
-  ScheduleConfig schedule;
+  nn::ModelConfig model;
+  attention::AttentionConfig attention;
+  data::DataConfig data;
+  nn::OptimizerConfig optimizer;
+  nn::ScheduleConfig schedule;
   TrainingConfig training;
   FinetuneConfig finetune;
   OutputConfig output;
@@ -255,8 +88,9 @@ struct RunConfig {
   std::set<std::string> given;
 };
 
-// The attention settings of one layer: the base config with the overrides whose range holds `layer` applied (`layers` cleared).
-AttentionConfig attention_for_layer(const RunConfig& config, int layer);
+// The attention settings of one layer: the base config with the overrides whose range holds
+// `layer` applied (`layers` cleared), and the run's seed.
+attention::AttentionConfig attention_for_layer(const RunConfig& config, int layer);
 
 // ---- the documented keys (from the schema, in documentation order) ----
 struct ConfigKey {
@@ -285,13 +119,11 @@ RunConfig load_config(const std::filesystem::path& path, const std::vector<std::
 // Fills auto values: model.n_kv_heads, model.d_ff, model.max_seq_len, data.dir, output.dir.
 // model.vocab_size stays 0 until the caller sets it from the tokenizer.
 void resolve_config(RunConfig& config, const std::string& config_stem = "default");
-// Per-field ranges and cross-field constraints (n_heads divides d_model, even head
-// dimension for RoPE, n_kv_heads divides n_heads, max_seq_len >= data.seq_len,
-// warmup_steps <= steps, momentum only with sgd, the attention rules above AttentionConfig,
-// per-layer ranges within model.n_layers and disjoint). Auto values count as resolved.
+// Per-field ranges and cross-field constraints: the model's shape rules
+// (nn::ModelConfig::validate), max_seq_len >= data.seq_len, warmup_steps <= steps, momentum
+// only with sgd, the attention rules (attention::validate) on every layer's settings,
+// per-layer ranges within model.n_layers and disjoint. Auto values count as resolved.
 void validate_config(const RunConfig& config);
-// The d_ff that 0 resolves to: the multiple of 64 nearest 8/3 d_model (ties up), at least 64.
-int auto_d_ff(int d_model);
 
 // ---- writing ----
 // Every key with its current value (the fully resolved config when `config` is resolved).

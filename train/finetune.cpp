@@ -35,17 +35,17 @@ InitSource load_checkpoint_source(const std::string& path) {
   return source;
 }
 
-// One architecture key: its schema path and accessors on ModelConfig.
+// One architecture key: its schema path and accessors on nn::ModelConfig.
 struct ArchitectureKey {
   const char* path;
-  std::function<nlohmann::json(const ModelConfig&)> get;
-  std::function<void(ModelConfig&, const ModelConfig&)> copy;
+  std::function<nlohmann::json(const nn::ModelConfig&)> get;
+  std::function<void(nn::ModelConfig&, const nn::ModelConfig&)> copy;
 };
 
 #define DARK_ARCH_KEY(member)                                                  \
   ArchitectureKey {                                                            \
-    "model." #member, [](const ModelConfig& m) { return nlohmann::json(m.member); }, \
-        [](ModelConfig& to, const ModelConfig& from) { to.member = from.member; }    \
+    "model." #member, [](const nn::ModelConfig& m) { return nlohmann::json(m.member); }, \
+        [](nn::ModelConfig& to, const nn::ModelConfig& from) { to.member = from.member; }    \
   }
 
 const std::vector<ArchitectureKey>& architecture_keys() {
@@ -73,7 +73,7 @@ InitSource load_init_source(const std::string& path) {
   return load_checkpoint_source(path);
 }
 
-void adopt_architecture(RunConfig& config, const ModelConfig& source, const std::string& source_name) {
+void adopt_architecture(RunConfig& config, const nn::ModelConfig& source, const std::string& source_name) {
   for (const ArchitectureKey& key : architecture_keys()) {
     if (!config.given.contains(key.path)) {
       key.copy(config.model, source);
@@ -164,7 +164,7 @@ Freezing freeze_parameters(nn::CausalLM& model, const std::vector<std::string>& 
 }
 
 std::int64_t frozen_bytes_saved(const Freezing& f, const RunConfig& config) {
-  const bool adamw = config.optimizer.name == OptimizerKind::adamw;
+  const bool adamw = config.optimizer.name == nn::OptimizerKind::adamw;
   const std::int64_t per_parameter = 4 + (adamw ? 8 : 4);  // the trainer's SGD always keeps a momentum buffer
   return f.frozen_numel * per_parameter;
 }

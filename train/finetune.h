@@ -27,7 +27,7 @@ namespace dark::train {
 struct InitSource {
   std::string path;
   std::string description;  // "checkpoint runs/x/checkpoints/step_00001500" or "GGUF model.gguf"
-  ModelConfig model;         // the architecture keys (vocab_size, d_model, ..., tie_embeddings)
+  nn::ModelConfig model;         // the architecture keys (vocab_size, d_model, ..., tie_embeddings)
   std::map<std::string, Tensor> parameters;  // by our parameter names, float32 on the CPU
   std::string data_dir;      // our checkpoints: the data folder it was trained on ("" for GGUF)
 };
@@ -38,7 +38,7 @@ InitSource load_init_source(const std::string& path);
 // The model keys the config document did not set (config.given) take the source's values;
 // the ones it did set must agree with them. Only the architecture is adopted: dropout,
 // init_std and max_seq_len stay the run's own.
-void adopt_architecture(RunConfig& config, const ModelConfig& source, const std::string& source_name);
+void adopt_architecture(RunConfig& config, const nn::ModelConfig& source, const std::string& source_name);
 
 // Copies the source's weights into `model` by name (see the file comment for what may be
 // missing on either side); shapes must match. Returns the number of tensors loaded.

@@ -38,17 +38,17 @@ int int_key(const data::GgufFile& file, const std::string& key) {
   return static_cast<int>(v);
 }
 
-ModelConfig llama_shape(const data::GgufFile& file) {
+nn::ModelConfig llama_shape(const data::GgufFile& file) {
   const std::string arch = file.get_string("general.architecture");
   DARK_CHECK(arch == "llama", file.path(), ": general.architecture is \"", arch,
              "\"; only \"llama\" models can be imported");
-  ModelConfig m;
+  nn::ModelConfig m;
   m.d_model = int_key(file, "llama.embedding_length");
   m.n_layers = int_key(file, "llama.block_count");
   m.n_heads = int_key(file, "llama.attention.head_count");
   m.n_kv_heads = file.has("llama.attention.head_count_kv") ? int_key(file, "llama.attention.head_count_kv") : m.n_heads;
   m.d_ff = int_key(file, "llama.feed_forward_length");
-  m.mlp = MlpKind::swiglu;
+  m.mlp = nn::MlpKind::swiglu;
   m.rope_theta = file.has("llama.rope.freq_base") ? file.get_float("llama.rope.freq_base") : 10000.0;
   m.norm_eps = file.get_float("llama.attention.layer_norm_rms_epsilon");
   m.max_seq_len = file.has("llama.context_length") ? int_key(file, "llama.context_length") : 0;
@@ -88,7 +88,7 @@ ImportedModel import_gguf_llama(const std::string& path) {
   const data::GgufFile file = data::GgufFile::open(path);
   ImportedModel out;
   out.model = llama_shape(file);
-  const ModelConfig& m = out.model;
+  const nn::ModelConfig& m = out.model;
   for (const data::GgufTensorInfo& info : file.tensors()) {
     const std::string name = our_name(info.name);
     if (name.empty()) {

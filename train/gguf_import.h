@@ -17,7 +17,7 @@
 namespace dark::train {
 
 struct ImportedModel {
-  ModelConfig model;  // architecture keys from the metadata (max_seq_len from llama.context_length)
+  nn::ModelConfig model;  // architecture keys from the metadata (max_seq_len from llama.context_length)
   std::map<std::string, Tensor> parameters;  // our names, float32, CPU
 };
 

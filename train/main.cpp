@@ -1,7 +1,6 @@
 // The darkformer command-line program: dispatches to the subcommands in train/commands.h
-// (and the autograd demo) and turns errors into a message and a non-zero exit code.
+// and turns errors into a message and a non-zero exit code.
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -9,7 +8,6 @@
 #include "core/error.h"
 #include "train/commands.h"
 #include "train/config.h"
-#include "train/mlp_demo.h"
 
 namespace {
 
@@ -26,10 +24,6 @@ commands:
   report        tables and plots of a sweep:  darkformer report SWEEP_DIR
   config-keys   print every config key with its type, default, allowed values and meaning
   demo-mlp      train a small MLP on a synthetic regression task with the autograd tape
-                  --steps N        optimizer steps (default 2000)
-                  --lr X           SGD learning rate (default 0.3)
-                  --batch-size N   examples per step (default 64)
-                  --seed N         Philox seed for weights and data (default 0)
 
 `darkformer COMMAND --help` lists each command's options and defaults.
 
@@ -41,37 +35,6 @@ options:
 int usage_error(const std::string& message) {
   std::fprintf(stderr, "darkformer: %s\n\n%s", message.c_str(), kUsage);
   return 2;
-}
-
-// Parses the value after a flag; throws dark::Error naming the flag on a bad number.
-double parse_number(const std::string& flag, const std::string& text) {
-  char* end = nullptr;
-  const double v = std::strtod(text.c_str(), &end);
-  DARK_CHECK(!text.empty() && *end == '\0', "invalid value '", text, "' for ", flag);
-  return v;
-}
-
-int demo_mlp(const std::vector<std::string>& args) {
-  dark::MlpDemoConfig config;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& flag = args[i];
-    if (i + 1 >= args.size()) return usage_error("missing value for " + flag);
-    const double v = parse_number(flag, args[++i]);
-    if (flag == "--steps" && v >= 1) config.steps = static_cast<int>(v);
-    else if (flag == "--lr" && v > 0) config.learning_rate = v;
-    else if (flag == "--batch-size" && v >= 1) config.batch_size = static_cast<int>(v);
-    else if (flag == "--seed" && v >= 0) config.seed = static_cast<std::uint64_t>(v);
-    else return usage_error("unknown flag or out-of-range value: " + flag + " " + args[i]);
-  }
-  std::printf("demo-mlp: %d steps, batch %d, lr %g, seed %llu\n", config.steps, config.batch_size,
-              config.learning_rate, static_cast<unsigned long long>(config.seed));
-  const int every = std::max(1, config.steps / 15);
-  const auto result = dark::run_mlp_demo(config, [&](int step, double loss) {
-    if (step % every == 0 || step + 1 == config.steps) std::printf("step %5d/%d | loss %.6f\n", step + 1, config.steps, loss);
-  });
-  std::printf("held-out loss: %.6f before training, %.6f after (%.1fx lower)\n", result.initial_eval_loss,
-              result.final_eval_loss, result.initial_eval_loss / result.final_eval_loss);
-  return 0;
 }
 
 }  // namespace
@@ -96,7 +59,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     const std::vector<std::string> rest(args.begin() + 1, args.end());
-    if (command == "demo-mlp") return demo_mlp(rest);
+    if (command == "demo-mlp") return dark::train::demo_mlp_command(rest);
     if (command == "prepare-data") return dark::train::prepare_data_command(rest);
     if (command == "train") return dark::train::train_command(rest);
     if (command == "eval") return dark::train::eval_command(rest);

@@ -44,22 +44,41 @@ class RecordingKernel final : public nn::AttentionKernel {
   std::vector<Inputs> seen;
 };
 
+// Puts a RecordingKernel in front of every layer's kernel for its lifetime, and gives the
+// model its own kernels back on every path out, an exception included.
+class RecordingScope {
+ public:
+  explicit RecordingScope(nn::CausalLM& model) : model_(model) {
+    for (auto& layer : model_.model.layers) {
+      auto recorder = std::make_unique<RecordingKernel>(std::move(layer->self_attn.kernel));
+      recorders_.push_back(recorder.get());
+      layer->self_attn.kernel = std::move(recorder);
+    }
+  }
+  RecordingScope(const RecordingScope&) = delete;
+  RecordingScope& operator=(const RecordingScope&) = delete;
+  ~RecordingScope() {
+    for (std::size_t i = 0; i < recorders_.size(); ++i)
+      model_.model.layers[i]->self_attn.kernel = std::move(recorders_[i]->inner);
+  }
+  // What layer i's kernel has been given so far.
+  std::vector<RecordingKernel::Inputs> take(std::size_t layer) { return std::move(recorders_[layer]->seen); }
+  std::size_t layers() const { return recorders_.size(); }
+
+ private:
+  nn::CausalLM& model_;
+  std::vector<RecordingKernel*> recorders_;  // owned by the layers while the scope lives
+};
+
 // Runs `batches` (B, T + 1) token batches through the model and returns, per layer, the
-// attention inputs of every batch. The model's kernels are restored afterwards.
+// attention inputs of every batch. The model's kernels are restored afterwards, also when a
+// forward pass throws.
 std::vector<std::vector<RecordingKernel::Inputs>> record_attention_inputs(nn::CausalLM& model,
                                                                           const std::vector<Tensor>& batches) {
-  std::vector<RecordingKernel*> recorders;
-  for (auto& layer : model.model.layers) {
-    auto recorder = std::make_unique<RecordingKernel>(std::move(layer->self_attn.kernel));
-    recorders.push_back(recorder.get());
-    layer->self_attn.kernel = std::move(recorder);
-  }
+  RecordingScope scope(model);
   for (const Tensor& tokens : batches) model.forward(core::slice(tokens, 1, 0, tokens.size(1) - 1).contiguous());
   std::vector<std::vector<RecordingKernel::Inputs>> out;
-  for (std::size_t i = 0; i < recorders.size(); ++i) {
-    out.push_back(std::move(recorders[i]->seen));
-    model.model.layers[i]->self_attn.kernel = std::move(recorders[i]->inner);
-  }
+  for (std::size_t i = 0; i < scope.layers(); ++i) out.push_back(scope.take(i));
   return out;
 }
 
@@ -122,10 +141,10 @@ std::vector<Estimator> estimators_for(const nn::AttentionShape& shape, const Att
                                       nn::AttentionKernel& trained, std::int64_t m, std::uint64_t seed,
                                       const std::vector<RecordingKernel::Inputs>& calibration) {
   AttentionConfig base;
-  base.num_features = m;
+  base.num_features = static_cast<int>(m);
   base.seed = seed;
   base.eps = layer_settings.eps;
-  base.chunk = layer_settings.chunk;
+  base.chunk_size = layer_settings.chunk_size;
   base.draw = layer_settings.draw;
   auto make = [&](Kind kind, attention::Mode mode, auto&& adjust) {
     AttentionConfig c = base;
@@ -162,7 +181,7 @@ std::vector<Estimator> estimators_for(const nn::AttentionShape& shape, const Att
                      *dynamic_cast<attention::DarkformerAttention&>(*e.linear).matrix);
     out.push_back(std::move(e));
   };
-  const auto whiten = [](AttentionConfig& c) { c.init = attention::MatrixInit::whiten; };
+  const auto whiten = [](AttentionConfig& c) { c.darkformer.init = attention::MatrixInit::whiten; };
   const auto optimal = [](AttentionConfig& c) { c.proposal = attention::Proposal::variance_optimal; };
   calibrated("darkformer_whiten", Kind::darkformer, whiten);
   calibrated("performer_var_opt", Kind::performer, optimal);
@@ -172,8 +191,8 @@ std::vector<Estimator> estimators_for(const nn::AttentionShape& shape, const Att
   });
   if (auto* learned = dynamic_cast<attention::DarkformerAttention*>(&trained)) {
     const auto same_m = [&](AttentionConfig& c) {
-      c.rank = layer_settings.rank;
-      c.scope = layer_settings.scope;
+      c.darkformer.rank = layer_settings.darkformer.rank;
+      c.darkformer.scope = layer_settings.darkformer.scope;
     };
     Estimator e{"darkformer_learned", make(Kind::darkformer, attention::Mode::linear, same_m),
                 make(Kind::darkformer, attention::Mode::exact, same_m)};
@@ -253,7 +272,7 @@ ProbeReport run_probe(nn::CausalLM& model, const RunConfig& config, const data::
     attention::SoftmaxAttention softmax(shape);
     std::vector<Tensor> softmax_out;
     for (const auto& in : measured[layer]) softmax_out.push_back(softmax.forward(in.q, in.k, in.v));
-    const attention::AttentionConfig settings = attention_settings(config, static_cast<int>(layer));
+    const attention::AttentionConfig settings = attention_for_layer(config, static_cast<int>(layer));
     for (std::int64_t m : options.features) {
       spdlog::info("probe: layer {}/{}, m = {}", layer + 1, measured.size(), m);
       for (Estimator& e : estimators_for(shape, settings, *model.attention_kernels()[layer], m, config.seed,

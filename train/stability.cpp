@@ -44,9 +44,7 @@ double number_or_nan(const json& line, const char* key) {
 
 StabilityOptions stability_options(const RunConfig& config) {
   StabilityOptions o;
-  o.window = config.stability.window;
-  o.loss_factor = config.stability.loss_factor;
-  o.grad_factor = config.stability.grad_factor;
+  static_cast<StabilityConfig&>(o) = config.stability;
   o.warmup_steps = config.schedule.warmup_steps;
   return o;
 }

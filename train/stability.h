@@ -27,11 +27,17 @@ namespace dark::train {
 
 struct RunConfig;
 
-struct StabilityOptions {
-  int window = 50;                 // previous steps whose median a value is compared with
-  double loss_factor = 1.2;        // loss spike: loss > loss_factor x that median
-  double grad_factor = 2.0;        // gradient-norm spike: grad_norm > grad_factor x that median
-  std::int64_t warmup_steps = 0;   // divergence by "loss above the initial loss" counts after this step
+// The stability section of a run config (train/config.cpp binds its rows to these members).
+struct StabilityConfig {
+  int window = 50;                  // previous steps whose median a value is compared with
+  double loss_factor = 1.2;         // loss spike: loss > loss_factor x that median
+  double grad_factor = 2.0;         // gradient-norm spike: grad_norm > grad_factor x that median
+  bool stop_on_divergence = false;  // end a diverged run early (no final checkpoint), e.g. in sweeps
+};
+
+// What the analysis needs: the section's rules and the run's warm-up.
+struct StabilityOptions : StabilityConfig {
+  std::int64_t warmup_steps = 0;  // divergence by "loss above the initial loss" counts after this step
   int divergence_span() const { return window / 5 > 1 ? window / 5 : 1; }  // n in the rule above
 };
 StabilityOptions stability_options(const RunConfig& config);

@@ -25,6 +25,7 @@
 #include "core/file_io.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
+#include "train/progress.h"
 #include "train/stability.h"
 
 extern char** environ;
@@ -193,15 +194,6 @@ SweepPlan plan_sweep(const fs::path& sweep_file) {
 namespace {
 
 // ---------------------------------------------------------------- running
-
-std::string duration_text(double seconds) {
-  const auto s = static_cast<long long>(std::llround(seconds));
-  char buf[32];
-  if (s < 60) std::snprintf(buf, sizeof buf, "%llds", s);
-  else if (s < 3600) std::snprintf(buf, sizeof buf, "%lldm%02llds", s / 60, s % 60);
-  else std::snprintf(buf, sizeof buf, "%lldh%02lldm", s / 3600, s % 3600 / 60);
-  return buf;
-}
 
 json read_json_file(const fs::path& path) {
   if (!fs::exists(path)) return nullptr;

@@ -1,5 +1,7 @@
-// The training loop of `darkformer train`: data, model, optimizer, schedule; evaluation
-// every N steps; metrics.jsonl; checkpoints; bit-exact resume; non-finite step skipping.
+// The training loop of `darkformer train`: set-up (train/training_run.h), one optimizer step
+// at a time (train/train_step.h), evaluation every N steps (train/evaluate.h),
+// metrics.jsonl, checkpoints and bit-exact resume, non-finite step skipping, and the end of
+// a run (final evaluation and checkpoint, stability.json, a sample).
 //
 // Run folder (output.dir):
 //   config.json        the fully resolved config (written at the start of a fresh run)
@@ -10,27 +12,14 @@
 #pragma once
 #include <cstdint>
 #include <functional>
-#include <map>
-#include <memory>
 #include <string>
 
-#include "data/loader.h"
 #include "nn/model.h"
-#include "train/checkpoint.h"
 #include "train/config.h"
+#include "train/evaluate.h"
+#include "train/training_run.h"
 
 namespace dark::train {
-
-struct EvalMetrics {
-  double loss = 0;
-  double perplexity = 0;
-  double accuracy = 0;  // next-token top-1
-  std::int64_t tokens = 0;
-};
-
-// Mean loss, perplexity and top-1 accuracy over the first `max_batches` batches (all
-// when <= 0) of a validation set, in eval mode and without recording.
-EvalMetrics evaluate(nn::CausalLM& model, const data::ValidationSet& val, std::int64_t max_batches);
 
 struct TrainOptions {
   bool resume = false;  // continue from the run folder's latest checkpoint
@@ -40,20 +29,11 @@ struct TrainOptions {
 };
 
 struct TrainResult {
-  std::int64_t steps = 0;
+  std::int64_t steps = 0;  // optimizer steps taken (the diverging one included when stability.stop_on_divergence ended the run)
   double final_train_loss = 0;
   EvalMetrics final_eval;
   std::string run_dir;
 };
-
-// Copies saved tensors (by parameter name) into the model's parameters; every parameter
-// must be present with its shape, and nothing else. Errors start with `source`.
-void load_parameters(nn::CausalLM& model, const std::map<std::string, Tensor>& saved, const std::string& source);
-
-// A checkpoint's parameters, untrained attention state (the variance-optimal proposal) and
-// the feature epochs of its step, into a model built from `config`.
-void load_trained_state(nn::CausalLM& model, const CheckpointData& checkpoint, const RunConfig& config,
-                        const std::string& source);
 
 // Runs a whole training run. Throws dark::Error on bad config, data, or checkpoints; a
 // fresh run refuses to start in a run folder that already holds checkpoints.

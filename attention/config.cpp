@@ -1,0 +1,36 @@
+// The rules between attention keys (see config.h).
+#include "attention/config.h"
+
+#include "core/error.h"
+
+namespace dark::attention {
+
+namespace {
+[[noreturn]] void fail(const std::string& path, const std::string& message) {
+  throw Error(str("config: ", path, ": ", message));
+}
+}  // namespace
+
+void validate(const AttentionConfig& a, std::int64_t head_dim, const std::string& prefix) {
+  if (a.darkformer.rank > head_dim) {
+    fail(prefix + ".darkformer.rank",
+         str(a.darkformer.rank, " exceeds the head dimension model.d_model / model.n_heads = ", head_dim));
+  }
+  if (a.mode == Mode::exact && a.kind == Kind::lfk) {
+    fail(prefix + ".mode",
+         "\"exact\" cannot be used with kind \"lfk\": LFK learns its feature map, so there is no fixed "
+         "kernel to evaluate exactly");
+  }
+  if (a.proposal != Proposal::variance_optimal) return;
+  if (a.kind != Kind::performer && a.kind != Kind::darkformer) {
+    fail(prefix + ".proposal",
+         str("\"variance_optimal\" cannot be used with kind \"", enum_name(a.kind),
+             "\": only performer and darkformer draw random features (lfk learns them, softmax has none)"));
+  }
+  if (a.mode == Mode::exact) {
+    fail(prefix + ".proposal",
+         "\"variance_optimal\" cannot be used with mode \"exact\": exact attention draws no features");
+  }
+}
+
+}  // namespace dark::attention

@@ -1,0 +1,22 @@
+// Validation metrics of a model: mean next-token loss, perplexity and top-1 accuracy.
+#pragma once
+#include <cstdint>
+
+#include "data/loader.h"
+#include "nn/model.h"
+
+namespace dark::train {
+
+struct EvalMetrics {
+  double loss = 0;
+  double perplexity = 0;
+  double accuracy = 0;  // next-token top-1
+  std::int64_t tokens = 0;
+};
+
+// Over the first `max_batches` batches (all when <= 0) of a validation set, in eval mode and
+// without recording. The sums are kept where the logits are (in float64, in batch order) and
+// only they come back, once, at the end: no logits cross to the host.
+EvalMetrics evaluate(nn::CausalLM& model, const data::ValidationSet& val, std::int64_t max_batches);
+
+}  // namespace dark::train

@@ -1,0 +1,196 @@
+// Run set-up and checkpoints (see training_run.h).
+#include "train/training_run.h"
+
+#include <spdlog/spdlog.h>
+
+#include <optional>
+
+#include "autograd/grad_mode.h"
+#include "core/file_io.h"
+#include "train/attention_state.h"
+#include "train/device.h"
+#include "train/finetune.h"
+#include "train/model_builder.h"
+
+namespace dark::train {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+// A finetuned model must read the tokens it was trained on: the same tokenizer as its source.
+void check_source_tokenizer(const InitSource& source, const RunConfig& config, const data::PreparedData& data) {
+  if (source.data_dir.empty()) {  // a GGUF model: its own tokenizer
+    DARK_CHECK(config.data.tokenizer == data::TokenizerKind::gguf, "config: data.tokenizer: a GGUF model (",
+               source.path, ") reads the ids of its own tokenizer: use \"gguf\" (the default with a .gguf init_from)");
+    return;
+  }
+  if (!fs::exists(fs::path(source.data_dir) / "meta.json")) {
+    spdlog::warn("init_from: {} was trained on {}, which no longer exists; cannot check that the tokenizers agree",
+                 source.description, source.data_dir);
+    return;
+  }
+  const std::string theirs = data::open_prepared(source.data_dir).tokenizer->hash();
+  DARK_CHECK(theirs == data.tokenizer->hash(), "init_from: ", source.description, " was trained with tokenizer ", theirs,
+             " (", source.data_dir, "), this run's data uses ", data.tokenizer->hash(), " (", config.data.dir,
+             "): the token ids would not mean the same");
+}
+
+// A resumed run continues the run its checkpoint belongs to: only its length, its folder and
+// the device it runs on may change.
+void check_resumable(const RunConfig& theirs, const RunConfig& ours, const fs::path& checkpoint, const fs::path& run_dir) {
+  json a = to_json(theirs), b = to_json(ours);
+  for (json* j : {&a, &b}) (*j)["training"].erase("steps"), (*j)["training"].erase("device"), j->erase("output");
+  DARK_CHECK(a == b, "--resume: the config differs from the one checkpoint ", checkpoint.filename().string(),
+             " was trained with (only training.steps, training.device and output.dir may change); see ",
+             (run_dir / "config.json").string());
+}
+
+// Everything a checkpoint stores beyond tensors: enough to continue bit-exactly.
+json trainer_state(const TrainingRun& run) {
+  json epochs = json::array();
+  for (nn::AttentionKernel* k : run.model->attention_kernels()) epochs.push_back(k->feature_epoch());
+  return {{"config", to_json(run.config)},
+          {"consecutive_skips", run.consecutive_skips},
+          {"skipped_steps", run.skipped_total},
+          // Data order and dropout masks are pure functions of (seed, step): nothing else to save.
+          {"data_position", {{"kind", "step"}, {"seed", run.config.seed}}},
+          {"feature_epochs", epochs}};  // informative: the epochs are a function of the step
+}
+
+// Parameters by name, on the CPU (checkpoints are device-independent).
+std::map<std::string, Tensor> parameters_on_cpu(nn::CausalLM& model) {
+  std::map<std::string, Tensor> out;
+  for (auto& [name, p] : model.named_parameters()) out[name] = p->to(Device::cpu());
+  return out;
+}
+
+std::map<std::string, Tensor> on_cpu(std::map<std::string, Tensor> tensors) {
+  for (auto& [name, t] : tensors) t = t.to(Device::cpu());
+  return tensors;
+}
+
+void log_freezing(const Freezing& freezing, const RunConfig& config) {
+  if (freezing.frozen.empty()) return;
+  spdlog::info("finetune.trainable: {} of {} parameters train ({} tensors); {} frozen save {:.1f} MiB of gradients and "
+               "optimizer state",
+               freezing.trainable_numel, freezing.trainable_numel + freezing.frozen_numel, freezing.trainable.size(),
+               freezing.frozen_numel, static_cast<double>(frozen_bytes_saved(freezing, config)) / (1 << 20));
+}
+
+}  // namespace
+
+TrainingRun start_run(RunConfig config, bool resume) {
+  TrainingRun run;
+  run.dir = config.output.dir;
+  run.device = resolve_device(config.training.device);
+  run.finetuning = !config.finetune.init_from.empty();
+
+  // ---- where the weights come from: the latest checkpoint, a finetuning source, or nowhere ----
+  std::optional<CheckpointData> checkpoint;
+  std::optional<RunConfig> checkpoint_config;  // the config the checkpoint was trained with
+  std::optional<InitSource> source;
+  fs::path checkpoint_dir;
+  if (resume) {
+    const auto latest = latest_checkpoint(run.dir);
+    DARK_CHECK(latest.has_value(), "--resume: no checkpoint in ", (run.dir / "checkpoints").string());
+    checkpoint_dir = *latest;
+    checkpoint = load_checkpoint(checkpoint_dir);
+    checkpoint_config = parse_config(checkpoint->state.at("config"));
+    // The weights come from the checkpoint; its config already holds the source's shape.
+    if (run.finetuning) adopt_architecture(config, checkpoint_config->model, "the checkpoint's config");
+  } else if (run.finetuning) {
+    source = load_init_source(config.finetune.init_from);
+    adopt_architecture(config, source->model, source->description);
+  }
+  run.data = prepare_data_for(config);
+  validate_config(config);
+  if (source) check_source_tokenizer(*source, config, run.data);
+  if (checkpoint) {
+    check_resumable(*checkpoint_config, config, checkpoint_dir, run.dir);
+    spdlog::info("resuming from {} (step {})", checkpoint_dir.string(), checkpoint->step);
+  } else {
+    DARK_CHECK(list_checkpoints(run.dir).empty(), "run folder ", run.dir.string(),
+               " already has checkpoints: pass --resume to continue it, or set output.dir to a new folder");
+  }
+  fs::create_directories(run.dir);
+  write_resolved(config, run.dir);
+  spdlog::info("config:\n{}", config_table(config));
+  run.config = std::move(config);
+  const RunConfig& c = run.config;
+
+  // ---- model on its device, trainable parameters, optimizer ----
+  run.model = build_model(c);
+  if (source) load_source_weights(*run.model, *source);
+  source.reset();  // the model holds the weights now
+  run.model->to(run.device);
+  const Freezing freezing = freeze_parameters(*run.model, c.finetune.trainable);
+  log_freezing(freezing, c);
+  run.params = std::make_unique<nn::ParameterBuffer>(freezing.trainable);
+  run.optimizer = std::make_unique<nn::Optimizer>(*run.params, c.optimizer);
+  if (checkpoint) {
+    load_parameters(*run.model, checkpoint->model, "checkpoint " + checkpoint_name(checkpoint->step));
+    run.optimizer->load_state(checkpoint->optimizer);
+    run.step = checkpoint->step;
+    load_attention_state(*run.model, checkpoint->attention);
+    run.consecutive_skips = checkpoint->state.value("consecutive_skips", std::int64_t{0});
+    run.skipped_total = checkpoint->state.value("skipped_steps", std::int64_t{0});
+    run.resumed = true;
+  }
+
+  // ---- data streams on the model's device ----
+  data::LoaderOptions lo;
+  lo.batch_size = c.training.batch_size;
+  lo.seq_len = c.data.seq_len;
+  lo.seed = c.seed;
+  lo.device = run.device;
+  run.loader = std::make_unique<data::TrainLoader>(run.data.open_shard(data::Split::train), lo);
+  run.val = std::make_unique<data::ValidationSet>(run.data.open_shard(data::Split::val), c.training.batch_size,
+                                                  c.data.seq_len, c.data.val_windows, run.device);
+  spdlog::info("model: {} parameters ({} layers, d_model {}, {} heads, attention {}) on {}; data: {} train tokens, {} val "
+               "windows",
+               run.model->num_parameters(), c.model.n_layers, c.model.d_model, c.model.n_heads,
+               enum_name(c.attention.kind), run.device.to_string(), run.data.train_tokens, run.val->num_windows());
+
+  if (!run.resumed) calibrate_attention(*run.model, c, *run.loader);
+  run.redraw_intervals = redraw_intervals(c);
+  set_feature_epochs(*run.model, run.redraw_intervals, run.step);
+  return run;
+}
+
+void save_run(TrainingRun& run) {
+  CheckpointData ck;
+  ck.step = run.step;
+  ck.model = parameters_on_cpu(*run.model);
+  ck.optimizer = on_cpu(run.optimizer->state());
+  ck.attention = attention_state_map(*run.model);
+  ck.state = trainer_state(run);
+  const fs::path where = save_checkpoint(run.dir, ck, run.config.training.keep_checkpoints);
+  spdlog::info("checkpoint {}", where.string());
+}
+
+void load_trained_state(nn::CausalLM& model, const CheckpointData& checkpoint, const RunConfig& config,
+                        const std::string& source) {
+  load_parameters(model, checkpoint.model, source);
+  load_attention_state(model, checkpoint.attention);
+  set_feature_epochs(model, redraw_intervals(config), checkpoint.step);
+}
+
+void load_parameters(nn::CausalLM& model, const std::map<std::string, Tensor>& saved, const std::string& source) {
+  NoGradGuard no_grad;
+  auto params = model.named_parameters();
+  for (auto& [name, p] : params) {
+    auto it = saved.find(name);
+    DARK_CHECK(it != saved.end(), source, ": parameter '", name, "' is missing");
+    const Tensor& t = it->second;
+    DARK_CHECK(t.shape() == p->shape(), source, ": parameter '", name, "' has shape ", shape_str(t.shape()),
+               ", the model expects ", shape_str(p->shape()));
+    DARK_CHECK(t.dtype() == p->dtype(), source, ": parameter '", name, "' is ", dtype_name(t.dtype()),
+               ", the model expects ", dtype_name(p->dtype()));
+    p->copy_(t);
+  }
+  DARK_CHECK(saved.size() == params.size(), source, ": holds ", saved.size(), " tensors, the model has ",
+             params.size(), " parameters");
+}
+
+}  // namespace dark::train

@@ -1,0 +1,61 @@
+// A training run's state and its set-up: the resolved config, the data, the model on its
+// device, the flat parameter buffer, the optimizer, the loaders and the counters a checkpoint
+// keeps. start_run() builds it for the three ways a run starts (fresh, resumed from its last
+// checkpoint, finetuned from other weights); save_run() writes its checkpoint. The loop that
+// advances it is train() in trainer.h; one optimizer step is train_step() in train_step.h.
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "data/loader.h"
+#include "data/prepare.h"
+#include "nn/model.h"
+#include "nn/optim.h"
+#include "nn/parameter_buffer.h"
+#include "train/checkpoint.h"
+#include "train/config.h"
+
+namespace dark::train {
+
+struct TrainingRun {
+  RunConfig config;                          // resolved; model.vocab_size set from the tokenizer
+  std::filesystem::path dir;                 // output.dir
+  Device device;                             // training.device, resolved
+  data::PreparedData data;
+  std::unique_ptr<nn::CausalLM> model;       // on `device`, frozen parameters included
+  std::unique_ptr<nn::ParameterBuffer> params;  // the trainable parameters and their gradients
+  std::unique_ptr<nn::Optimizer> optimizer;
+  std::unique_ptr<data::TrainLoader> loader;    // delivers batches on `device`
+  std::unique_ptr<data::ValidationSet> val;
+  std::vector<std::int64_t> redraw_intervals;   // per layer
+  std::int64_t step = 0;                        // optimizer steps taken
+  std::int64_t consecutive_skips = 0, skipped_total = 0;  // non-finite steps
+  bool resumed = false;                         // continued from a checkpoint
+  bool finetuning = false;                      // finetune.init_from is set
+};
+
+// Sets up a run from its config: validates it, prepares the data, builds the model (loading
+// the finetuning source's weights or, with `resume`, the latest checkpoint's state), moves it
+// to its device, freezes what finetune.trainable leaves out and writes config.json. A fresh
+// run refuses a run folder that already holds checkpoints; a resumed one refuses a config
+// that differs from the checkpoint's in anything but training.steps, training.device and
+// output.dir.
+TrainingRun start_run(RunConfig config, bool resume);
+
+// Checkpoints the run at run.step (keeping training.keep_checkpoints of them).
+void save_run(TrainingRun& run);
+
+// Copies saved tensors (by parameter name) into the model's parameters; every parameter
+// must be present with its shape and dtype, and nothing else. Errors start with `source`.
+void load_parameters(nn::CausalLM& model, const std::map<std::string, Tensor>& saved, const std::string& source);
+
+// A checkpoint's parameters, untrained attention state (the variance-optimal proposal) and
+// the feature epochs of its step, into a model built from `config`.
+void load_trained_state(nn::CausalLM& model, const CheckpointData& checkpoint, const RunConfig& config,
+                        const std::string& source);
+
+}  // namespace dark::train
