@@ -1,7 +1,10 @@
 // The tape and the reverse replay (see tape.h).
 #include "autograd/tape.h"
 
+#include <algorithm>
 #include <memory>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "autograd/grad_mode.h"
 #include "autograd/ops.h"
@@ -46,6 +49,81 @@ void accumulate(AutogradMeta& meta, const Tensor& g, bool leaf) {
     DARK_CHECK(meta.grad->shape() == g_acc.shape(), "backward: gradient of shape ", shape_str(g_acc.shape()),
                " cannot accumulate into gradient of shape ", shape_str(meta.grad->shape()));
     meta.grad = std::make_shared<Tensor>(add(*meta.grad, g_acc));
+  }
+}
+
+// Runs the entry's backward and accumulates the input gradients it returns. Skips the
+// entry when none of its outputs received a gradient.
+void replay(TapeEntry& entry) {
+  BackwardContext ctx;
+  bool any = false;
+  for (std::size_t o = 0; o < entry.outputs.size(); ++o) {
+    AutogradMeta& meta = *entry.outputs[o];
+    if (meta.grad) {
+      // Gradients accumulate in fp32, but an op's backward works in its output's dtype.
+      ctx.out_grads_.push_back(meta.grad->to(entry.output_templates[o].dtype()));
+      meta.grad.reset();  // a non-leaf's gradient lives only until its producer consumed it
+      any = true;
+    } else {
+      const Tensor& t = entry.output_templates[o];
+      ctx.out_grads_.push_back(Tensor::zeros(t.shape(), t.dtype(), t.device()));
+    }
+  }
+  if (!any) return;
+  for (const auto& in : entry.inputs) ctx.needs_.push_back(in != nullptr);
+  ctx.in_grads_.resize(entry.inputs.size());
+  entry.backward(ctx);
+  for (std::size_t j = 0; j < entry.inputs.size(); ++j) {
+    if (!entry.inputs[j] || !ctx.in_grads_[j].defined()) continue;
+    const Tensor& g = ctx.in_grads_[j];
+    DARK_CHECK(g.shape() == entry.input_shapes[j], entry.op, " backward: gradient for input ", j, " has shape ",
+               shape_str(g.shape()), " but the input has shape ", shape_str(entry.input_shapes[j]));
+    accumulate(*entry.inputs[j], g, entry.inputs[j]->producer < 0);
+  }
+}
+
+void run_grad_ready_hooks(const AutogradMeta& leaf) {
+  const auto hooks = leaf.grad_ready_hooks;  // a copy: a hook may remove itself
+  for (const auto& [id, hook] : hooks) hook();
+}
+
+// Pre-scan for on_grad_ready (grad_binding.h): for each leaf with hooks that the graph of
+// root (produced by entry `start`) reaches, the index of the entry after whose replay its
+// gradient is final. The replay runs from `start` down to 0, so that is the lowest index of
+// an entry that feeds root and reads the leaf. "Feeds root" is structural (some output is
+// root or an input of an entry that feeds root), not whether a gradient will flow, so the
+// hooks that fire depend only on the graph's shape.
+std::unordered_map<const AutogradMeta*, std::int64_t> final_entries_of_hooked_leaves(const AutogradMeta& root,
+                                                                                     std::int64_t start) {
+  std::unordered_map<const AutogradMeta*, std::int64_t> final_entry;
+  const auto hooked = [](const auto& in) { return in && !in->grad_ready_hooks.empty(); };
+  if (std::none_of(tape.entries.begin(), tape.entries.begin() + start + 1,
+                   [&](const TapeEntry& e) { return std::any_of(e.inputs.begin(), e.inputs.end(), hooked); }))
+    return final_entry;  // nothing to do: backward without hooks costs one pass over the inputs
+  std::unordered_set<const AutogradMeta*> reached = {&root};
+  for (std::int64_t i = start; i >= 0; --i) {
+    const TapeEntry& entry = tape.entries[i];
+    if (std::none_of(entry.outputs.begin(), entry.outputs.end(), [&](const auto& out) { return reached.contains(out.get()); }))
+      continue;
+    for (const auto& in : entry.inputs) {
+      if (!in) continue;
+      reached.insert(in.get());
+      if (in->producer < 0 && hooked(in)) final_entry[in.get()] = i;
+    }
+  }
+  return final_entry;
+}
+
+// Fires the hooks of the leaves whose gradient became final with entry i (its inputs, in
+// order), and forgets them, so a leaf read twice by the entry fires once.
+void fire_ready_leaves(const TapeEntry& entry, std::int64_t i,
+                       std::unordered_map<const AutogradMeta*, std::int64_t>& final_entry) {
+  for (const auto& in : entry.inputs) {
+    if (!in) continue;
+    const auto it = final_entry.find(in.get());
+    if (it == final_entry.end() || it->second != i) continue;
+    final_entry.erase(it);
+    run_grad_ready_hooks(*in);
   }
 }
 
@@ -109,6 +187,7 @@ void backward(const Tensor& output, const Tensor& grad) {
   AutogradMeta& root = *output.autograd_meta();
   if (root.producer < 0) {  // backward from a leaf: its gradient is the seed
     accumulate(root, seed, true);
+    run_grad_ready_hooks(root);
     return;
   }
   std::int64_t start = -1;
@@ -116,35 +195,14 @@ void backward(const Tensor& output, const Tensor& grad) {
     if (tape.entries[i].id == root.producer) start = i;
   DARK_CHECK(start >= 0, "backward: the ops that produced this tensor are no longer on the tape (an "
                          "earlier backward consumed them, or clear_tape() was called); recompute the forward pass");
+  auto final_entry = final_entries_of_hooked_leaves(root, start);
   accumulate(root, seed, false);
 
   for (std::int64_t i = start; i >= 0; --i) {
     TapeEntry entry = std::move(tape.entries[i]);  // freed (with what it saved) at the end of this iteration
-    BackwardContext ctx;
-    bool any = false;
-    for (std::size_t o = 0; o < entry.outputs.size(); ++o) {
-      AutogradMeta& meta = *entry.outputs[o];
-      if (meta.grad) {
-        // Gradients accumulate in fp32, but an op's backward works in its output's dtype.
-        ctx.out_grads_.push_back(meta.grad->to(entry.output_templates[o].dtype()));
-        meta.grad.reset();  // a non-leaf's gradient lives only until its producer consumed it
-        any = true;
-      } else {
-        const Tensor& t = entry.output_templates[o];
-        ctx.out_grads_.push_back(Tensor::zeros(t.shape(), t.dtype(), t.device()));
-      }
-    }
-    if (!any) continue;
-    for (const auto& in : entry.inputs) ctx.needs_.push_back(in != nullptr);
-    ctx.in_grads_.resize(entry.inputs.size());
-    entry.backward(ctx);
-    for (std::size_t j = 0; j < entry.inputs.size(); ++j) {
-      if (!entry.inputs[j] || !ctx.in_grads_[j].defined()) continue;
-      const Tensor& g = ctx.in_grads_[j];
-      DARK_CHECK(g.shape() == entry.input_shapes[j], entry.op, " backward: gradient for input ", j, " has shape ",
-                 shape_str(g.shape()), " but the input has shape ", shape_str(entry.input_shapes[j]));
-      accumulate(*entry.inputs[j], g, entry.inputs[j]->producer < 0);
-    }
+    replay(entry);
+    // Also after a skipped entry: the leaves whose last contribution it was get nothing more.
+    if (!final_entry.empty()) fire_ready_leaves(entry, i, final_entry);
   }
   tape.entries.clear();
 }

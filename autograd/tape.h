@@ -5,6 +5,12 @@
 // AutogradMeta; then the entry and everything it saved are freed. Leaves keep their
 // accumulated .grad() across backward calls until zero_grad().
 //
+// A leaf whose gradient was bound to a view of a flat buffer (bind_grad in
+// autograd/grad_binding.h) accumulates into that view in place. Before the replay,
+// backward() scans the tape once for the leaves with gradient-ready hooks (on_grad_ready)
+// that the root's graph reaches and the entry that last contributes to each; it calls
+// their hooks right after replaying (or skipping) that entry.
+//
 // One tape per thread. backward() consumes the whole tape, so build one graph per
 // backward call (a later graph that shares recorded ops with a consumed one must be
 // recomputed).

@@ -6,10 +6,12 @@
 // views) live in autograd/ops.h and are what models use.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/bfloat16.h"
@@ -32,9 +34,13 @@ struct AutogradMeta {
   // Accumulated gradient (fp32 for bf16 tensors). For non-leaves it only lives during
   // backward, until the producing op has consumed it.
   std::shared_ptr<Tensor> grad;
-  // Set when `grad` is a view into a flat gradient buffer (nn::ParameterBuffer): backward
-  // then adds into it in place and zero_grad() fills it with zeros instead of dropping it.
+  // The fields below belong to autograd (autograd/grad_binding.h); only autograd/ and
+  // Tensor::zero_grad read them.
+  // Set by bind_grad when `grad` is a view into a flat gradient buffer: backward then adds
+  // into it in place and zero_grad() fills it with zeros instead of dropping it.
   bool grad_in_buffer = false;
+  // on_grad_ready hooks of a leaf, each with the id its handle removes it by.
+  std::vector<std::pair<std::uint64_t, std::function<void()>>> grad_ready_hooks;
 };
 
 // C++ type <-> DType.

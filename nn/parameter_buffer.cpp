@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "autograd/grad_binding.h"
 #include "autograd/grad_mode.h"
 #include "autograd/ops.h"
 
@@ -26,11 +27,15 @@ ParameterBuffer::ParameterBuffer(const std::vector<std::pair<std::string, Tensor
     Tensor view = core::reshape(segment(values_, e), e.param->shape());
     view.copy_(*e.param);
     view.set_requires_grad(true);
-    auto& meta = *view.autograd_meta();
-    meta.grad = std::make_shared<Tensor>(core::reshape(segment(grads_, e), e.param->shape()));
-    meta.grad_in_buffer = true;
+    bind_grad(view, core::reshape(segment(grads_, e), e.param->shape()));
     *e.param = view;
   }
+}
+
+void ParameterBuffer::on_grad_ready(const std::function<void(const Entry&)>& hook) {
+  // Each hook holds its own copy of the entry, so it does not depend on this buffer object
+  // staying where it is; the entry's param points at the module's member.
+  for (const Entry& e : entries_) dark::on_grad_ready(*e.param, [hook, e] { hook(e); });
 }
 
 Tensor ParameterBuffer::segment(const Tensor& flat, const Entry& e) {

@@ -1,9 +1,13 @@
 // Flat parameter and gradient buffers. The trainable parameters of a model are moved
 // into one contiguous float32 buffer (each parameter becomes a view of it) and each gets
-// a gradient view in a second buffer that backward adds into in place. Zeroing, the
-// global gradient norm, the finiteness check, optimizer updates, all-reduce and
-// checkpoint I/O are then each one call over one buffer.
+// a gradient view in a second buffer, bound with autograd's bind_grad, that backward adds
+// into in place. Segments start at 64-byte boundaries, in the order the parameters were
+// given. Zeroing, the global gradient norm, the finiteness check, optimizer updates,
+// all-reduce and checkpoint I/O are then each one call over one buffer; on_grad_ready
+// tells, during backward, when an entry's segment of the gradient buffer is final (to
+// start all-reducing a bucket of segments while backward goes on).
 #pragma once
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -28,6 +32,12 @@ class ParameterBuffer {
   const Tensor& grads() const { return grads_; }
   std::int64_t numel() const { return values_.numel(); }
 
+  // Adds hook to every entry's parameter with autograd's on_grad_ready (see
+  // autograd/grad_binding.h for when it fires: once per backward() for each entry the
+  // graph reaches, on the backward thread). The hooks stay for the parameters' lifetime.
+  void on_grad_ready(const std::function<void(const Entry&)>& hook);
+
+  // Zeroes the gradient buffer; the gradient views stay bound.
   void zero_grad();
   // sqrt(sum of squared gradients); NaN or inf when any gradient is not finite.
   double grad_norm() const;

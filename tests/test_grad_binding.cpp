@@ -1,0 +1,213 @@
+// Gradient binding and gradient-ready hooks (autograd/grad_binding.h): bound gradients
+// against an unbound twin's, the errors, when each hook fires and with what gradient, and
+// ParameterBuffer's per-entry hooks on a real model.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "attention/factory.h"
+#include "autograd/grad_binding.h"
+#include "autograd/ops.h"
+#include "autograd/tape.h"
+#include "nn/model.h"
+#include "nn/parameter_buffer.h"
+
+namespace dark {
+namespace {
+
+std::vector<double> values(const Tensor& t) { return t.to(DType::f64).to_vector<double>(); }
+
+std::string message_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no exception";
+}
+
+Tensor param(const Shape& shape, std::uint64_t seed) { return Tensor::randn(shape, seed).set_requires_grad(); }
+
+TEST(BindGrad, BackwardAccumulatesIntoTheBoundViewAndZeroGradKeepsIt) {
+  const Tensor x = Tensor::randn({2, 3}, 1), dout = Tensor::randn({2, 4}, 2);
+  Tensor w = param({3, 4}, 3);
+  Tensor twin = w.detach().clone().set_requires_grad();  // unbound, computed independently
+  Tensor flat = Tensor::full({32}, 7.0);
+  Tensor view = core::reshape(core::slice(flat, 0, 4, 16), {3, 4});
+  view.fill_(0.0);
+  bind_grad(w, view);
+  auto loss = [&](const Tensor& p) { return sum(mul(matmul(x, p), dout)); };
+  for (int i = 0; i < 2; ++i) backward(loss(w)), backward(loss(twin));  // accumulates
+  EXPECT_TRUE(w.grad().shares_storage(flat));
+  EXPECT_EQ(values(w.grad()), values(twin.grad()));
+  EXPECT_EQ(values(core::reshape(core::slice(flat, 0, 4, 16), {3, 4})), values(twin.grad()));
+  for (std::int64_t i : {0, 1, 2, 3, 16, 31}) EXPECT_EQ(values(flat)[i], 7.0) << i;  // outside the segment
+
+  w.zero_grad();
+  EXPECT_TRUE(w.grad().shares_storage(flat));
+  EXPECT_EQ(values(w.grad()), std::vector<double>(12, 0.0));
+  twin.zero_grad();
+  backward(loss(w));
+  backward(loss(twin));
+  EXPECT_TRUE(w.grad().shares_storage(flat));
+  EXPECT_EQ(values(view), values(twin.grad()));
+}
+
+TEST(BindGrad, Bf16ParameterAccumulatesInItsFloat32View) {
+  Tensor w = Tensor::from_vector<float>({1.5f, -2.5f}, {2}).to(DType::bf16).set_requires_grad();
+  Tensor view = Tensor::zeros({2}, DType::f32);
+  bind_grad(w, view);
+  backward(sum(square(to_dtype(w, DType::f32))));  // the CPU backend computes in f32
+  EXPECT_EQ(values(view), (std::vector<double>{3, -5}));
+}
+
+TEST(BindGrad, ErrorsNameWhatIsWrong) {
+  Tensor w = param({3, 4}, 1);
+  EXPECT_NE(message_of([&] { bind_grad(w, Tensor::zeros({4, 3})); }).find("gradient view of shape [4, 3] for a parameter of shape [3, 4]"),
+            std::string::npos);
+  EXPECT_NE(message_of([&] { bind_grad(w, Tensor::zeros({3, 4}, DType::f64)); }).find("gradient view is f64; a f32 parameter accumulates its gradient in f32"),
+            std::string::npos)
+      << message_of([&] { bind_grad(w, Tensor::zeros({3, 4}, DType::f64)); });
+  Tensor bf16 = Tensor::zeros({2}, DType::bf16).set_requires_grad();
+  EXPECT_NE(message_of([&] { bind_grad(bf16, Tensor::zeros({2}, DType::bf16)); }).find("in f32"), std::string::npos);
+  Tensor non_leaf = mul_scalar(w, 2.0);
+  EXPECT_NE(message_of([&] { bind_grad(non_leaf, Tensor::zeros({3, 4})); }).find("is not a leaf"), std::string::npos);
+  clear_tape();
+  Tensor frozen = Tensor::zeros({3, 4});
+  EXPECT_NE(message_of([&] { bind_grad(frozen, Tensor::zeros({3, 4})); }).find("does not require grad"), std::string::npos);
+  EXPECT_NE(message_of([&] { bind_grad(w, core::transpose(Tensor::zeros({4, 3}), 0, 1)); }).find("is not contiguous"),
+            std::string::npos);
+  EXPECT_NE(message_of([&] { on_grad_ready(non_leaf, [] {}); }).find("on_grad_ready: "), std::string::npos);
+}
+
+// Records, per hooked parameter, each call and a copy of its gradient at that moment.
+struct HookLog {
+  std::vector<std::string> order;
+  std::map<std::string, std::vector<Tensor>> grads_at_call;
+  void watch(Tensor& p, const std::string& name) {
+    on_grad_ready(p, [this, &p, name] {
+      order.push_back(name);
+      grads_at_call[name].push_back(p.grad().defined() ? p.grad().clone() : Tensor());
+    });
+  }
+};
+
+TEST(GradReadyHook, FiresOncePerParameterInReverseOrderOfUseWithTheFinalGradient) {
+  const Tensor x = Tensor::randn({2, 3}, 1), dout = Tensor::randn({2, 2}, 2);
+  Tensor w1 = param({3, 4}, 3), w2 = param({4, 5}, 4), w3 = param({5, 2}, 5);
+  HookLog log;
+  log.watch(w1, "w1"), log.watch(w2, "w2"), log.watch(w3, "w3");
+  bool w1_pending_when_w3_fired = false;
+  on_grad_ready(w3, [&] { w1_pending_when_w3_fired = !w1.grad().defined(); });  // fired during, not after, backward
+  backward(sum(mul(matmul(matmul(matmul(x, w1), w2), w3), dout)));
+  EXPECT_EQ(log.order, (std::vector<std::string>{"w3", "w2", "w1"}));
+  EXPECT_TRUE(w1_pending_when_w3_fired);
+  for (const auto& [name, p] : std::vector<std::pair<std::string, Tensor*>>{{"w1", &w1}, {"w2", &w2}, {"w3", &w3}}) {
+    ASSERT_EQ(log.grads_at_call[name].size(), 1u) << name;
+    EXPECT_EQ(values(log.grads_at_call[name][0]), values(p->grad())) << name;
+  }
+}
+
+TEST(GradReadyHook, AParameterUsedTwiceFiresAfterItsEarliestUseWithTheFullSum) {
+  const Tensor x = Tensor::randn({2, 4}, 1), dout = Tensor::randn({2, 4}, 2);
+  Tensor w = param({4, 4}, 3), v = param({4, 4}, 4);
+  HookLog log;
+  log.watch(w, "w"), log.watch(v, "v");
+  Tensor w_partial_when_v_fired;
+  on_grad_ready(v, [&] { w_partial_when_v_fired = w.grad().clone(); });
+  // w is used first (x w) and last (... w): only the late use has been replayed when v fires.
+  backward(sum(mul(matmul(matmul(tanh(matmul(x, w)), v), w), dout)));
+  EXPECT_EQ(log.order, (std::vector<std::string>{"v", "w"}));
+  ASSERT_EQ(log.grads_at_call["w"].size(), 1u);
+  EXPECT_EQ(values(log.grads_at_call["w"][0]), values(w.grad()));
+  EXPECT_NE(values(w_partial_when_v_fired), values(w.grad()));
+
+  // The full sum: the late use's contribution plus the early use's, from two separate graphs.
+  Tensor a = w.detach().clone().set_requires_grad(), b = w.detach().clone().set_requires_grad();
+  backward(sum(mul(matmul(matmul(tanh(matmul(x, a)), v.detach()), w.detach()), dout)));
+  backward(sum(mul(matmul(matmul(tanh(matmul(x, w.detach())), v.detach()), b), dout)));
+  const auto full = values(w.grad()), early = values(a.grad()), late = values(b.grad());
+  for (std::size_t i = 0; i < full.size(); ++i)
+    EXPECT_NEAR(full[i], early[i] + late[i], 1e-5 * (1 + std::abs(full[i]))) << i;
+}
+
+TEST(GradReadyHook, UnreachedParametersGetNoCallAndSkippedEntriesStillFire) {
+  const Tensor x = Tensor::randn({2, 3}, 1);
+  Tensor w1 = param({3, 3}, 2), w2 = param({3, 3}, 3), unused = param({3, 3}, 4);
+  HookLog log;
+  log.watch(w1, "w1"), log.watch(w2, "w2"), log.watch(unused, "unused");
+  const Tensor side = sum(mul(x, matmul(x, unused)));  // on the tape, but not in the loss's graph
+  // An op whose backward passes no gradient: the entry making h is skipped in the replay.
+  const Tensor h = matmul(x, w1);
+  Tensor blocked = h.detach().clone();
+  record_if_needed("block", {h}, {&blocked}, [](BackwardContext&) {});
+  backward(sum(matmul(blocked, w2)));
+  EXPECT_EQ(log.order, (std::vector<std::string>{"w2", "w1"}));
+  EXPECT_FALSE(w1.grad().defined());  // w1 was reached (its hook fired) but got no gradient
+  EXPECT_TRUE(log.grads_at_call.count("unused") == 0);
+  EXPECT_EQ(tape_size(), 0u);
+}
+
+TEST(GradReadyHook, EachBackwardCallFiresAgainWithTheAccumulatedGradient) {
+  const Tensor x = Tensor::randn({2, 3}, 1);
+  Tensor w1 = param({3, 4}, 2), w2 = param({4, 1}, 3);
+  HookLog log;
+  log.watch(w1, "w1"), log.watch(w2, "w2");
+  std::vector<std::vector<double>> after;
+  for (int micro_batch = 0; micro_batch < 2; ++micro_batch) {
+    backward(sum(matmul(matmul(x, w1), w2)));
+    after.push_back(values(w1.grad()));
+  }
+  EXPECT_EQ(log.order, (std::vector<std::string>{"w2", "w1", "w2", "w1"}));
+  ASSERT_EQ(log.grads_at_call["w1"].size(), 2u);
+  EXPECT_EQ(values(log.grads_at_call["w1"][0]), after[0]);
+  EXPECT_EQ(values(log.grads_at_call["w1"][1]), after[1]);
+}
+
+TEST(GradReadyHook, FiresWhenBackwardStartsFromTheLeafAndStopsWhenRemoved) {
+  Tensor w = param({3}, 1);
+  int calls = 0;
+  std::vector<double> seen;
+  GradReadyHandle handle = on_grad_ready(w, [&] { ++calls, seen = values(w.grad()); });
+  backward(w, Tensor::from_vector<float>({1, 2, 3}, {3}));
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(seen, (std::vector<double>{1, 2, 3}));
+  handle.remove();
+  handle.remove();  // again: nothing
+  backward(sum(square(w)));
+  EXPECT_EQ(calls, 1);
+}
+
+TEST(GradReadyHook, ParameterBufferFiresEveryEntryOncePerBackwardOnACausalLM) {
+  nn::ModelConfig c;
+  c.vocab_size = 11, c.d_model = 8, c.n_layers = 2, c.n_heads = 2, c.n_kv_heads = 1, c.d_ff = 12;
+  c.dtype = DType::f32;
+  c.init_std = 0.3;
+  nn::CausalLM model(c, attention::make_factory({}));  // tied embeddings: embed_tokens is used first and last
+  nn::ParameterBuffer buffer(model.named_parameters());
+  std::vector<std::string> order;
+  std::map<std::string, Tensor> grads_at_call;
+  buffer.on_grad_ready([&](const nn::ParameterBuffer::Entry& e) {
+    order.push_back(e.name);
+    grads_at_call[e.name] = nn::ParameterBuffer::segment(buffer.grads(), e).clone();
+  });
+  const Tensor tokens = Tensor::from_vector<std::int32_t>({1, 4, 2, 9, 7, 3, 0, 5, 10, 6, 8, 2}, {2, 6});
+  for (int micro_batch = 1; micro_batch <= 2; ++micro_batch) {
+    backward(model.loss(tokens));
+    EXPECT_EQ(order.size(), micro_batch * buffer.entries().size());
+    std::map<std::string, int> calls;
+    for (const std::string& name : order) ++calls[name];
+    for (const auto& e : buffer.entries()) {
+      EXPECT_EQ(calls[e.name], micro_batch) << e.name;
+      EXPECT_EQ(values(grads_at_call[e.name]), values(nn::ParameterBuffer::segment(buffer.grads(), e))) << e.name;
+    }
+    EXPECT_EQ(order.back(), "model.embed_tokens.weight");
+  }
+  EXPECT_GT(buffer.grad_norm(), 0.0);
+}
+
+}  // namespace
+}  // namespace dark
