@@ -115,9 +115,12 @@ Tensor Tensor::clone() const {
 
 void Tensor::copy_(const Tensor& src) {
   DARK_CHECK(src.shape() == shape_, "copy_: source ", src.describe(), " into ", describe());
+  // No silent conversion: a dtype mismatch is almost always a bug at the call site.
+  DARK_CHECK(src.dtype() == dtype_, "copy_: source ", dtype_name(src.dtype()), shape_str(src.shape()),
+             " into destination ", dtype_name(dtype_), shape_str(shape_),
+             ": dtypes differ; convert explicitly with .to(dtype)");
   if (src.device() == device()) {
-    Tensor s = src.dtype() == dtype_ ? src : src.to(dtype_);
-    kernels::strided_copy().get(device().type, dtype_)(s, *this);
+    kernels::strided_copy().get(device().type, dtype_)(src, *this);
     return;
   }
   copy_(src.to(device()));

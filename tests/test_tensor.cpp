@@ -1,6 +1,9 @@
 // Tensor metadata, views, conversions, printing, and the caching allocator.
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <string>
+
 #include "autograd/ops.h"
 #include "core/allocator.h"
 #include "core/tensor.h"
@@ -10,6 +13,16 @@ namespace dark {
 namespace {
 
 std::vector<double> values(const Tensor& t) { return t.to(DType::f64).to_vector<double>(); }
+
+template <class Fn>
+std::string error_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no dark::Error";
+}
 
 TEST(Tensor, CreationAndMetadata) {
   const Tensor t = Tensor::zeros({2, 3, 4});
@@ -84,6 +97,19 @@ TEST(Tensor, CopyAndPrinting) {
   EXPECT_NE(s.find("[[0, 1, 2],"), std::string::npos) << s;
   const std::string big = Tensor::arange(100).to_string();
   EXPECT_NE(big.find("..."), std::string::npos) << big;
+}
+
+TEST(Tensor, CopyRequiresMatchingDtypes) {
+  Tensor dst = Tensor::zeros({2, 3});
+  const Tensor src = Tensor::full({2, 3}, 1.5, DType::f64);
+  EXPECT_EQ(error_of([&] { dst.copy_(src); }),
+            "copy_: source f64[2, 3] into destination f32[2, 3]: dtypes differ; convert explicitly with .to(dtype)");
+  EXPECT_EQ(values(dst), std::vector<double>(6, 0.0)) << "a refused copy wrote into the destination";
+  dst.copy_(src.to(DType::f32));
+  EXPECT_EQ(values(dst), std::vector<double>(6, 1.5));
+  // Conversion itself still works, through to(dtype), also for non-contiguous sources.
+  const Tensor t = core::transpose(core::reshape(Tensor::arange(6, DType::f64), {2, 3}), 0, 1);
+  EXPECT_EQ(t.to(DType::i64).to_vector<std::int64_t>(), (std::vector<std::int64_t>{0, 3, 1, 4, 2, 5}));
 }
 
 TEST(Allocator, ReusesFreedBlocks) {
