@@ -1,4 +1,4 @@
-// Tensor metadata, views, conversions, printing, and the caching allocator.
+// Tensor metadata, views, conversions, printing, size checks, and the caching allocator.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -110,6 +110,30 @@ TEST(Tensor, CopyRequiresMatchingDtypes) {
   // Conversion itself still works, through to(dtype), also for non-contiguous sources.
   const Tensor t = core::transpose(core::reshape(Tensor::arange(6, DType::f64), {2, 3}), 0, 1);
   EXPECT_EQ(t.to(DType::i64).to_vector<std::int64_t>(), (std::vector<std::int64_t>{0, 3, 1, 4, 2, 5}));
+}
+
+TEST(Tensor, SizesThatOverflowAreErrorsNamingTheShape) {
+  const std::int64_t big = std::int64_t{1} << 40;
+  std::string m = error_of([&] { Tensor::empty({big, big}); });
+  EXPECT_NE(m.find("[1099511627776, 1099511627776]"), std::string::npos) << m;
+  EXPECT_NE(m.find("element count overflows"), std::string::npos) << m;
+  // 2^61 elements fit in int64, their 2^63 bytes do not.
+  m = error_of([&] { Tensor::empty({std::int64_t{1} << 61}, DType::f32); });
+  EXPECT_NE(m.find("f32[2305843009213693952]"), std::string::npos) << m;
+  EXPECT_NE(m.find("byte count overflows"), std::string::npos) << m;
+  m = error_of([&] { Tensor::zeros({std::int64_t{1} << 60}, DType::f64); });
+  EXPECT_NE(m.find("f64[1152921504606846976]"), std::string::npos) << m;
+  // numel and strides check on their own; a zero size does not hide the overflow of strides.
+  EXPECT_NE(error_of([&] { numel({big, big, 2}); }).find("element count overflows"), std::string::npos);
+  EXPECT_NE(error_of([&] { numel({2, -3}); }).find("shape [2, -3] has a negative size"), std::string::npos);
+  EXPECT_NE(error_of([&] { contiguous_strides({2, big, big}); }).find("stride overflows"), std::string::npos);
+  EXPECT_NE(error_of([&] { Tensor::empty({0, big, big}); }).find("[0, 1099511627776, 1099511627776]"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { core::reshape(Tensor::zeros({4}), {big, big, -1}); }).find("overflows"),
+            std::string::npos);
+  // The largest sizes that fit are fine as metadata.
+  EXPECT_EQ(numel({big, 1 << 22}), std::int64_t{1} << 62);
+  EXPECT_EQ(contiguous_strides({big, 1 << 22, 1}), (Strides{std::int64_t{1} << 22, 1, 1}));
 }
 
 TEST(Allocator, ReusesFreedBlocks) {
