@@ -1,9 +1,13 @@
 // The op registry (tests/op_cases.h) on CUDA in float32 and bfloat16, forward and
-// gradients, against the CPU in float64. Skips (visibly) when no GPU can run kernels:
-// "insufficient driver" and "no device" both count as no GPU.
+// gradients, against the CPU in float64; plus CUDA checks against the CPU (Philox bits,
+// large matmul, saturating casts). Skips (visibly) when no GPU can run
+// kernels: "insufficient driver" and "no device" both count as no GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
 
 #include "autograd/tape.h"
 #include "core/backend.h"
@@ -122,6 +126,27 @@ TEST(Gpu, AllocatorReusesDeviceMemory) {
   const auto before = allocator_for(Device::cuda(0)).stats();
   for (int i = 0; i < 50; ++i) Tensor t = Tensor::empty({1000, 1000}, DType::f32, Device::cuda(0));
   EXPECT_EQ(allocator_for(Device::cuda(0)).stats().system_allocs, before.system_allocs);
+}
+
+// Float -> integer casts saturate on CUDA exactly as on the CPU (Rust's `as`).
+TEST(Gpu, FloatToIntegerCastsSaturateLikeTheCpu) {
+  DARK_REQUIRE_GPU();
+  constexpr double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  constexpr auto i32_min = std::numeric_limits<std::int32_t>::min(), i32_max = std::numeric_limits<std::int32_t>::max();
+  constexpr auto i64_min = std::numeric_limits<std::int64_t>::min(), i64_max = std::numeric_limits<std::int64_t>::max();
+  const Tensor in32 = Tensor::from_vector<double>({nan, inf, -inf, 3e10, -3e10, 2.7, -2.7}, {7});
+  const Tensor in64 = Tensor::from_vector<double>({nan, inf, -inf, 3e19, -3e19, 17179869184.0, 2.7, -2.7}, {8});
+  for (DType from : {DType::f32, DType::f64, DType::bf16}) {
+    const Tensor x32 = in32.to(from).to(Device::cuda(0)), x64 = in64.to(from).to(Device::cuda(0));
+    EXPECT_EQ(x32.to(DType::i32).to_vector<std::int32_t>(),
+              (std::vector<std::int32_t>{0, i32_max, i32_min, i32_max, i32_min, 2, -2}))
+        << dtype_name(from);
+    EXPECT_EQ(x64.to(DType::i64).to_vector<std::int64_t>(),
+              (std::vector<std::int64_t>{0, i64_max, i64_min, i64_max, i64_min, std::int64_t{1} << 34, 2, -2}))
+        << dtype_name(from);
+  }
+  EXPECT_EQ(Tensor::full({3}, nan, DType::i32, Device::cuda(0)).to_vector<std::int32_t>(),
+            (std::vector<std::int32_t>{0, 0, 0}));
 }
 
 TEST(Gpu, NoDeviceIsReportedAsUnavailableNotAsACrash) {

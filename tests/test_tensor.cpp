@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <limits>
 #include <string>
 
 #include "autograd/ops.h"
@@ -134,6 +135,30 @@ TEST(Tensor, SizesThatOverflowAreErrorsNamingTheShape) {
   // The largest sizes that fit are fine as metadata.
   EXPECT_EQ(numel({big, 1 << 22}), std::int64_t{1} << 62);
   EXPECT_EQ(contiguous_strides({big, 1 << 22, 1}), (Strides{std::int64_t{1} << 22, 1, 1}));
+}
+
+TEST(Tensor, FloatToIntegerCastsSaturateLikeRustAs) {
+  constexpr double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  constexpr auto i32_min = std::numeric_limits<std::int32_t>::min(), i32_max = std::numeric_limits<std::int32_t>::max();
+  constexpr auto i64_min = std::numeric_limits<std::int64_t>::min(), i64_max = std::numeric_limits<std::int64_t>::max();
+  const Tensor in32 = Tensor::from_vector<double>({nan, inf, -inf, 3e10, -3e10, 2.7, -2.7}, {7});
+  // 2^34 is exact in bf16, f32 and f64.
+  const Tensor in64 = Tensor::from_vector<double>({nan, inf, -inf, 3e19, -3e19, 17179869184.0, 2.7, -2.7}, {8});
+  for (DType from : {DType::f32, DType::f64, DType::bf16}) {
+    EXPECT_EQ(in32.to(from).to(DType::i32).to_vector<std::int32_t>(),
+              (std::vector<std::int32_t>{0, i32_max, i32_min, i32_max, i32_min, 2, -2}))
+        << dtype_name(from);
+    EXPECT_EQ(in64.to(from).to(DType::i64).to_vector<std::int64_t>(),
+              (std::vector<std::int64_t>{0, i64_max, i64_min, i64_max, i64_min, std::int64_t{1} << 34, 2, -2}))
+        << dtype_name(from);
+  }
+  // The edges of i32, from f64: truncation toward zero decides.
+  const Tensor edges = Tensor::from_vector<double>({-2147483648.0, -2147483648.9, -2147483649.0, 2147483647.9, 2147483648.0}, {5});
+  EXPECT_EQ(edges.to(DType::i32).to_vector<std::int32_t>(),
+            (std::vector<std::int32_t>{i32_min, i32_min, i32_min, i32_max, i32_max}));
+  // fill converts its double value the same way.
+  EXPECT_EQ(Tensor::full({2}, nan, DType::i32).to_vector<std::int32_t>(), (std::vector<std::int32_t>{0, 0}));
+  EXPECT_EQ(Tensor::full({1}, -1e300, DType::i64).to_vector<std::int64_t>(), (std::vector<std::int64_t>{i64_min}));
 }
 
 TEST(Allocator, ReusesFreedBlocks) {
