@@ -1,4 +1,5 @@
-// Printable names of the op enums (used in error messages and test names).
+// Printable names of the op enums (used in error messages and test names) and the shared
+// messages of kernel errors.
 #include "core/kernels.h"
 
 namespace dark {
@@ -19,6 +20,10 @@ const char* unary_op_name(UnaryOp op) {
 const char* reduce_op_name(ReduceOp op) {
   static const char* names[] = {"sum", "mean", "max", "min", "logsumexp"};
   return names[static_cast<int>(op)];
+}
+
+std::string index_out_of_range(const char* kernel, std::int64_t index, std::int64_t position, std::int64_t n) {
+  return str(kernel, ": index ", index, " at position ", position, " is out of range [0, ", n, ")");
 }
 
 }  // namespace dark

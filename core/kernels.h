@@ -8,6 +8,7 @@
 //     have the output's shape.
 #pragma once
 #include <cstdint>
+#include <string>
 
 #include "core/dispatch.h"
 #include "core/tensor.h"
@@ -83,8 +84,12 @@ DARK_DECLARE_KERNEL(gather, void(const Tensor& x, const Tensor& index, Tensor& o
                                  std::int64_t outer, std::int64_t n, std::int64_t inner))
 // dx (outer, n, inner) += scatter of dout (outer, k, inner) at index: the backward of gather.
 // Deterministic: repeated indices are summed in index order.
+// On every device, an index outside [0, n) in gather or scatter_add throws the error
+// index_out_of_range builds, naming the first bad position; scatter_add leaves dx unchanged.
 DARK_DECLARE_KERNEL(scatter_add, void(const Tensor& dout, const Tensor& index, Tensor& dx,
                                       std::int64_t outer, std::int64_t n, std::int64_t inner))
+// "gather: index 7 at position 2 is out of range [0, 5)": one message for every device.
+std::string index_out_of_range(const char* kernel, std::int64_t index, std::int64_t position, std::int64_t n);
 // Inclusive prefix sums along the middle axis of x: (outer, n, inner); reverse=true sums
 // from the end (the backward of cumsum).
 DARK_DECLARE_KERNEL(cumsum, void(const Tensor& x, Tensor& out, std::int64_t outer,

@@ -7,9 +7,19 @@
 
 namespace dark {
 
+std::int64_t checked_mul(std::int64_t a, std::int64_t b, const Shape& shape, const char* what) {
+  std::int64_t product;
+  DARK_CHECK(!__builtin_mul_overflow(a, b, &product), "shape ", shape_str(shape), ": ", what,
+             " overflows a 64-bit integer (", a, " * ", b, ")");
+  return product;
+}
+
 std::int64_t numel(const Shape& shape) {
   std::int64_t n = 1;
-  for (auto s : shape) n *= s;
+  for (auto s : shape) {
+    DARK_CHECK(s >= 0, "shape ", shape_str(shape), " has a negative size");
+    n = checked_mul(n, s, shape, "element count");
+  }
   return n;
 }
 
@@ -18,7 +28,8 @@ Strides contiguous_strides(const Shape& shape) {
   std::int64_t s = 1;
   for (std::size_t i = shape.size(); i-- > 0;) {
     strides[i] = s;
-    s *= std::max<std::int64_t>(shape[i], 1);
+    // Sizes of 0 count as 1 here, so a shape with no elements can still overflow.
+    if (i > 0) s = checked_mul(s, std::max<std::int64_t>(shape[i], 1), shape, "stride");
   }
   return strides;
 }

@@ -18,10 +18,24 @@ Tensor::Tensor(std::shared_ptr<Storage> storage, Shape shape, Strides strides, s
       offset_(offset), dtype_(dtype) {}
 
 // ---------------------------------------------------------------- creation
+namespace {
+// Bytes of a contiguous tensor; an overflow is an error naming dtype and shape, before any
+// allocation is attempted.
+std::size_t storage_bytes(const Shape& shape, DType dtype) {
+  const std::int64_t n = dark::numel(shape);
+  std::int64_t bytes;
+  DARK_CHECK(!__builtin_mul_overflow(n, static_cast<std::int64_t>(dtype_size(dtype)), &bytes), "empty: ",
+             dtype_name(dtype), shape_str(shape), " needs ", n, " elements of ", dtype_size(dtype),
+             " bytes each: the byte count overflows a 64-bit integer");
+  return static_cast<std::size_t>(bytes);
+}
+}  // namespace
+
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   for (auto s : shape) DARK_CHECK(s >= 0, "empty: negative size in shape ", shape_str(shape));
-  auto storage = std::make_shared<Storage>(dark::numel(shape) * dtype_size(dtype), device);
-  return Tensor(std::move(storage), shape, contiguous_strides(shape), 0, dtype);
+  Strides strides = contiguous_strides(shape);
+  auto storage = std::make_shared<Storage>(storage_bytes(shape, dtype), device);
+  return Tensor(std::move(storage), shape, std::move(strides), 0, dtype);
 }
 
 Tensor Tensor::full(const Shape& shape, double value, DType dtype, Device device) {
@@ -115,9 +129,12 @@ Tensor Tensor::clone() const {
 
 void Tensor::copy_(const Tensor& src) {
   DARK_CHECK(src.shape() == shape_, "copy_: source ", src.describe(), " into ", describe());
+  // No silent conversion: a dtype mismatch is almost always a bug at the call site.
+  DARK_CHECK(src.dtype() == dtype_, "copy_: source ", dtype_name(src.dtype()), shape_str(src.shape()),
+             " into destination ", dtype_name(dtype_), shape_str(shape_),
+             ": dtypes differ; convert explicitly with .to(dtype)");
   if (src.device() == device()) {
-    Tensor s = src.dtype() == dtype_ ? src : src.to(dtype_);
-    kernels::strided_copy().get(device().type, dtype_)(s, *this);
+    kernels::strided_copy().get(device().type, dtype_)(src, *this);
     return;
   }
   copy_(src.to(device()));
@@ -218,7 +235,7 @@ Tensor reshape(const Tensor& t, Shape shape) {
       DARK_CHECK(infer < 0, "reshape: more than one -1 in ", shape_str(shape));
       infer = static_cast<int>(i);
     } else {
-      known *= shape[i];
+      known = checked_mul(known, shape[i], shape, "element count");
     }
   }
   if (infer >= 0) {

@@ -106,7 +106,8 @@ class Tensor {
   Tensor clone() const;
   Tensor to(Device device) const;
   Tensor to(DType dtype) const;
-  // Copies src's values into this tensor's elements (any strides; shapes must match).
+  // Copies src's values into this tensor's elements (any strides, any devices). Shapes and
+  // dtypes must match: nothing converts silently; use src.to(dtype()) to convert.
   void copy_(const Tensor& src);
   void fill_(double value);
 

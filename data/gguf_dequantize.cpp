@@ -7,6 +7,7 @@
 #include <cstring>
 #include <string>
 
+#include "core/cpu/parallel.h"
 #include "core/error.h"
 #include "data/gguf_bytes.h"
 
@@ -313,8 +314,11 @@ void dequantize(GgufType type, const std::uint8_t* src, std::size_t src_bytes, s
              "dequantize: ", count, " values of type ", tr.name, " need ", blocks * tr.type_bytes,
              " bytes, got ", src_bytes);
   // Blocks are independent, so the split over threads cannot change any value.
+  cpu::RegionErrors errors;
 #pragma omp parallel for schedule(static) if (blocks >= 4096)
-  for (std::int64_t i = 0; i < blocks; ++i) kernel(src + i * tr.type_bytes, dst + i * tr.block_size);
+  for (std::int64_t i = 0; i < blocks; ++i)
+    errors.run(i, [&] { kernel(src + i * tr.type_bytes, dst + i * tr.block_size); });
+  errors.rethrow();
 }
 
 }  // namespace dark::data

@@ -8,6 +8,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "core/cpu/parallel.h"
 #include "core/error.h"
 #include "core/file_io.h"
 #include "data/hash.h"
@@ -170,22 +171,21 @@ SplitResult write_split(const DataConfig& cfg, const Corpus& corpus, Split split
     const std::size_t n = std::min(kFilesPerChunk, files.size() - begin);
     std::vector<std::vector<std::int32_t>> tokens(n);
     std::vector<std::uint64_t> bytes(n);
-    std::vector<std::exception_ptr> errors(n);
+    // The error of the first failing file (in file order) is rethrown after the region.
+    cpu::RegionErrors errors;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(cfg.num_threads)
     for (std::size_t i = 0; i < n; ++i) {
-      try {
+      errors.run(static_cast<std::int64_t>(i), [&] {
         const std::string text = read_document(files[begin + i], policy);
         bytes[i] = text.size();
         if (!text.empty()) {
           tokens[i] = tok.encode(text);
           tokens[i].push_back(tok.eos_id());
         }
-      } catch (...) {
-        errors[i] = std::current_exception();
-      }
+      });
     }
+    errors.rethrow();
     for (std::size_t i = 0; i < n; ++i) {
-      if (errors[i]) std::rethrow_exception(errors[i]);
       result.bytes += bytes[i];
       if (tokens[i].empty()) {
         ++result.empty_files;

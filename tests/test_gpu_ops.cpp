@@ -1,12 +1,19 @@
 // The op registry (tests/op_cases.h) on CUDA in float32 and bfloat16, forward and
-// gradients, against the CPU in float64. Skips (visibly) when no GPU can run kernels:
-// "insufficient driver" and "no device" both count as no GPU.
+// gradients, against the CPU in float64; plus CUDA checks against the CPU (Philox bits,
+// large matmul, index errors, saturating casts). Skips (visibly) when no GPU can run
+// kernels: "insufficient driver" and "no device" both count as no GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
 
 #include "autograd/tape.h"
 #include "core/backend.h"
+#include "core/kernels.h"
 #include "tests/op_cases.h"
 
 namespace dark {
@@ -122,6 +129,74 @@ TEST(Gpu, AllocatorReusesDeviceMemory) {
   const auto before = allocator_for(Device::cuda(0)).stats();
   for (int i = 0; i < 50; ++i) Tensor t = Tensor::empty({1000, 1000}, DType::f32, Device::cuda(0));
   EXPECT_EQ(allocator_for(Device::cuda(0)).stats().system_allocs, before.system_allocs);
+}
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no dark::Error";
+}
+
+// gather used to give NaN for an index outside [0, n) on CUDA; now it throws the CPU's
+// message, naming the first bad position, for i32 and i64 indices.
+TEST(Gpu, GatherOutOfRangeIndexIsTheCpuError) {
+  DARK_REQUIRE_GPU();
+  const Tensor x = Tensor::randn({4, 3}, 1);
+  for (DType index_dtype : {DType::i32, DType::i64}) {
+    const Tensor index = Tensor::from_vector<std::int64_t>({1, 2, 4, 0, -1}, {5}).to(index_dtype);
+    const std::string want = error_of([&] { index_select(x, 0, index); });
+    EXPECT_EQ(want, "gather: index 4 at position 2 is out of range [0, 4)");
+    EXPECT_EQ(error_of([&] { index_select(x.to(Device::cuda(0)), 0, index.to(Device::cuda(0))); }), want)
+        << dtype_name(index_dtype);
+  }
+  // The lowest bad position is reported, however the threads race.
+  const Tensor many_bad = Tensor::from_vector<std::int64_t>(std::vector<std::int64_t>(5000, 9), {5000});
+  EXPECT_EQ(error_of([&] { index_select(x.to(Device::cuda(0)), 0, many_bad.to(Device::cuda(0))); }),
+            "gather: index 9 at position 0 is out of range [0, 4)");
+  // A valid call still works after a failed one.
+  const Tensor ok = Tensor::from_vector<std::int64_t>({3, 0}, {2});
+  EXPECT_EQ(compare(index_select(x.to(Device::cuda(0)), 0, ok.to(Device::cuda(0))), index_select(x, 0, ok), {0, 0}), "");
+}
+
+// scatter_add (the backward of gather) used to skip an out-of-range index on CUDA; now it
+// throws before writing, leaving dx as it was.
+TEST(Gpu, ScatterAddOutOfRangeIndexIsTheCpuErrorAndWritesNothing) {
+  DARK_REQUIRE_GPU();
+  const Tensor dout = Tensor::ones({2, 3, 5});  // (outer, k, inner)
+  const Tensor index = Tensor::from_vector<std::int32_t>({0, -2, 7}, {3});
+  for (Device device : {Device::cpu(), Device::cuda(0)}) {
+    Tensor dx = Tensor::full({2, 4, 5}, 0.5, DType::f32, device);  // (outer, n, inner)
+    EXPECT_EQ(error_of([&] {
+                kernels::scatter_add().get(device.type, DType::f32)(dout.to(device), index.to(device), dx, 2, 4, 5);
+              }),
+              "scatter_add: index -2 at position 1 is out of range [0, 4)")
+        << device.to_string();
+    EXPECT_EQ(dx.to(Device::cpu()).to_vector<float>(), std::vector<float>(40, 0.5f)) << device.to_string();
+  }
+}
+
+// Float -> integer casts saturate on CUDA exactly as on the CPU (Rust's `as`).
+TEST(Gpu, FloatToIntegerCastsSaturateLikeTheCpu) {
+  DARK_REQUIRE_GPU();
+  constexpr double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  constexpr auto i32_min = std::numeric_limits<std::int32_t>::min(), i32_max = std::numeric_limits<std::int32_t>::max();
+  constexpr auto i64_min = std::numeric_limits<std::int64_t>::min(), i64_max = std::numeric_limits<std::int64_t>::max();
+  const Tensor in32 = Tensor::from_vector<double>({nan, inf, -inf, 3e10, -3e10, 2.7, -2.7}, {7});
+  const Tensor in64 = Tensor::from_vector<double>({nan, inf, -inf, 3e19, -3e19, 17179869184.0, 2.7, -2.7}, {8});
+  for (DType from : {DType::f32, DType::f64, DType::bf16}) {
+    const Tensor x32 = in32.to(from).to(Device::cuda(0)), x64 = in64.to(from).to(Device::cuda(0));
+    EXPECT_EQ(x32.to(DType::i32).to_vector<std::int32_t>(),
+              (std::vector<std::int32_t>{0, i32_max, i32_min, i32_max, i32_min, 2, -2}))
+        << dtype_name(from);
+    EXPECT_EQ(x64.to(DType::i64).to_vector<std::int64_t>(),
+              (std::vector<std::int64_t>{0, i64_max, i64_min, i64_max, i64_min, std::int64_t{1} << 34, 2, -2}))
+        << dtype_name(from);
+  }
+  EXPECT_EQ(Tensor::full({3}, nan, DType::i32, Device::cuda(0)).to_vector<std::int32_t>(),
+            (std::vector<std::int32_t>{0, 0, 0}));
 }
 
 TEST(Gpu, NoDeviceIsReportedAsUnavailableNotAsACrash) {

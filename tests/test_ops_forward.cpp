@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <string>
 
 #include "autograd/grad_mode.h"
 #include "autograd/ops.h"
@@ -178,6 +179,29 @@ TEST(Forward, IndexingCumsumWhereConcat) {
   const auto parts = split(w2, {1, 3}, 0);
   EXPECT_EQ(values(parts[1]), (std::vector<double>{3, 4, 5, 6, 7, 8, 9, 10, 11}));
   EXPECT_THROW(embedding(w2, Tensor::from_vector<std::int64_t>({4}, {1})), Error);  // out of range id
+}
+
+// The message CUDA repeats (tests/test_gpu_ops.cpp): kernel, first bad index and position, range.
+TEST(Forward, OutOfRangeIndexNamesKernelPositionAndRange) {
+  auto message = [](auto&& fn) -> std::string {
+    try {
+      fn();
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "no dark::Error";
+  };
+  const Tensor x = core::reshape(Tensor::arange(12), {4, 3});
+  EXPECT_EQ(message([&] { index_select(x, 0, Tensor::from_vector<std::int32_t>({1, 4, -1}, {3})); }),
+            "gather: index 4 at position 1 is out of range [0, 4)");
+  Tensor dx = Tensor::zeros({4, 3});
+  EXPECT_EQ(message([&] {
+              kernels::scatter_add().get(DeviceType::cpu, DType::f32)(Tensor::ones({2, 3}),
+                                                                      Tensor::from_vector<std::int64_t>({3, -1}, {2}),
+                                                                      dx, 1, 4, 3);
+            }),
+            "scatter_add: index -1 at position 1 is out of range [0, 4)");
+  EXPECT_EQ(values(dx), std::vector<double>(12, 0.0)) << "scatter_add wrote before failing";
 }
 
 TEST(Forward, ElementwiseLargeParallelMatchesSerialDefinition) {

@@ -1,5 +1,9 @@
-// Tensor metadata, views, conversions, printing, and the caching allocator.
+// Tensor metadata, views, conversions, printing, size checks, and the caching allocator.
 #include <gtest/gtest.h>
+
+#include <cstdint>
+#include <limits>
+#include <string>
 
 #include "autograd/ops.h"
 #include "core/allocator.h"
@@ -10,6 +14,16 @@ namespace dark {
 namespace {
 
 std::vector<double> values(const Tensor& t) { return t.to(DType::f64).to_vector<double>(); }
+
+template <class Fn>
+std::string error_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no dark::Error";
+}
 
 TEST(Tensor, CreationAndMetadata) {
   const Tensor t = Tensor::zeros({2, 3, 4});
@@ -84,6 +98,67 @@ TEST(Tensor, CopyAndPrinting) {
   EXPECT_NE(s.find("[[0, 1, 2],"), std::string::npos) << s;
   const std::string big = Tensor::arange(100).to_string();
   EXPECT_NE(big.find("..."), std::string::npos) << big;
+}
+
+TEST(Tensor, CopyRequiresMatchingDtypes) {
+  Tensor dst = Tensor::zeros({2, 3});
+  const Tensor src = Tensor::full({2, 3}, 1.5, DType::f64);
+  EXPECT_EQ(error_of([&] { dst.copy_(src); }),
+            "copy_: source f64[2, 3] into destination f32[2, 3]: dtypes differ; convert explicitly with .to(dtype)");
+  EXPECT_EQ(values(dst), std::vector<double>(6, 0.0)) << "a refused copy wrote into the destination";
+  dst.copy_(src.to(DType::f32));
+  EXPECT_EQ(values(dst), std::vector<double>(6, 1.5));
+  // Conversion itself still works, through to(dtype), also for non-contiguous sources.
+  const Tensor t = core::transpose(core::reshape(Tensor::arange(6, DType::f64), {2, 3}), 0, 1);
+  EXPECT_EQ(t.to(DType::i64).to_vector<std::int64_t>(), (std::vector<std::int64_t>{0, 3, 1, 4, 2, 5}));
+}
+
+TEST(Tensor, SizesThatOverflowAreErrorsNamingTheShape) {
+  const std::int64_t big = std::int64_t{1} << 40;
+  std::string m = error_of([&] { Tensor::empty({big, big}); });
+  EXPECT_NE(m.find("[1099511627776, 1099511627776]"), std::string::npos) << m;
+  EXPECT_NE(m.find("element count overflows"), std::string::npos) << m;
+  // 2^61 elements fit in int64, their 2^63 bytes do not.
+  m = error_of([&] { Tensor::empty({std::int64_t{1} << 61}, DType::f32); });
+  EXPECT_NE(m.find("f32[2305843009213693952]"), std::string::npos) << m;
+  EXPECT_NE(m.find("byte count overflows"), std::string::npos) << m;
+  m = error_of([&] { Tensor::zeros({std::int64_t{1} << 60}, DType::f64); });
+  EXPECT_NE(m.find("f64[1152921504606846976]"), std::string::npos) << m;
+  // numel and strides check on their own; a zero size does not hide the overflow of strides.
+  EXPECT_NE(error_of([&] { numel({big, big, 2}); }).find("element count overflows"), std::string::npos);
+  EXPECT_NE(error_of([&] { numel({2, -3}); }).find("shape [2, -3] has a negative size"), std::string::npos);
+  EXPECT_NE(error_of([&] { contiguous_strides({2, big, big}); }).find("stride overflows"), std::string::npos);
+  EXPECT_NE(error_of([&] { Tensor::empty({0, big, big}); }).find("[0, 1099511627776, 1099511627776]"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { core::reshape(Tensor::zeros({4}), {big, big, -1}); }).find("overflows"),
+            std::string::npos);
+  // The largest sizes that fit are fine as metadata.
+  EXPECT_EQ(numel({big, 1 << 22}), std::int64_t{1} << 62);
+  EXPECT_EQ(contiguous_strides({big, 1 << 22, 1}), (Strides{std::int64_t{1} << 22, 1, 1}));
+}
+
+TEST(Tensor, FloatToIntegerCastsSaturateLikeRustAs) {
+  constexpr double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  constexpr auto i32_min = std::numeric_limits<std::int32_t>::min(), i32_max = std::numeric_limits<std::int32_t>::max();
+  constexpr auto i64_min = std::numeric_limits<std::int64_t>::min(), i64_max = std::numeric_limits<std::int64_t>::max();
+  const Tensor in32 = Tensor::from_vector<double>({nan, inf, -inf, 3e10, -3e10, 2.7, -2.7}, {7});
+  // 2^34 is exact in bf16, f32 and f64.
+  const Tensor in64 = Tensor::from_vector<double>({nan, inf, -inf, 3e19, -3e19, 17179869184.0, 2.7, -2.7}, {8});
+  for (DType from : {DType::f32, DType::f64, DType::bf16}) {
+    EXPECT_EQ(in32.to(from).to(DType::i32).to_vector<std::int32_t>(),
+              (std::vector<std::int32_t>{0, i32_max, i32_min, i32_max, i32_min, 2, -2}))
+        << dtype_name(from);
+    EXPECT_EQ(in64.to(from).to(DType::i64).to_vector<std::int64_t>(),
+              (std::vector<std::int64_t>{0, i64_max, i64_min, i64_max, i64_min, std::int64_t{1} << 34, 2, -2}))
+        << dtype_name(from);
+  }
+  // The edges of i32, from f64: truncation toward zero decides.
+  const Tensor edges = Tensor::from_vector<double>({-2147483648.0, -2147483648.9, -2147483649.0, 2147483647.9, 2147483648.0}, {5});
+  EXPECT_EQ(edges.to(DType::i32).to_vector<std::int32_t>(),
+            (std::vector<std::int32_t>{i32_min, i32_min, i32_min, i32_max, i32_max}));
+  // fill converts its double value the same way.
+  EXPECT_EQ(Tensor::full({2}, nan, DType::i32).to_vector<std::int32_t>(), (std::vector<std::int32_t>{0, 0}));
+  EXPECT_EQ(Tensor::full({1}, -1e300, DType::i64).to_vector<std::int64_t>(), (std::vector<std::int64_t>{i64_min}));
 }
 
 TEST(Allocator, ReusesFreedBlocks) {

@@ -1,23 +1,26 @@
 // CPU kernels that move or convert data: fill, strided copy (any layouts, any dtype of
-// equal size) and dtype casts.
+// equal size) and dtype casts (float -> integer saturates, as on CUDA).
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "core/cpu/parallel.h"
 #include "core/cpu/strided.h"
 #include "core/kernels.h"
+#include "core/saturating_cast.h"
 
 namespace dark::cpu {
 namespace {
 
-// Converts between element types through double (exact for every pair we hold except
-// i64 beyond 2^53, which a float tensor could not hold anyway); bf16 rounds to nearest even.
+// Converts between element types (exact for every pair we hold except i64 beyond 2^53,
+// which a float tensor could not hold anyway); bf16 goes through float and rounds to
+// nearest even; floats become integers by saturating_cast (NaN -> 0, out of range clamps).
 template <class To, class From>
 To convert(From v) {
   if constexpr (std::is_same_v<To, From>) return v;
   else if constexpr (std::is_same_v<To, BFloat16>) return BFloat16(static_cast<float>(v));
-  else if constexpr (std::is_same_v<From, BFloat16>) return static_cast<To>(static_cast<float>(v));
-  else if constexpr (std::is_same_v<To, float> && std::is_same_v<From, double>) return static_cast<float>(v);
+  else if constexpr (std::is_same_v<From, BFloat16>) return convert<To>(static_cast<float>(v));
+  else if constexpr (std::is_integral_v<To> && std::is_floating_point_v<From>) return saturating_cast<To>(v);
   else return static_cast<To>(v);
 }
 

@@ -28,6 +28,7 @@
 #include <cstdlib>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "core/cpu/parallel.h"
@@ -189,20 +190,28 @@ void mask_padded_keys(const Geometry& g, std::int64_t b, std::int64_t s0, T* til
 // Dynamic scheduling balances causal tiles of unequal cost; every task writes disjoint
 // outputs in a fixed order, so the schedule never changes a result. Inside, the thread
 // count ICV is set to 1 so that oneDNN's sgemm always runs single-threaded (the same
-// arithmetic whatever the team size). Returns false if any task failed.
+// arithmetic whatever the team size). Returns false if any task failed; an exception from
+// make_scratch or a task is rethrown here, after the region (see RegionErrors).
 template <class Scratch, class MakeScratch, class Task>
 bool run_tasks(std::int64_t n, MakeScratch&& make_scratch, Task&& task) {
   if (n <= 0) return true;
   std::atomic<bool> ok{true};
+  RegionErrors errors;
   const int threads = omp_in_parallel() ? 1 : static_cast<int>(std::min<std::int64_t>(omp_get_max_threads(), n));
 #pragma omp parallel num_threads(threads)
   {
     omp_set_num_threads(1);  // this thread's nested regions only
-    Scratch scratch = make_scratch();
+    // Ordered before every task: if it fails, all tasks are skipped, but each thread still
+    // reaches the worksharing loop, as OpenMP requires.
+    std::optional<Scratch> scratch;
+    errors.run(-1, [&] { scratch.emplace(make_scratch()); });
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t i = 0; i < n; ++i)
-      if (ok.load(std::memory_order_relaxed) && !task(i, scratch)) ok.store(false, std::memory_order_relaxed);
+      errors.run(i, [&] {
+        if (ok.load(std::memory_order_relaxed) && !task(i, *scratch)) ok.store(false, std::memory_order_relaxed);
+      });
   }
+  errors.rethrow();
   return ok.load();
 }
 

@@ -9,11 +9,13 @@
 namespace dark::cpu {
 namespace {
 
+// Throws the shared message (see kernels.h) for the first index outside [0, n).
 template <class I>
-std::int64_t checked_index(const I* idx, std::int64_t j, std::int64_t n) {
-  const std::int64_t v = static_cast<std::int64_t>(idx[j]);
-  DARK_CHECK(v >= 0 && v < n, "index ", v, " at position ", j, " is out of range [0, ", n, ")");
-  return v;
+void check_indices(const char* kernel, const I* idx, std::int64_t k, std::int64_t n) {
+  for (std::int64_t j = 0; j < k; ++j) {
+    const std::int64_t v = static_cast<std::int64_t>(idx[j]);
+    if (v < 0 || v >= n) throw Error(index_out_of_range(kernel, v, j, n));
+  }
 }
 
 template <class T, class I>
@@ -23,7 +25,7 @@ void gather_typed(const Tensor& x, const Tensor& index, Tensor& out, std::int64_
   const I* pi = index.data<I>();
   T* po = out.data<T>();
   const std::int64_t k = index.numel();
-  for (std::int64_t j = 0; j < k; ++j) checked_index(pi, j, n);  // fail before writing anything
+  check_indices("gather", pi, k, n);  // fail before writing anything
   parallel_for(outer * k, std::max<std::int64_t>(1, kGrainCheap / std::max<std::int64_t>(inner, 1)),
                [&](std::int64_t begin, std::int64_t end) {
                  for (std::int64_t r = begin; r < end; ++r) {
@@ -42,7 +44,7 @@ void scatter_add_typed(const Tensor& dout, const Tensor& index, Tensor& dx, std:
   const I* pi = index.data<I>();
   T* px = dx.data<T>();
   const std::int64_t k = index.numel();
-  for (std::int64_t j = 0; j < k; ++j) checked_index(pi, j, n);
+  check_indices("scatter_add", pi, k, n);
   // Threads own disjoint (outer, inner-range) columns; each walks all k indices in order.
   constexpr std::int64_t kColumns = 64;
   const std::int64_t column_blocks = (inner + kColumns - 1) / kColumns;

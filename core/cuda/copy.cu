@@ -1,7 +1,8 @@
 // Data movement kernels for every dtype (f32, f64, bf16, i32, i64):
 //   fill          out: (N) <- value, rounded once to out's dtype
 //   strided_copy  dst[i] = src[i]; src and dst: same shape, same dtype, any strides
-//   cast          dst[i] = convert(src[i]); dispatched on src's dtype, dst any dtype
+//   cast          dst[i] = convert(src[i]); dispatched on src's dtype, dst any dtype;
+//                 float -> integer saturates (NaN -> 0), as on the CPU
 // Strided operands go through StridedIndexer; fully contiguous layouts take a flat loop.
 #include <array>
 #include <cstdint>

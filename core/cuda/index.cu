@@ -1,13 +1,15 @@
 // Index kernels for f32, f64 and bf16 (bf16 accumulates in float); gather and cumsum also
 // for i32 and i64, as on the CPU:
 //   gather       x: (outer, n, inner), index: (k) i32/i64 -> out: (outer, k, inner),
-//                out[o, j, i] = x[o, index[j], i]; an index outside [0, n) gives NaN (0 for
-//                integer x): checking on the host would cost a synchronisation per call
+//                out[o, j, i] = x[o, index[j], i]
 //   scatter_add  dx: (outer, n, inner) += dout: (outer, k, inner) at index: (k), the
-//                backward of gather. Deterministic without atomics: a stable radix sort
-//                (CUB) groups equal indices while keeping their order, then one thread per
-//                (o, group, i) sums dx + dout[first] + dout[second] + ... in index order,
-//                as a sequential CPU loop does. Indices outside [0, n) are ignored.
+//                backward of gather. Deterministic without atomics in the sums: a stable
+//                radix sort (CUB) groups equal indices while keeping their order, then one
+//                thread per (o, group, i) sums dx + dout[first] + dout[second] + ... in index
+//                order, as a sequential CPU loop does.
+//   An index outside [0, n) is an error with the CPU's message, raised before anything is
+//   written (dx stays unchanged): a kernel over the k indices records the first bad
+//   position on the device (BadIndex) and the host reads it back before going on.
 //   cumsum       out: (outer, n, inner) inclusive prefix sums along n (reverse: from the
 //                end). inner == 1 with long rows: one block per row (CUB BlockScan over
 //                tiles, carrying the running total); otherwise one thread per (o, i) summing
@@ -16,8 +18,6 @@
 #include <cub/device/device_radix_sort.cuh>
 
 #include <cstdint>
-#include <limits>
-#include <type_traits>
 
 #include "core/cuda/launch.cuh"
 #include "core/kernels.h"
@@ -40,14 +40,64 @@ void check_3d(const char* kernel, const char* role, const Tensor& t, std::int64_
              inner, ")");
 }
 
-// ---------------------------------------------------------------- gather
+// ---------------------------------------------------------------- bad indices
 
-template <class T>
-__device__ __forceinline__ T invalid_value() {
-  if constexpr (std::is_integral_v<T>) return T(0);
-  else return convert<T>(std::numeric_limits<float>::quiet_NaN());
+// The lowest position j whose index lies outside [0, n), recorded by the kernels with
+// atomicMin into one device word (all ones = none) and read back by check(). The read is
+// one 8-byte device-to-host copy that waits for the kernels before it: a synchronisation
+// per call, acceptable for now (one gather per embedding / index_select); an asynchronous
+// check folded into a later sync could replace it if it shows up in profiles.
+class BadIndex {
+ public:
+  explicit BadIndex(Device device) : slot_(Tensor::empty({1}, DType::i64, device)) {
+    DARK_CUDA_CHECK(cudaMemsetAsync(slot(), 0xff, sizeof(unsigned long long), cudaStream_t{0}));
+  }
+  unsigned long long* slot() const { return reinterpret_cast<unsigned long long*>(slot_.data<std::int64_t>()); }
+
+  // Throws the CPU's message (index_out_of_range) if a kernel recorded a bad index.
+  void check(const char* kernel, const Tensor& index, std::int64_t n) const {
+    unsigned long long position = 0;
+    DARK_CUDA_CHECK(cudaMemcpy(&position, slot(), sizeof position, cudaMemcpyDeviceToHost));
+    if (position == kNone) return;
+    const auto j = static_cast<std::int64_t>(position);
+    throw Error(index_out_of_range(kernel, index_at(index, j), j, n));
+  }
+
+ private:
+  static constexpr unsigned long long kNone = ~0ull;
+
+  static std::int64_t index_at(const Tensor& index, std::int64_t j) {
+    const char* p = static_cast<const char*>(index.raw_data()) + j * static_cast<std::int64_t>(dtype_size(index.dtype()));
+    if (index.dtype() == DType::i32) {
+      std::int32_t v = 0;
+      DARK_CUDA_CHECK(cudaMemcpy(&v, p, sizeof v, cudaMemcpyDeviceToHost));
+      return v;
+    }
+    std::int64_t v = 0;
+    DARK_CUDA_CHECK(cudaMemcpy(&v, p, sizeof v, cudaMemcpyDeviceToHost));
+    return v;
+  }
+
+  Tensor slot_;
+};
+
+__device__ __forceinline__ void record_bad_index(unsigned long long* bad, std::int64_t j) {
+  atomicMin(bad, static_cast<unsigned long long>(j));
 }
 
+// ---------------------------------------------------------------- gather
+
+// One thread per index: records the out-of-range ones (gather's check, run first so that,
+// as on the CPU, nothing is written when an index is bad).
+template <class I>
+__global__ void find_bad_index_kernel(const I* index, std::int64_t k, std::int64_t n, unsigned long long* bad) {
+  for (std::int64_t j = global_thread(); j < k; j += grid_threads()) {
+    const std::int64_t r = static_cast<std::int64_t>(index[j]);
+    if (r < 0 || r >= n) record_bad_index(bad, j);
+  }
+}
+
+// Every index is in [0, n) (checked before the launch).
 template <class T, class I>
 __global__ void gather_kernel(const T* x, const I* index, T* out, std::int64_t outer, std::int64_t n,
                               std::int64_t k, std::int64_t inner) {
@@ -57,8 +107,22 @@ __global__ void gather_kernel(const T* x, const I* index, T* out, std::int64_t o
     const std::int64_t j = (e / inner) % k;
     const std::int64_t o = e / (inner * k);
     const std::int64_t r = static_cast<std::int64_t>(index[j]);
-    out[e] = (r >= 0 && r < n) ? x[(o * n + r) * inner + i] : invalid_value<T>();
+    out[e] = x[(o * n + r) * inner + i];
   }
+}
+
+template <class T, class I>
+void gather_typed(const Tensor& x, const Tensor& index, Tensor& out, std::int64_t outer, std::int64_t n,
+                  std::int64_t k, std::int64_t inner) {
+  const BadIndex bad(out.device());
+  find_bad_index_kernel<I><<<grid_for(k), kThreads>>>(index.data<I>(), k, n, bad.slot());
+  DARK_CUDA_CHECK_LAUNCH();
+  bad.check("gather", index, n);
+  const std::int64_t total = outer * k * inner;
+  if (total == 0) return;
+  gather_kernel<T, I><<<grid_for(total), kThreads>>>(x.data<T>(), index.data<I>(), out.data<T>(), outer, n, k,
+                                                     inner);
+  DARK_CUDA_CHECK_LAUNCH();
 }
 
 template <class T>
@@ -69,29 +133,23 @@ void gather(const Tensor& x, const Tensor& index, Tensor& out, std::int64_t oute
   check_3d("gather", "x", x, outer, n, inner);
   check_3d("gather", "out", out, outer, k, inner);
   check_dtype<T>("gather", {{"x", &x}, {"out", &out}});
-  const std::int64_t total = outer * k * inner;
-  if (total == 0) return;
+  if (k == 0) return;
   DeviceGuard guard(out);
-  if (index.dtype() == DType::i32) {
-    gather_kernel<T, std::int32_t><<<grid_for(total), kThreads>>>(
-        x.data<T>(), index.data<std::int32_t>(), out.data<T>(), outer, n, k, inner);
-  } else {
-    gather_kernel<T, std::int64_t><<<grid_for(total), kThreads>>>(
-        x.data<T>(), index.data<std::int64_t>(), out.data<T>(), outer, n, k, inner);
-  }
-  DARK_CUDA_CHECK_LAUNCH();
+  if (index.dtype() == DType::i32) gather_typed<T, std::int32_t>(x, index, out, outer, n, k, inner);
+  else gather_typed<T, std::int64_t>(x, index, out, outer, n, k, inner);
 }
 
 // ---------------------------------------------------------------- scatter_add
 
-// keys[j] = index[j] clamped to n for out-of-range entries (sorted last, then skipped);
-// positions[j] = j.
+// keys[j] = index[j], positions[j] = j; an out-of-range index is recorded in `bad` (the
+// host then throws before sorting or summing anything).
 template <class I>
 __global__ void scatter_keys_kernel(const I* index, std::uint64_t* keys, std::int64_t* positions,
-                                    std::int64_t k, std::int64_t n) {
+                                    std::int64_t k, std::int64_t n, unsigned long long* bad) {
   for (std::int64_t j = global_thread(); j < k; j += grid_threads()) {
     const std::int64_t r = static_cast<std::int64_t>(index[j]);
-    keys[j] = static_cast<std::uint64_t>((r >= 0 && r < n) ? r : n);
+    if (r < 0 || r >= n) record_bad_index(bad, j);
+    keys[j] = static_cast<std::uint64_t>(r);
     positions[j] = j;
   }
 }
@@ -108,7 +166,7 @@ __global__ void scatter_sum_kernel(const T* dout, const std::uint64_t* keys,
     const std::int64_t p = (e / inner) % k;
     const std::int64_t o = e / (inner * k);
     const std::uint64_t key = keys[p];
-    if (key >= static_cast<std::uint64_t>(n) || (p > 0 && keys[p - 1] == key)) continue;
+    if (p > 0 && keys[p - 1] == key) continue;
     const std::int64_t r = static_cast<std::int64_t>(key);
     T* target = dx + (o * n + r) * inner + i;
     acc_t<T> acc = load(target, 0);
@@ -134,7 +192,7 @@ void scatter_add(const Tensor& dout, const Tensor& index, Tensor& dx, std::int64
   check_dtype<T>("scatter_add", {{"dout", &dout}, {"dx", &dx}});
   DARK_CHECK(dout.device() == dx.device(), "scatter_add: dout ", dout.describe(), " and dx ",
              dx.describe(), " are on different devices");
-  if (k == 0 || outer * inner == 0 || n == 0) return;
+  if (k == 0) return;
   DeviceGuard guard(dx);
   const Device device = dx.device();
   // Temporaries come from the caching allocator; everything runs on the legacy stream, so
@@ -143,14 +201,17 @@ void scatter_add(const Tensor& dout, const Tensor& index, Tensor& dx, std::int64
   Tensor pos_in = Tensor::empty({k}, DType::i64, device), pos_out = Tensor::empty({k}, DType::i64, device);
   auto* keys_in_p = reinterpret_cast<std::uint64_t*>(keys_in.data<std::int64_t>());
   auto* keys_out_p = reinterpret_cast<std::uint64_t*>(keys_out.data<std::int64_t>());
+  const BadIndex bad(device);
   if (index.dtype() == DType::i32) {
     scatter_keys_kernel<std::int32_t><<<grid_for(k), kThreads>>>(
-        index.data<std::int32_t>(), keys_in_p, pos_in.data<std::int64_t>(), k, n);
+        index.data<std::int32_t>(), keys_in_p, pos_in.data<std::int64_t>(), k, n, bad.slot());
   } else {
     scatter_keys_kernel<std::int64_t><<<grid_for(k), kThreads>>>(
-        index.data<std::int64_t>(), keys_in_p, pos_in.data<std::int64_t>(), k, n);
+        index.data<std::int64_t>(), keys_in_p, pos_in.data<std::int64_t>(), k, n, bad.slot());
   }
   DARK_CUDA_CHECK_LAUNCH();
+  bad.check("scatter_add", index, n);  // every key is now in [0, n): bits_for(n) bits sort them
+  if (outer * inner == 0) return;
 
   const int end_bit = bits_for(n);
   std::size_t temp_bytes = 0;

@@ -1,6 +1,7 @@
 // Shared helpers of the CUDA kernel files: launch sizes for grid-stride loops, the
 // accumulation type of each storage type (bf16 computes in float) and value conversions
-// that round exactly as the CPU does (BFloat16's own round-to-nearest-even).
+// that round exactly as the CPU does (BFloat16's own round-to-nearest-even; float to
+// integer through saturating_cast).
 // Kernels use 64-bit indices everywhere and launch on the legacy default stream (0).
 #pragma once
 #include <cstdint>
@@ -10,6 +11,7 @@
 
 #include "core/bfloat16.h"
 #include "core/cuda/cuda_check.h"
+#include "core/saturating_cast.h"
 
 namespace dark::cuda {
 
@@ -34,7 +36,8 @@ template <class T> struct AccOf { using type = T; };
 template <> struct AccOf<BFloat16> { using type = float; };
 template <class T> using acc_t = typename AccOf<T>::type;
 
-// Value conversion between any two storage types; bf16 goes through float on both sides.
+// Value conversion between any two storage types; bf16 goes through float on both sides;
+// floats become integers by saturating_cast (NaN -> 0, out of range clamps), as on the CPU.
 template <class To, class From>
 __host__ __device__ __forceinline__ To convert(From x) {
   if constexpr (std::is_same_v<To, From>) {
@@ -43,7 +46,9 @@ __host__ __device__ __forceinline__ To convert(From x) {
     if constexpr (std::is_same_v<From, BFloat16>) return x;
     else return BFloat16(static_cast<float>(x));
   } else if constexpr (std::is_same_v<From, BFloat16>) {
-    return static_cast<To>(static_cast<float>(x));
+    return convert<To>(static_cast<float>(x));
+  } else if constexpr (std::is_integral_v<To> && std::is_floating_point_v<From>) {
+    return saturating_cast<To>(x);
   } else {
     return static_cast<To>(x);
   }
