@@ -15,6 +15,7 @@
 #include "core/backend.h"
 #include "core/kernels.h"
 #include "tests/op_cases.h"
+#include "test_util.h"
 
 namespace dark {
 inline void PrintTo(DType t, std::ostream* os) { *os << dtype_name(t); }
@@ -22,6 +23,8 @@ inline void PrintTo(DType t, std::ostream* os) { *os << dtype_name(t); }
 
 namespace dark::testing {
 namespace {
+
+using dark::testing::error_of;
 
 #define DARK_REQUIRE_GPU() \
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device (or driver) on this machine"
@@ -131,14 +134,6 @@ TEST(Gpu, AllocatorReusesDeviceMemory) {
   EXPECT_EQ(allocator_for(Device::cuda(0)).stats().system_allocs, before.system_allocs);
 }
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no dark::Error";
-}
 
 // gather used to give NaN for an index outside [0, n) on CUDA; now it throws the CPU's
 // message, naming the first bad position, for i32 and i64 indices.

@@ -14,20 +14,14 @@
 #include "autograd/tape.h"
 #include "nn/model.h"
 #include "nn/parameter_buffer.h"
+#include "test_util.h"
 
 namespace dark {
 namespace {
 
-std::vector<double> values(const Tensor& t) { return t.to(DType::f64).to_vector<double>(); }
+using dark::testing::error_of;
+using dark::testing::values;
 
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no exception";
-}
 
 Tensor param(const Shape& shape, std::uint64_t seed) { return Tensor::randn(shape, seed).set_requires_grad(); }
 
@@ -66,21 +60,21 @@ TEST(BindGrad, Bf16ParameterAccumulatesInItsFloat32View) {
 
 TEST(BindGrad, ErrorsNameWhatIsWrong) {
   Tensor w = param({3, 4}, 1);
-  EXPECT_NE(message_of([&] { bind_grad(w, Tensor::zeros({4, 3})); }).find("gradient view of shape [4, 3] for a parameter of shape [3, 4]"),
+  EXPECT_NE(error_of([&] { bind_grad(w, Tensor::zeros({4, 3})); }).find("gradient view of shape [4, 3] for a parameter of shape [3, 4]"),
             std::string::npos);
-  EXPECT_NE(message_of([&] { bind_grad(w, Tensor::zeros({3, 4}, DType::f64)); }).find("gradient view is f64; a f32 parameter accumulates its gradient in f32"),
+  EXPECT_NE(error_of([&] { bind_grad(w, Tensor::zeros({3, 4}, DType::f64)); }).find("gradient view is f64; a f32 parameter accumulates its gradient in f32"),
             std::string::npos)
-      << message_of([&] { bind_grad(w, Tensor::zeros({3, 4}, DType::f64)); });
+      << error_of([&] { bind_grad(w, Tensor::zeros({3, 4}, DType::f64)); });
   Tensor bf16 = Tensor::zeros({2}, DType::bf16).set_requires_grad();
-  EXPECT_NE(message_of([&] { bind_grad(bf16, Tensor::zeros({2}, DType::bf16)); }).find("in f32"), std::string::npos);
+  EXPECT_NE(error_of([&] { bind_grad(bf16, Tensor::zeros({2}, DType::bf16)); }).find("in f32"), std::string::npos);
   Tensor non_leaf = mul_scalar(w, 2.0);
-  EXPECT_NE(message_of([&] { bind_grad(non_leaf, Tensor::zeros({3, 4})); }).find("is not a leaf"), std::string::npos);
+  EXPECT_NE(error_of([&] { bind_grad(non_leaf, Tensor::zeros({3, 4})); }).find("is not a leaf"), std::string::npos);
   clear_tape();
   Tensor frozen = Tensor::zeros({3, 4});
-  EXPECT_NE(message_of([&] { bind_grad(frozen, Tensor::zeros({3, 4})); }).find("does not require grad"), std::string::npos);
-  EXPECT_NE(message_of([&] { bind_grad(w, core::transpose(Tensor::zeros({4, 3}), 0, 1)); }).find("is not contiguous"),
+  EXPECT_NE(error_of([&] { bind_grad(frozen, Tensor::zeros({3, 4})); }).find("does not require grad"), std::string::npos);
+  EXPECT_NE(error_of([&] { bind_grad(w, core::transpose(Tensor::zeros({4, 3}), 0, 1)); }).find("is not contiguous"),
             std::string::npos);
-  EXPECT_NE(message_of([&] { on_grad_ready(non_leaf, [] {}); }).find("on_grad_ready: "), std::string::npos);
+  EXPECT_NE(error_of([&] { on_grad_ready(non_leaf, [] {}); }).find("on_grad_ready: "), std::string::npos);
 }
 
 // Records, per hooked parameter, each call and a copy of its gradient at that moment.

@@ -14,9 +14,12 @@
 #include "core/cpu/parallel.h"
 #include "core/kernels.h"
 #include "core/tensor.h"
+#include "test_util.h"
 
 namespace dark {
 namespace {
+
+using dark::testing::error_of;
 
 // Sets the OpenMP thread count for one test and restores it afterwards.
 class OmpThreads {
@@ -30,19 +33,11 @@ class OmpThreads {
 
 constexpr std::int64_t kWork = 4 * cpu::kGrainCheap;  // enough for two chunks on two threads
 
-std::string message_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no dark::Error";
-}
 
 TEST(ParallelFor, ErrorOnAWorkerThreadReachesTheCaller) {
   OmpThreads two(2);
   std::atomic<int> team_size{0};
-  const std::string m = message_of([&] {
+  const std::string m = error_of([&] {
     cpu::parallel_for(kWork, cpu::kGrainCheap, [&](std::int64_t begin, std::int64_t end) {
       if (omp_in_parallel()) team_size = omp_get_num_threads();
       DARK_CHECK(begin == 0, "chunk [", begin, ", ", end, ") failed");
@@ -55,7 +50,7 @@ TEST(ParallelFor, ErrorOnAWorkerThreadReachesTheCaller) {
 TEST(ParallelFor, TheLowestFailingChunkWinsWhateverTheTiming) {
   OmpThreads two(2);
   for (int round = 0; round < 20; ++round) {
-    const std::string m = message_of([&] {
+    const std::string m = error_of([&] {
       cpu::parallel_for(kWork, cpu::kGrainCheap, [&](std::int64_t begin, std::int64_t) {
         throw Error(str("chunk at ", begin));
       });
@@ -91,7 +86,7 @@ TEST(ParallelFor, MatmulErrorInsideTheBatchLoopReachesTheCaller) {
   kernels::matmul().get(DeviceType::cpu, DType::f32)(a, b, out, s);  // valid: every entry is 5
   EXPECT_EQ(out.to_vector<float>(), std::vector<float>(24, 5.0f));
   s.lda = 1;  // rows of A overlap: oneDNN rejects it
-  const std::string m = message_of([&] { kernels::matmul().get(DeviceType::cpu, DType::f32)(a, b, out, s); });
+  const std::string m = error_of([&] { kernels::matmul().get(DeviceType::cpu, DType::f32)(a, b, out, s); });
   EXPECT_NE(m.find("matmul: dnnl_sgemm failed"), std::string::npos) << m;
   EXPECT_NE(m.find("m=3 n=2 k=5"), std::string::npos) << m;
 }

@@ -9,21 +9,15 @@
 #include "core/allocator.h"
 #include "core/tensor.h"
 #include "train/mlp_demo.h"
+#include "test_util.h"
 
 namespace dark {
 namespace {
 
+using dark::testing::error_of;
+
 std::vector<double> values(const Tensor& t) { return t.to(DType::f64).to_vector<double>(); }
 
-template <class Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no dark::Error";
-}
 
 TEST(Tensor, CreationAndMetadata) {
   const Tensor t = Tensor::zeros({2, 3, 4});
