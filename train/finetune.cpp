@@ -100,6 +100,8 @@ std::size_t load_source_weights(nn::CausalLM& model, const InitSource& source) {
     }
     DARK_CHECK(it->second.shape() == p->shape(), source.description, ": parameter '", name, "' has shape ",
                shape_str(it->second.shape()), ", the model expects ", shape_str(p->shape()));
+    DARK_CHECK(it->second.dtype() == p->dtype(), source.description, ": parameter '", name, "' is ",
+               dtype_name(it->second.dtype()), ", the model expects ", dtype_name(p->dtype()));
     p->copy_(it->second);
     ++loaded;
   }
