@@ -115,6 +115,20 @@ TEST(Optimizer, SgdWithMomentumMatchesReference) {
   for (int i = 0; i < 3; ++i) EXPECT_NEAR(got[i], n[i], 1e-5);
 }
 
+TEST(Optimizer, StateOfAnotherDtypeIsAnErrorNamingTheTensor) {
+  TwoParams p;
+  ParameterBuffer buffer(p.named());
+  Optimizer opt(buffer, OptimizerConfig{});
+  std::map<std::string, Tensor> state = opt.state();
+  state["exp_avg.layer.weight"] = state["exp_avg.layer.weight"].to(DType::f64);
+  try {
+    opt.load_state(state);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "optimizer state: 'exp_avg.layer.weight' is f64, the optimizer keeps f32");
+  }
+}
+
 TEST(Schedule, WarmupThenCosineOrLinearDecay) {
   ScheduleConfig s{ScheduleKind::cosine, 10, 0.1};
   const std::int64_t total = 110;

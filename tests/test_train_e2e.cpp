@@ -1,7 +1,8 @@
 // End to end through train(): a tiny model learns a small text; an interrupted run resumed
 // from its checkpoint reproduces the uninterrupted loss curve bit for bit; non-finite steps
 // are skipped, then abort the run after training.max_consecutive_skips; a fresh run refuses
-// to overwrite a run folder that holds checkpoints.
+// to overwrite a run folder that holds checkpoints; a resume may move to another device; a
+// checkpoint tensor of another dtype is refused by name.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,6 +13,7 @@
 #include "train_test_util.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
+#include "train/model_builder.h"
 #include "train/trainer.h"
 
 namespace dark::train {
@@ -65,9 +67,26 @@ TEST(TrainEndToEnd, ResumeRefusesADifferentConfig) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("config differs"), std::string::npos) << e.what();
   }
-  // Only training.steps may change: extending the run works.
-  train(parse_config(tiny_config(tmp, "run", 20)), resume);
+  // training.steps and training.device may change: extending the run on any device works.
+  auto extended = tiny_config(tmp, "run", 20);
+  extended["training"]["device"] = "auto";
+  train(parse_config(extended), resume);
   EXPECT_EQ(losses(tmp.path() / "run").size(), 20u);
+}
+
+TEST(TrainEndToEnd, ACheckpointTensorOfAnotherDtypeIsAnErrorNamingIt) {
+  TempDir tmp;
+  train(parse_config(tiny_config(tmp, "run", 5)), {});
+  CheckpointData ck = load_checkpoint(tmp.path() / "run/checkpoints" / checkpoint_name(5));
+  const RunConfig config = parse_config(ck.state.at("config"));
+  auto model = build_model(config);
+  ck.model["model.norm.weight"] = ck.model["model.norm.weight"].to(DType::f64);
+  try {
+    load_trained_state(*model, ck, config, "checkpoint step_00000005");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "checkpoint step_00000005: parameter 'model.norm.weight' is f64, the model expects f32");
+  }
 }
 
 TEST(TrainEndToEnd, FreshRunDoesNotOverwriteCheckpoints) {
