@@ -121,7 +121,7 @@ CausalLM::Inner::Inner(const ModelConfig& c, const AttentionFactory& factory)
 }
 
 CausalLM::CausalLM(const ModelConfig& config, const AttentionFactory& factory)
-    : model(checked(config), factory), config_(checked(config)) {
+    : config_(checked(config)), model(config_, factory) {
   register_module("model", model);
   if (!config_.tie_embeddings) {
     lm_head = std::make_unique<Linear>(config_.d_model, config_.vocab_size, layer_init(config_, "lm_head"));

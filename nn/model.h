@@ -110,12 +110,16 @@ class CausalLM : public Module {
     std::vector<std::unique_ptr<DecoderBlock>> layers;
     RMSNorm norm;
   };
+
+ private:
+  ModelConfig config_;  // resolved and validated; declared before the layers, which are built from it
+
+ public:
   Inner model;
   std::unique_ptr<Linear> lm_head;  // null when tied to model.embed_tokens
 
  private:
   Tensor logits_of(const Tensor& hidden);  // final norm and LM head
-  ModelConfig config_;
 };
 
 }  // namespace dark::nn

@@ -44,9 +44,11 @@ Tensor ParameterBuffer::segment(const Tensor& flat, const Entry& e) {
 
 void ParameterBuffer::zero_grad() { grads_.fill_(0.0); }
 
-double ParameterBuffer::grad_norm() const {
+double ParameterBuffer::grad_norm() const { return std::sqrt(grad_sq_norm().item()); }
+
+Tensor ParameterBuffer::grad_sq_norm() const {
   NoGradGuard no_grad;
-  return std::sqrt(sum(square(grads_)).item());
+  return sum(square(grads_));
 }
 
 void ParameterBuffer::scale_grads(double factor) {

@@ -41,6 +41,9 @@ class ParameterBuffer {
   void zero_grad();
   // sqrt(sum of squared gradients); NaN or inf when any gradient is not finite.
   double grad_norm() const;
+  // The sum of squared gradients as a one-element float32 tensor where the gradients live
+  // (nothing is read back): grad_norm() without the wait for the device.
+  Tensor grad_sq_norm() const;
   void scale_grads(double factor);
   // The slice [offset, offset + numel) of a flat buffer, as a 1-D view.
   static Tensor segment(const Tensor& flat, const Entry& e);

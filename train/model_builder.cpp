@@ -12,14 +12,10 @@ std::unique_ptr<nn::CausalLM> build_model(const RunConfig& c) {
                                         attention::make_layer_factory([c](int layer) { return attention_for_layer(c, layer); }));
 }
 
-data::DataConfig data_config(const RunConfig& c) {
-  data::DataConfig d = c.data;
-  d.seed = c.seed;
-  return d;
-}
-
 data::PreparedData prepare_data_for(RunConfig& config) {
-  data::PreparedData prepared = data::prepare(data_config(config));
+  data::DataConfig data = config.data;
+  data.seed = config.seed;  // keys the tokenizer's line sampling
+  data::PreparedData prepared = data::prepare(data);
   const int tokenizer_vocab = prepared.tokenizer->vocab_size();
   if (config.model.vocab_size == 0) config.model.vocab_size = tokenizer_vocab;
   DARK_CHECK(config.model.vocab_size >= tokenizer_vocab, "config: model.vocab_size: ", config.model.vocab_size,

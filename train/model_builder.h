@@ -12,9 +12,6 @@ namespace dark::train {
 
 std::unique_ptr<nn::CausalLM> build_model(const RunConfig& config);
 
-// The data section with the run's seed (which keys the tokenizer's line sampling).
-data::DataConfig data_config(const RunConfig& config);
-
 // Prepares (or reuses) the data and sets model.vocab_size from the tokenizer when it is 0;
 // an explicit vocab_size smaller than the tokenizer's is an error.
 data::PreparedData prepare_data_for(RunConfig& config);

@@ -14,7 +14,7 @@ namespace dark::train {
 
 StepScalars gradients_final(TrainingRun& run, const Tensor& loss_sum) {
   NoGradGuard no_grad;
-  const Tensor grad_sq = sum(square(run.params->grads())).to(DType::f64);
+  const Tensor grad_sq = run.params->grad_sq_norm().to(DType::f64);
   const std::vector<double> scalars = concat({reshape(loss_sum, {1}), reshape(grad_sq, {1})}, 0).to_vector<double>();
   return {scalars[0], std::sqrt(scalars[1])};
 }
