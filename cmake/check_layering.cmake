@@ -3,7 +3,10 @@
 # layer the architecture table lets it depend on (README.md, Contributing). An include of a
 # higher layer fails the build with the file, line, header and the allowed layers.
 #   cmake -DCONFIG=<build>/layering/<layer>.cmake -P cmake/check_layering.cmake
-# CONFIG sets LAYER, ALLOWED (layers it may include), ALL_LAYERS, SOURCE_DIR, FILES, STAMP.
+# CONFIG sets LAYER (the layer's folder), ALLOWED (the folders it may include from: its own and
+# those of the layers below it), ALL_LAYERS (the top-level folders holding layers), SOURCE_DIR,
+# FILES, STAMP. A layer may sit in a subfolder of another (train/dist): its allowed folders
+# are then matched as path prefixes, so train/dist/ may not include train/'s own headers.
 cmake_minimum_required(VERSION 3.25)  # IN_LIST and other current policies
 if(NOT CONFIG)
   message(FATAL_ERROR "check_layering.cmake: pass -DCONFIG=<build>/layering/<layer>.cmake")
@@ -25,7 +28,17 @@ foreach(file IN LISTS FILES)
     string(REGEX MATCH "[\"<]([A-Za-z0-9_]+/[^\">]*)" header "${line}")
     set(header "${CMAKE_MATCH_1}")
     string(REGEX MATCH "^[^/]+" target_layer "${header}")
-    if(NOT target_layer IN_LIST ALL_LAYERS OR target_layer IN_LIST ALLOWED)
+    if(NOT target_layer IN_LIST ALL_LAYERS)
+      continue()
+    endif()
+    set(allowed_header FALSE)
+    foreach(folder IN LISTS ALLOWED)
+      string(FIND "${header}" "${folder}/" position)
+      if(position EQUAL 0)
+        set(allowed_header TRUE)
+      endif()
+    endforeach()
+    if(allowed_header)
       continue()
     endif()
     if(content STREQUAL "")
@@ -36,9 +49,9 @@ foreach(file IN LISTS FILES)
     string(REGEX MATCHALL "\n" newlines "${before}")
     list(LENGTH newlines line_number)
     math(EXPR line_number "${line_number} + 1")
-    string(REPLACE ";" ", " allowed_text "${ALLOWED}")
+    string(REPLACE ";" "/, " allowed_text "${ALLOWED}")
     message(NOTICE "${shown}:${line_number}: error: #include \"${header}\" reaches up into ${target_layer}/; "
-                   "${LAYER}/ may include only: ${allowed_text}")
+                   "${LAYER}/ may include only: ${allowed_text}/")
     math(EXPR violations "${violations} + 1")
   endforeach()
 endforeach()
