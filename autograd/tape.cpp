@@ -31,15 +31,23 @@ thread_local Tape tape;
 
 bool needs_grad(const Tensor& t) { return t.defined() && t.requires_grad(); }
 
+// The gradients of buffer-bound parameters (bind_grad) during one backward(): a parameter's
+// contributions (a tied embedding gets two) are summed here and added to its buffer once, when
+// the parameter's gradient is final (flush). So each backward adds its total to the buffer in
+// one addition per element, and the buffer after micro-batches 1 and 2 of one process equals
+// the sum of two ranks' buffers after one each: data parallelism reproduces gradient
+// accumulation bit for bit on two ranks.
+using PendingGrads = std::unordered_map<AutogradMeta*, Tensor>;
+
 // Adds g into meta's gradient. Out of place, so a gradient tensor that several inputs
 // received (add passes dy through to both operands) is never modified through an alias.
-void accumulate(AutogradMeta& meta, const Tensor& g, bool leaf) {
+void accumulate(AutogradMeta& meta, const Tensor& g, bool leaf, PendingGrads& pending) {
   Tensor g_acc = g.to(grad_dtype(g.dtype()));
   if (meta.grad_in_buffer) {  // a parameter whose gradient lives in a flat buffer
-    Tensor& buffer = *meta.grad;
-    DARK_CHECK(buffer.shape() == g_acc.shape(), "backward: gradient of shape ", shape_str(g_acc.shape()),
-               " for a parameter of shape ", shape_str(buffer.shape()));
-    kernels::binary().get(buffer.device().type, buffer.dtype())(BinaryOp::add, buffer, g_acc, buffer);
+    DARK_CHECK(meta.grad->shape() == g_acc.shape(), "backward: gradient of shape ", shape_str(g_acc.shape()),
+               " for a parameter of shape ", shape_str(meta.grad->shape()));
+    const auto [it, first] = pending.try_emplace(&meta, g_acc);
+    if (!first) it->second = add(it->second, g_acc);
     return;
   }
   if (!meta.grad) {
@@ -52,9 +60,18 @@ void accumulate(AutogradMeta& meta, const Tensor& g, bool leaf) {
   }
 }
 
+// Adds this backward's gradient of a buffer-bound parameter to its buffer (see PendingGrads).
+void flush(AutogradMeta& meta, PendingGrads& pending) {
+  const auto it = pending.find(&meta);
+  if (it == pending.end()) return;
+  Tensor& buffer = *meta.grad;
+  kernels::binary().get(buffer.device().type, buffer.dtype())(BinaryOp::add, buffer, it->second, buffer);
+  pending.erase(it);
+}
+
 // Runs the entry's backward and accumulates the input gradients it returns. Skips the
 // entry when none of its outputs received a gradient.
-void replay(TapeEntry& entry) {
+void replay(TapeEntry& entry, PendingGrads& pending) {
   BackwardContext ctx;
   bool any = false;
   for (std::size_t o = 0; o < entry.outputs.size(); ++o) {
@@ -78,7 +95,7 @@ void replay(TapeEntry& entry) {
     const Tensor& g = ctx.in_grads_[j];
     DARK_CHECK(g.shape() == entry.input_shapes[j], entry.op, " backward: gradient for input ", j, " has shape ",
                shape_str(g.shape()), " but the input has shape ", shape_str(entry.input_shapes[j]));
-    accumulate(*entry.inputs[j], g, entry.inputs[j]->producer < 0);
+    accumulate(*entry.inputs[j], g, entry.inputs[j]->producer < 0, pending);
   }
 }
 
@@ -87,19 +104,20 @@ void run_grad_ready_hooks(const AutogradMeta& leaf) {
   for (const auto& [id, hook] : hooks) hook();
 }
 
-// Pre-scan for on_grad_ready (grad_binding.h): for each leaf with hooks that the graph of
-// root (produced by entry `start`) reaches, the index of the entry after whose replay its
-// gradient is final. The replay runs from `start` down to 0, so that is the lowest index of
-// an entry that feeds root and reads the leaf. "Feeds root" is structural (some output is
-// root or an input of an entry that feeds root), not whether a gradient will flow, so the
-// hooks that fire depend only on the graph's shape.
-std::unordered_map<const AutogradMeta*, std::int64_t> final_entries_of_hooked_leaves(const AutogradMeta& root,
-                                                                                     std::int64_t start) {
+// Pre-scan for on_grad_ready (grad_binding.h) and the buffer-bound parameters: for each leaf
+// with hooks or a bound gradient that the graph of root (produced by entry `start`) reaches,
+// the index of the entry after whose replay its gradient is final. The replay runs from
+// `start` down to 0, so that is the lowest index of an entry that feeds root and reads the
+// leaf. "Feeds root" is structural (some output is root or an input of an entry that feeds
+// root), not whether a gradient will flow, so the hooks that fire depend only on the graph's
+// shape.
+std::unordered_map<const AutogradMeta*, std::int64_t> final_entries_of_leaves(const AutogradMeta& root,
+                                                                              std::int64_t start) {
   std::unordered_map<const AutogradMeta*, std::int64_t> final_entry;
-  const auto hooked = [](const auto& in) { return in && !in->grad_ready_hooks.empty(); };
+  const auto hooked = [](const auto& in) { return in && (!in->grad_ready_hooks.empty() || in->grad_in_buffer); };
   if (std::none_of(tape.entries.begin(), tape.entries.begin() + start + 1,
                    [&](const TapeEntry& e) { return std::any_of(e.inputs.begin(), e.inputs.end(), hooked); }))
-    return final_entry;  // nothing to do: backward without hooks costs one pass over the inputs
+    return final_entry;  // nothing to do: backward without them costs one pass over the inputs
   std::unordered_set<const AutogradMeta*> reached = {&root};
   for (std::int64_t i = start; i >= 0; --i) {
     const TapeEntry& entry = tape.entries[i];
@@ -114,15 +132,16 @@ std::unordered_map<const AutogradMeta*, std::int64_t> final_entries_of_hooked_le
   return final_entry;
 }
 
-// Fires the hooks of the leaves whose gradient became final with entry i (its inputs, in
-// order), and forgets them, so a leaf read twice by the entry fires once.
-void fire_ready_leaves(const TapeEntry& entry, std::int64_t i,
-                       std::unordered_map<const AutogradMeta*, std::int64_t>& final_entry) {
+// Adds the gradients that became final with entry i (its inputs, in order) to their buffers
+// and fires their hooks, and forgets those leaves, so a leaf read twice by the entry fires once.
+void finish_ready_leaves(const TapeEntry& entry, std::int64_t i,
+                         std::unordered_map<const AutogradMeta*, std::int64_t>& final_entry, PendingGrads& pending) {
   for (const auto& in : entry.inputs) {
     if (!in) continue;
     const auto it = final_entry.find(in.get());
     if (it == final_entry.end() || it->second != i) continue;
     final_entry.erase(it);
+    flush(*in, pending);
     run_grad_ready_hooks(*in);
   }
 }
@@ -185,8 +204,10 @@ void backward(const Tensor& output, const Tensor& grad) {
 
   NoGradGuard no_grad;
   AutogradMeta& root = *output.autograd_meta();
+  PendingGrads pending;
   if (root.producer < 0) {  // backward from a leaf: its gradient is the seed
-    accumulate(root, seed, true);
+    accumulate(root, seed, true, pending);
+    flush(root, pending);
     run_grad_ready_hooks(root);
     return;
   }
@@ -195,15 +216,16 @@ void backward(const Tensor& output, const Tensor& grad) {
     if (tape.entries[i].id == root.producer) start = i;
   DARK_CHECK(start >= 0, "backward: the ops that produced this tensor are no longer on the tape (an "
                          "earlier backward consumed them, or clear_tape() was called); recompute the forward pass");
-  auto final_entry = final_entries_of_hooked_leaves(root, start);
-  accumulate(root, seed, false);
+  auto final_entry = final_entries_of_leaves(root, start);
+  accumulate(root, seed, false, pending);
 
   for (std::int64_t i = start; i >= 0; --i) {
     TapeEntry entry = std::move(tape.entries[i]);  // freed (with what it saved) at the end of this iteration
-    replay(entry);
+    replay(entry, pending);
     // Also after a skipped entry: the leaves whose last contribution it was get nothing more.
-    if (!final_entry.empty()) fire_ready_leaves(entry, i, final_entry);
+    if (!final_entry.empty()) finish_ready_leaves(entry, i, final_entry, pending);
   }
+  DARK_CHECK(pending.empty(), "backward: ", pending.size(), " bound gradient(s) were never added to their buffer");
   tape.entries.clear();
 }
 
