@@ -3,6 +3,7 @@
 
 #include <fnmatch.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "autograd/grad_mode.h"
@@ -21,10 +22,25 @@ double clip_factor(double grad_norm, double max_norm) {
   return max_norm > 0 && grad_norm > max_norm ? max_norm / grad_norm : 1.0;
 }
 
-Optimizer::Optimizer(ParameterBuffer& params, OptimizerConfig config) : params_(params), config_(std::move(config)) {
+Optimizer::Optimizer(ParameterBuffer& params, OptimizerConfig config, FlatRange shard)
+    : params_(params), config_(std::move(config)), shard_(shard.empty() ? FlatRange{0, params.numel()} : shard) {
+  DARK_CHECK(shard_.begin >= 0 && shard_.end <= params_.numel(), "optimizer: shard [", shard_.begin, ", ", shard_.end,
+             ") lies outside the ", params_.numel(), "-element parameter buffer");
   for (const auto& e : params_.entries()) decay_.push_back(!matches_any(e.name, config_.no_decay));
-  exp_avg_ = Tensor::zeros({params_.numel()}, DType::f32, params_.values().device());
-  if (config_.name == OptimizerKind::adamw) exp_avg_sq_ = Tensor::zeros({params_.numel()}, DType::f32, params_.values().device());
+  const Device device = params_.values().device();
+  exp_avg_ = Tensor::zeros({shard_.size()}, DType::f32, device);
+  if (config_.name == OptimizerKind::adamw) exp_avg_sq_ = Tensor::zeros({shard_.size()}, DType::f32, device);
+}
+
+std::int64_t Optimizer::state_bytes() const {
+  std::int64_t bytes = 0;
+  for (const auto& [prefix, flat] : buffers()) bytes += flat.numel() * static_cast<std::int64_t>(dtype_size(flat.dtype()));
+  return bytes;
+}
+
+std::vector<std::pair<std::string, Tensor>> Optimizer::buffers() const {
+  if (config_.name == OptimizerKind::adamw) return {{"exp_avg.", exp_avg_}, {"exp_avg_sq.", exp_avg_sq_}};
+  return {{"momentum.", exp_avg_}};
 }
 
 bool Optimizer::decays(const std::string& param_name) const {
@@ -38,13 +54,17 @@ void Optimizer::step(double lr) {
   ++steps_;
   const auto& entries = params_.entries();
   for (std::size_t i = 0; i < entries.size(); ++i) {
-    const auto& e = entries[i];
-    Tensor p = ParameterBuffer::segment(params_.values(), e);
-    const Tensor g = ParameterBuffer::segment(params_.grads(), e);
-    Tensor m = ParameterBuffer::segment(exp_avg_, e);
+    // The part of the parameter's segment inside the shard (all of it when unsharded); the
+    // update is element-wise, so a parameter cut by a shard boundary updates in two pieces.
+    const std::int64_t begin = std::max(entries[i].offset, shard_.begin);
+    const std::int64_t end = std::min(entries[i].offset + entries[i].numel, shard_.end);
+    if (begin >= end) continue;
+    Tensor p = core::slice(params_.values(), 0, begin, end);
+    const Tensor g = core::slice(params_.grads(), 0, begin, end);
+    Tensor m = core::slice(exp_avg_, 0, begin - shard_.begin, end - shard_.begin);
     const double wd = decay_[i] ? config_.weight_decay : 0.0;
     if (config_.name == OptimizerKind::adamw) {
-      Tensor v = ParameterBuffer::segment(exp_avg_sq_, e);
+      Tensor v = core::slice(exp_avg_sq_, 0, begin - shard_.begin, end - shard_.begin);
       AdamWParams a;
       a.lr = lr;
       a.beta1 = config_.betas[0];
@@ -66,13 +86,16 @@ void Optimizer::step(double lr) {
   }
 }
 
-std::map<std::string, Tensor> Optimizer::state() const {
+std::map<std::string, Tensor> Optimizer::state(const std::function<Tensor(const Tensor&)>& gather) const {
+  DARK_CHECK(!sharded() || gather, "optimizer: state() of an optimizer sharded over ranks (ZeRO-1) needs a gather "
+                                   "function: checkpoints hold the whole state");
   std::map<std::string, Tensor> out;
-  const bool adam = config_.name == OptimizerKind::adamw;
-  for (const auto& e : params_.entries()) {
-    const Shape& shape = e.param->shape();
-    out[(adam ? "exp_avg." : "momentum.") + e.name] = core::reshape(ParameterBuffer::segment(exp_avg_, e), shape);
-    if (adam) out["exp_avg_sq." + e.name] = core::reshape(ParameterBuffer::segment(exp_avg_sq_, e), shape);
+  for (const auto& [prefix, mine] : buffers()) {
+    const Tensor flat = sharded() ? gather(mine) : mine;
+    DARK_CHECK(flat.numel() == params_.numel(), "optimizer: gathered state has ", flat.numel(),
+               " elements, the parameter buffer ", params_.numel());
+    for (const auto& e : params_.entries())
+      out[prefix + e.name] = core::reshape(ParameterBuffer::segment(flat, e), e.param->shape());
   }
   out["steps"] = Tensor::from_vector<std::int64_t>({steps_}, {1});
   return out;
@@ -84,19 +107,19 @@ void Optimizer::load_state(const std::map<std::string, Tensor>& state) {
     DARK_CHECK(it != state.end(), "optimizer state: missing tensor '", key, "'");
     return it->second;
   };
-  const bool adam = config_.name == OptimizerKind::adamw;
-  for (const auto& e : params_.entries()) {
-    const std::vector<std::pair<std::string, Tensor>> targets =
-        adam ? std::vector<std::pair<std::string, Tensor>>{{"exp_avg." + e.name, exp_avg_}, {"exp_avg_sq." + e.name, exp_avg_sq_}}
-             : std::vector<std::pair<std::string, Tensor>>{{"momentum." + e.name, exp_avg_}};
-    for (const auto& [key, flat] : targets) {
+  for (const auto& [prefix, mine] : buffers()) {
+    for (const auto& e : params_.entries()) {
+      const std::string key = prefix + e.name;
       const Tensor& src = take(key);
       DARK_CHECK(src.shape() == e.param->shape(), "optimizer state: '", key, "' has shape ", shape_str(src.shape()),
                  ", parameter has ", shape_str(e.param->shape()));
-      DARK_CHECK(src.dtype() == flat.dtype(), "optimizer state: '", key, "' is ", dtype_name(src.dtype()),
-                 ", the optimizer keeps ", dtype_name(flat.dtype()));
-      Tensor dst = core::reshape(ParameterBuffer::segment(flat, e), e.param->shape());
-      dst.copy_(src);
+      DARK_CHECK(src.dtype() == mine.dtype(), "optimizer state: '", key, "' is ", dtype_name(src.dtype()),
+                 ", the optimizer keeps ", dtype_name(mine.dtype()));
+      // The part of the parameter inside this optimizer's shard.
+      const std::int64_t begin = std::max(e.offset, shard_.begin), end = std::min(e.offset + e.numel, shard_.end);
+      if (begin >= end) continue;
+      Tensor dst = core::slice(mine, 0, begin - shard_.begin, end - shard_.begin);
+      dst.copy_(core::slice(core::reshape(src.contiguous(), {e.numel}), 0, begin - e.offset, end - e.offset));
     }
   }
   steps_ = take("steps").to(DType::i64).to_vector<std::int64_t>().at(0);

@@ -2,8 +2,12 @@
 // momentum). Which parameters decay is decided by glob patterns over parameter names
 // (default: norms and embeddings excluded). Optimizer state is held in flat buffers
 // aligned with the parameter buffer and exported per parameter for checkpoints.
+// ZeRO stage 1: an optimizer given a shard (a slice of the flat buffer) keeps state for that
+// slice only and updates only the parameter elements in it, with the same arithmetic per
+// element as an unsharded optimizer; its checkpoints are still whole (state() gathers).
 #pragma once
 #include <array>
+#include <functional>
 #include <map>
 #include <string>
 #include <string_view>
@@ -42,23 +46,35 @@ bool matches_any(const std::string& name, const std::vector<std::string>& patter
 
 class Optimizer {
  public:
-  Optimizer(ParameterBuffer& params, OptimizerConfig config);
-  // One update with learning rate lr from the gradients in the parameter buffer.
+  // shard: the slice of the flat buffers this optimizer updates; empty = all of it.
+  Optimizer(ParameterBuffer& params, OptimizerConfig config, FlatRange shard = {});
+  // One update with learning rate lr from the gradients in the parameter buffer (within the shard).
   void step(double lr);
   std::int64_t steps_taken() const { return steps_; }
   bool decays(const std::string& param_name) const;
+  FlatRange shard() const { return shard_; }
+  bool sharded() const { return shard_.size() != params_.numel(); }
+  // Bytes of optimizer state this optimizer holds (its shard's).
+  std::int64_t state_bytes() const;
 
   // State for checkpoints: "exp_avg.<param>", "exp_avg_sq.<param>" (adamw) or
-  // "momentum.<param>" (sgd), plus "steps" as a one-element i64 tensor.
-  std::map<std::string, Tensor> state() const;
-  // Restores what state() returned; every tensor must be present with the right shape.
+  // "momentum.<param>" (sgd), plus "steps" as a one-element i64 tensor; always whole. A
+  // sharded optimizer needs `gather`: its shard-sized flat state buffer -> the whole flat
+  // buffer (every shard's, in order; an all-gather across ranks).
+  std::map<std::string, Tensor> state(const std::function<Tensor(const Tensor&)>& gather = {}) const;
+  // Restores what state() returned; every tensor must be present with the right shape. A
+  // sharded optimizer takes its slice.
   void load_state(const std::map<std::string, Tensor>& state);
 
  private:
+  // The flat state buffers (exp_avg, and exp_avg_sq for adamw) and their checkpoint prefixes.
+  std::vector<std::pair<std::string, Tensor>> buffers() const;
+
   ParameterBuffer& params_;
   OptimizerConfig config_;
+  FlatRange shard_;
   std::vector<bool> decay_;  // per entry
-  Tensor exp_avg_, exp_avg_sq_;  // flat, like the parameter buffer (adamw; sgd uses exp_avg_ as momentum)
+  Tensor exp_avg_, exp_avg_sq_;  // shard-sized, at the shard's offsets (adamw; sgd uses exp_avg_ as momentum)
   std::int64_t steps_ = 0;
 };
 

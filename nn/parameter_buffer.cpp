@@ -9,8 +9,10 @@
 
 namespace dark::nn {
 
-ParameterBuffer::ParameterBuffer(const std::vector<std::pair<std::string, Tensor*>>& params) {
+ParameterBuffer::ParameterBuffer(const std::vector<std::pair<std::string, Tensor*>>& params, int shards)
+    : shards_(shards) {
   DARK_CHECK(!params.empty(), "ParameterBuffer: no trainable parameters");
+  DARK_CHECK(shards >= 1, "ParameterBuffer: shards must be >= 1, got ", shards);
   const Device device = params.front().second->device();
   std::int64_t total = 0;
   for (const auto& [name, p] : params) {
@@ -20,6 +22,9 @@ ParameterBuffer::ParameterBuffer(const std::vector<std::pair<std::string, Tensor
     entries_.push_back({name, p, total, p->numel()});
     total += (p->numel() + 15) / 16 * 16;  // 64-byte aligned segments
   }
+  used_ = total;
+  const std::int64_t multiple = kNormChunk * shards;
+  total = (total + multiple - 1) / multiple * multiple;  // equal shards of whole chunks
   values_ = Tensor::zeros({total}, DType::f32, device);
   grads_ = Tensor::zeros({total}, DType::f32, device);
   NoGradGuard no_grad;
@@ -46,9 +51,28 @@ void ParameterBuffer::zero_grad() { grads_.fill_(0.0); }
 
 double ParameterBuffer::grad_norm() const { return std::sqrt(grad_sq_norm().item()); }
 
-Tensor ParameterBuffer::grad_sq_norm() const {
+FlatRange ParameterBuffer::shard(int index) const {
+  DARK_CHECK(index >= 0 && index < shards_, "ParameterBuffer: shard ", index, " of ", shards_);
+  return {index * shard_size(), (index + 1) * shard_size()};
+}
+
+Tensor ParameterBuffer::grad_sq_norm() const { return sum_chunks(grad_sq_chunks({0, numel()})); }
+
+Tensor ParameterBuffer::grad_sq_chunks(FlatRange range) const {
+  DARK_CHECK(range.begin % kNormChunk == 0 && range.end % kNormChunk == 0 && 0 <= range.begin &&
+                 range.begin <= range.end && range.end <= numel(),
+             "ParameterBuffer::grad_sq_chunks: [", range.begin, ", ", range.end, ") is not a range of whole ",
+             kNormChunk, "-element chunks of the ", numel(), "-element buffer");
   NoGradGuard no_grad;
-  return sum(square(grads_));
+  // Each chunk is one line of the reduction: its sum depends on its elements only, not on
+  // how many chunks are reduced together (core/cpu/reduce.cpp: one double accumulator per line).
+  const Tensor chunks = core::reshape(core::slice(grads_, 0, range.begin, range.end), {range.size() / kNormChunk, kNormChunk});
+  return sum(square(chunks), {1}).to(DType::f64);
+}
+
+Tensor ParameterBuffer::sum_chunks(const Tensor& chunk_sums) {
+  NoGradGuard no_grad;
+  return reshape(sum(chunk_sums), {1});
 }
 
 void ParameterBuffer::scale_grads(double factor) {
