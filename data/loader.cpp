@@ -1,4 +1,4 @@
-// TrainLoader (Philox-permuted windows split across ranks) and ValidationSet.
+// TrainLoader (Philox-permuted windows) and ValidationSet.
 #include "data/loader.h"
 
 #include <numeric>
@@ -34,14 +34,11 @@ TrainLoader::TrainLoader(std::shared_ptr<const TokenShard> shard, const LoaderOp
     : shard_(std::move(shard)), options_(options) {
   DARK_CHECK(shard_ != nullptr, "train loader: no shard");
   check_shape(*shard_, options.batch_size, options.seq_len, "train loader");
-  DARK_CHECK(options.world_size > 0 && options.rank >= 0 && options.rank < options.world_size,
-             "train loader: rank ", options.rank, " outside world of size ", options.world_size);
   num_windows_ = count_windows(shard_->size(), options.seq_len);
-  const std::int64_t global_batch = options.batch_size * options.world_size;
-  steps_per_epoch_ = num_windows_ / global_batch;
-  DARK_CHECK(steps_per_epoch_ > 0, "train loader: ", shard_->path(), " has ", num_windows_, " windows of seq_len + 1 = ",
-             options.seq_len + 1, " tokens, fewer than one global batch (batch_size ", options.batch_size,
-             " x world_size ", options.world_size, " = ", global_batch, ")");
+  batches_per_epoch_ = num_windows_ / options.batch_size;
+  DARK_CHECK(batches_per_epoch_ > 0, "train loader: ", shard_->path(), " has ", num_windows_,
+             " windows of seq_len + 1 = ", options.seq_len + 1, " tokens, fewer than one batch (batch_size ",
+             options.batch_size, ")");
 }
 
 std::shared_ptr<const std::vector<std::int64_t>> TrainLoader::permutation(std::int64_t epoch) const {
@@ -60,18 +57,18 @@ std::shared_ptr<const std::vector<std::int64_t>> TrainLoader::permutation(std::i
   return perm;
 }
 
-std::vector<std::int64_t> TrainLoader::window_indices(std::int64_t step) const {
-  DARK_CHECK(step >= 0, "train loader: step must be >= 0, got ", step);
-  const auto perm = permutation(epoch_of(step));
-  const std::int64_t j = step % steps_per_epoch_;
-  const std::int64_t B = options_.batch_size, W = options_.world_size;
+std::vector<std::int64_t> TrainLoader::window_indices(std::int64_t index) const {
+  DARK_CHECK(index >= 0, "train loader: batch index must be >= 0, got ", index);
+  const auto perm = permutation(epoch_of(index));
+  const std::int64_t j = index % batches_per_epoch_;
+  const std::int64_t B = options_.batch_size;
   std::vector<std::int64_t> windows(static_cast<std::size_t>(B));
-  for (std::int64_t b = 0; b < B; ++b) windows[b] = (*perm)[j * B * W + b * W + options_.rank];
+  for (std::int64_t b = 0; b < B; ++b) windows[b] = (*perm)[j * B + b];
   return windows;
 }
 
-Tensor TrainLoader::batch(std::int64_t step) const {
-  return gather_windows(*shard_, window_indices(step), options_.seq_len).to(options_.device);
+Tensor TrainLoader::batch(std::int64_t index) const {
+  return gather_windows(*shard_, window_indices(index), options_.seq_len).to(options_.device);
 }
 
 ValidationSet::ValidationSet(std::shared_ptr<const TokenShard> shard, std::int64_t batch_size, std::int64_t seq_len,

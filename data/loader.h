@@ -5,12 +5,13 @@
 // (num_tokens - 1) / seq_len of them.
 //
 // TrainLoader order: epoch e visits every window once in the order of a Fisher-Yates
-// permutation drawn from Philox (seed, kStreamDataOrder + e). Global step s of epoch e
-// takes permutation positions [j * B * W, (j + 1) * B * W) with j = s mod steps_per_epoch
-// (B = batch_size, W = world_size); rank r gets positions j*B*W + b*W + r for b < B.
-// So the ranks' batches are disjoint, no window repeats within an epoch (the last
-// num_windows mod (B * W) windows of an epoch's permutation are skipped), and batch(s) is a
-// pure function of (shard, seed, rank, world_size, s): resuming at step s needs no state.
+// permutation drawn from Philox (seed, kStreamDataOrder + e). Batch i of epoch e takes
+// permutation positions [j * B, (j + 1) * B) with j = i mod batches_per_epoch (B =
+// batch_size). So no window repeats within an epoch (the last num_windows mod B windows of
+// an epoch's permutation are skipped), and batch(i) is a pure function of (shard, seed, i):
+// resuming needs no state. The trainer numbers the micro-batches of all steps and all ranks
+// of a run in one sequence (train/train_step.h, micro_batch_index), so data-parallel ranks
+// read disjoint batches of one global order without the loader knowing about ranks.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -23,29 +24,26 @@
 namespace dark::data {
 
 struct LoaderOptions {
-  std::int64_t batch_size = 8;   // windows per rank per step
+  std::int64_t batch_size = 8;   // windows per batch
   std::int64_t seq_len = 256;    // window = seq_len + 1 tokens
   std::uint64_t seed = 0;        // data-order seed
-  int rank = 0;
-  int world_size = 1;
   Device device = Device::cpu();  // where batches are delivered (the model's device)
 };
 
 class TrainLoader {
  public:
   // Throws when the shard has fewer than seq_len + 1 tokens (naming both numbers) or fewer
-  // windows than one global batch (batch_size * world_size).
+  // windows than one batch.
   TrainLoader(std::shared_ptr<const TokenShard> shard, const LoaderOptions& options);
 
-  // The batch for global step `step` (>= 0): i32 tensor (batch_size, seq_len + 1) on
-  // options().device.
-  Tensor batch(std::int64_t step) const;
-  // The window indices of batch(step)'s rows (what batch() reads; for tests and logging).
-  std::vector<std::int64_t> window_indices(std::int64_t step) const;
+  // Batch `index` (>= 0): i32 tensor (batch_size, seq_len + 1) on options().device.
+  Tensor batch(std::int64_t index) const;
+  // The window indices of batch(index)'s rows (what batch() reads; for tests and logging).
+  std::vector<std::int64_t> window_indices(std::int64_t index) const;
 
   std::int64_t num_windows() const { return num_windows_; }
-  std::int64_t steps_per_epoch() const { return steps_per_epoch_; }
-  std::int64_t epoch_of(std::int64_t step) const { return step / steps_per_epoch_; }
+  std::int64_t batches_per_epoch() const { return batches_per_epoch_; }
+  std::int64_t epoch_of(std::int64_t index) const { return index / batches_per_epoch_; }
   const LoaderOptions& options() const { return options_; }
   const TokenShard& shard() const { return *shard_; }
 
@@ -56,7 +54,7 @@ class TrainLoader {
   std::shared_ptr<const TokenShard> shard_;
   LoaderOptions options_;
   std::int64_t num_windows_ = 0;
-  std::int64_t steps_per_epoch_ = 0;
+  std::int64_t batches_per_epoch_ = 0;
   mutable std::mutex mutex_;
   mutable std::int64_t cached_epoch_ = -1;
   mutable std::shared_ptr<const std::vector<std::int64_t>> cached_permutation_;

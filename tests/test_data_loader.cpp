@@ -1,5 +1,5 @@
 // Loaders: window layout, deterministic Philox order, no window twice within an epoch,
-// disjoint rank splits, resume-at-step equality, the fixed validation set, and the error
+// resume-at-step equality, the fixed validation set, and the error
 // for a corpus shorter than one window.
 #include <gtest/gtest.h>
 
@@ -34,7 +34,7 @@ TEST(DataLoader, BatchesAreWindowsOfSeqLenPlusOne) {
   o.seq_len = 10;
   const TrainLoader loader(shard, o);
   EXPECT_EQ(loader.num_windows(), 100);  // (1001 - 1) / 10: the last window ends at token 1000
-  EXPECT_EQ(loader.steps_per_epoch(), 25);
+  EXPECT_EQ(loader.batches_per_epoch(), 25);
   const Tensor b = loader.batch(3);
   EXPECT_EQ(b.dtype(), DType::i32);
   EXPECT_EQ(b.shape(), (Shape{4, 11}));
@@ -52,7 +52,7 @@ TEST(DataLoader, EachEpochVisitsEveryWindowOnceInASeededOrder) {
   o.seq_len = 16;
   o.seed = 42;
   const TrainLoader loader(shard, o);
-  const std::int64_t W = loader.num_windows(), S = loader.steps_per_epoch();
+  const std::int64_t W = loader.num_windows(), S = loader.batches_per_epoch();
   ASSERT_EQ(W, 312);
   ASSERT_EQ(S, 312 / 7);
   std::vector<std::vector<std::int64_t>> epochs(3);
@@ -94,48 +94,6 @@ TEST(DataLoader, ResumingAtAStepReproducesTheUninterruptedRun) {
   EXPECT_EQ(resumed.batch(3).to_vector<std::int32_t>(), straight[3]);
 }
 
-TEST(DataLoader, RanksSplitEachGlobalBatchDisjointly) {
-  TempDir tmp;
-  const auto shard = counting_shard(tmp, 4001);
-  LoaderOptions o;
-  o.batch_size = 3;
-  o.seq_len = 10;
-  o.seed = 5;
-  o.world_size = 4;
-  std::vector<std::unique_ptr<TrainLoader>> ranks;
-  for (int r = 0; r < 4; ++r) {
-    o.rank = r;
-    ranks.push_back(std::make_unique<TrainLoader>(shard, o));
-  }
-  const std::int64_t S = ranks[0]->steps_per_epoch();
-  EXPECT_EQ(S, 400 / 12);
-  std::set<std::int64_t> epoch;
-  for (std::int64_t s = 0; s < S; ++s) {
-    std::set<std::int64_t> step;
-    for (const auto& l : ranks) {
-      EXPECT_EQ(l->steps_per_epoch(), S);
-      for (auto w : l->window_indices(s)) {
-        EXPECT_TRUE(step.insert(w).second) << "ranks share window " << w << " at step " << s;
-        EXPECT_TRUE(epoch.insert(w).second) << "window " << w << " repeats within the epoch";
-      }
-    }
-    EXPECT_EQ(step.size(), 12u);
-  }
-  // The union of the ranks' batches is the global batch a single rank of batch 12 sees.
-  LoaderOptions single = o;
-  single.world_size = 1;
-  single.rank = 0;
-  single.batch_size = 12;
-  const TrainLoader one(shard, single);
-  for (std::int64_t s : {0, 7, 30}) {
-    const auto g = one.window_indices(s);
-    std::set<std::int64_t> a(g.begin(), g.end()), b;
-    for (const auto& l : ranks)
-      for (auto w : l->window_indices(s)) b.insert(w);
-    EXPECT_EQ(a, b);
-  }
-}
-
 TEST(DataLoader, ValidationSetIsFixedAndEvenlySpaced) {
   TempDir tmp;
   const auto shard = counting_shard(tmp, 1001);
@@ -171,18 +129,14 @@ TEST(DataLoader, CorpusShorterThanOneWindowIsAClearError) {
   EXPECT_THROW(ValidationSet(shard, 1, 64), Error);
   o.seq_len = 63;
   EXPECT_EQ(TrainLoader(shard, o).num_windows(), 1);
-  // Enough tokens for a window but not for one global batch.
+  // Enough tokens for a window but not for one batch.
   o.batch_size = 2;
   try {
     TrainLoader loader(shard, o);
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("fewer than one global batch"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("fewer than one batch"), std::string::npos) << e.what();
   }
-  o.batch_size = 1;
-  o.world_size = 2;
-  o.rank = 2;
-  EXPECT_THROW(TrainLoader(shard, o), Error);
 }
 
 }  // namespace
