@@ -19,6 +19,7 @@
 #include <iostream>
 #include <map>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "core/error.h"
@@ -82,6 +83,13 @@ void apply_setting(json& doc, const std::string& key, const json& value, const s
 
 }  // namespace
 
+std::vector<std::string> launcher_words(const std::string& text) {
+  std::vector<std::string> words;
+  std::istringstream in(text);
+  for (std::string w; in >> w;) words.push_back(w);
+  return words;
+}
+
 std::string short_number(double value) {
   if (!std::isfinite(value)) return value != value ? "nan" : value > 0 ? "inf" : "-inf";
   char buf[64];
@@ -115,8 +123,9 @@ SweepPlan plan_sweep(const fs::path& sweep_file) {
   const auto where = [&](const std::string& key) { return str("sweep: ", file, ": ", key); };
   DARK_CHECK(sweep.is_object(), "sweep: ", file, ": expected a JSON object");
   for (const auto& [key, value] : sweep.items()) {
-    static const std::set<std::string> known = {"base", "set", "axes", "output", "name_keys"};
-    DARK_CHECK(known.contains(key), where(key), ": unknown key (a sweep file has base, set, axes, output, name_keys)");
+    static const std::set<std::string> known = {"base", "set", "axes", "output", "name_keys", "launcher"};
+    DARK_CHECK(known.contains(key), where(key),
+               ": unknown key (a sweep file has base, set, axes, output, name_keys, launcher)");
   }
   DARK_CHECK(sweep.contains("base") && sweep["base"].is_string(), where("base"),
              ": expected the path of a run config (relative to the sweep file)");
@@ -141,6 +150,11 @@ SweepPlan plan_sweep(const fs::path& sweep_file) {
     throw Error(str(where("base"), ": ", e.what()));
   }
   for (const auto& [key, value] : set.items()) apply_setting(base, key, value, where("set." + key));
+  if (sweep.contains("launcher")) {
+    DARK_CHECK(sweep["launcher"].is_string(), where("launcher"), ": expected a command, e.g. \"mpirun -np 2\", got ",
+               sweep["launcher"].dump());
+    plan.launcher = launcher_words(sweep["launcher"].get<std::string>());
+  }
   if (sweep.contains("output")) {
     DARK_CHECK(sweep["output"].is_string() && !sweep["output"].get<std::string>().empty(), where("output"),
                ": expected a folder path");
@@ -228,7 +242,8 @@ pid_t spawn(const std::vector<std::string>& argv, const fs::path& log, const std
   for (const std::string& e : env) envp.push_back(const_cast<char*>(e.c_str()));
   envp.push_back(nullptr);
   pid_t pid = 0;
-  const int rc = posix_spawn(&pid, argv[0].c_str(), &actions, nullptr, args.data(), envp.data());
+  // posix_spawnp: a launcher ("mpirun") is found on PATH.
+  const int rc = posix_spawnp(&pid, argv[0].c_str(), &actions, nullptr, args.data(), envp.data());
   posix_spawn_file_actions_destroy(&actions);
   DARK_CHECK(rc == 0, "sweep: cannot start ", argv[0], ": ", std::strerror(rc));
   return pid;
@@ -242,15 +257,21 @@ int exit_code_of(int wait_status) {
 }
 
 // The environment of the children: the parent's, with OMP_NUM_THREADS sharing the cores
-// among the jobs unless the user chose it.
-std::vector<std::string> child_environment(int jobs) {
+// among the jobs unless the user chose it or a launcher places the ranks.
+std::vector<std::string> child_environment(int jobs, bool launched) {
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
-  if (std::getenv("OMP_NUM_THREADS") == nullptr) {
+  if (std::getenv("OMP_NUM_THREADS") == nullptr && !launched) {
     const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
     env.push_back("OMP_NUM_THREADS=" + std::to_string(std::max(1, cores / std::max(1, jobs))));
   }
   return env;
+}
+
+std::string join_words(const std::vector<std::string>& words) {
+  std::string out;
+  for (const std::string& w : words) out += (out.empty() ? "" : " ") + w;
+  return out;
 }
 
 json eval_json(const std::optional<EvalRecord>& e) {
@@ -383,6 +404,7 @@ void prepare_data(const SweepPlan& plan, const SweepOptions& options, const std:
 
 std::string describe_plan(const SweepPlan& plan) {
   std::string out = str(plan.points.size(), " point(s) in ", plan.dir.string(), "\n");
+  if (!plan.launcher.empty()) out += str("each point trains under: ", join_words(plan.launcher), "\n");
   for (std::size_t i = 0; i < plan.points.size(); ++i) {
     const SweepPoint& p = plan.points[i];
     const json status = read_json_file(p.dir / "status.json");
@@ -399,9 +421,14 @@ std::string describe_plan(const SweepPlan& plan) {
 json run_sweep(const SweepPlan& plan, const SweepOptions& options) {
   fs::create_directories(plan.dir);
   SweepLog log(plan.dir / "sweep.log");
-  const std::vector<std::string> env = child_environment(options.jobs);
+  const std::vector<std::string> launcher =
+      options.launcher.empty() ? plan.launcher : launcher_words(options.launcher);
+  const std::vector<std::string> env = child_environment(options.jobs, !launcher.empty());
+  // Under a launcher the program is named by its real path: "/proc/self/exe" would be the launcher.
+  const std::string executable =
+      launcher.empty() ? options.executable : fs::canonical(options.executable).string();
   log.line(str("sweep ", plan.file.string(), ": ", plan.points.size(), " point(s), ", options.jobs, " at a time, in ",
-               plan.dir.string()));
+               plan.dir.string(), launcher.empty() ? "" : ", each under: " + join_words(launcher)));
 
   std::vector<std::size_t> unfinished;  // point indices still to train, in grid order
   std::size_t completed = 0;
@@ -429,7 +456,10 @@ json run_sweep(const SweepPlan& plan, const SweepOptions& options) {
       const SweepPoint& p = plan.points[index];
       fs::create_directories(p.dir);
       write_file_atomic(p.dir / "point_config.json", p.config.dump(2) + "\n");
-      std::vector<std::string> argv = {options.executable, "train", "--config", (p.dir / "point_config.json").string()};
+      std::vector<std::string> argv = launcher;
+      for (const std::string& word : {executable, std::string("train"), std::string("--config"),
+                                      (p.dir / "point_config.json").string()})
+        argv.push_back(word);
       const auto checkpoint = latest_checkpoint(p.dir);
       if (checkpoint) argv.push_back("--resume");
       std::ofstream(p.dir / "train.log", std::ios::app) << "==== sweep: " << (checkpoint ? "resuming from " + checkpoint->filename().string() : "starting")

@@ -8,10 +8,15 @@
 //     "axes": {"attention.kind": ["softmax", "performer"],   // the grid: the cartesian product,
 //              "optimizer.lr": [1e-3, 3e-3]},                // first axis slowest
 //     "output": "runs/sweeps/lr",       // sweep folder; default runs/sweeps/<sweep file stem>
-//     "name_keys": {"optimizer.lr": "lr"}  // optional labels in point names (see below)
+//     "name_keys": {"optimizer.lr": "lr"},  // optional labels in point names (see below)
+//     "launcher": "mpirun -np 2"        // optional: each point trains on several ranks
 //   }
 // Paths inside the configs (data, output) stay relative to the working directory, as for
 // `darkformer train`. Each point's output.dir is <sweep folder>/<point name>.
+// launcher (or --launcher, which wins): a command the point's `darkformer train` is run
+// under, split at spaces (no quoting): "mpirun -np 2" trains each point on two ranks (README
+// "Scaling out"). The sweep then leaves OMP_NUM_THREADS to the user and the launcher, which
+// binds each rank to its cores.
 //
 // Point names join one part per axis with "_": a string value alone ("performer"), other
 // values after a label (the key's last segment, or name_keys[key]; "" = the value alone):
@@ -49,6 +54,7 @@ struct SweepPoint {
 struct SweepPlan {
   std::filesystem::path file;  // the sweep file
   std::filesystem::path dir;   // the sweep folder
+  std::vector<std::string> launcher;  // the launcher's words ("mpirun", "-np", "2"); empty = none
   std::vector<std::string> axes;
   std::vector<SweepPoint> points;
 };
@@ -63,7 +69,11 @@ std::string short_number(double value);
 struct SweepOptions {
   int jobs = 1;                              // points trained at once
   std::string executable = "/proc/self/exe";  // the darkformer binary the children run
+  std::string launcher;                      // overrides the plan's launcher when not empty
 };
+
+// A launcher's words: the text split at runs of spaces and tabs.
+std::vector<std::string> launcher_words(const std::string& text);
 
 // Trains the unfinished points (progress lines on stdout and in sweep.log), then writes
 // summary.json and summary.csv; returns the summary. Throws only when the sweep itself cannot

@@ -13,9 +13,11 @@ int sweep_command(const CommandArgs& args) {
   const std::vector<FlagSpec> specs = {
       {"--config", "FILE", "", "sweep file (JSON: base, set, axes, output, name_keys); required"},
       {"--jobs", "N", "1", "points trained at once (each child gets OMP_NUM_THREADS = cores / N unless set)"},
+      {"--launcher", "COMMAND", "", "run each point under this command, e.g. \"mpirun -np 2\" (overrides the sweep "
+                                    "file's launcher)"},
       {"--dry-run", "", "", "check every point's config and list what would run; write nothing"},
       kHelpFlag};
-  if (print_help_if_asked(args, "usage: darkformer sweep --config FILE [--jobs N] [--dry-run]\n"
+  if (print_help_if_asked(args, "usage: darkformer sweep --config FILE [--jobs N] [--launcher COMMAND] [--dry-run]\n"
                            "Trains every point of a grid of config overrides as its own `darkformer train` process;\n"
                            "finished points are skipped and interrupted ones resumed when run again. See README.md.",
                      specs))
@@ -30,6 +32,7 @@ int sweep_command(const CommandArgs& args) {
   }
   SweepOptions options;
   options.jobs = static_cast<int>(jobs);
+  if (a.has("--launcher")) options.launcher = a.require("--launcher");
   const nlohmann::json summary = run_sweep(plan, options);
   for (const auto& point : summary["points"])
     if (point["status"] == "failed") return 1;
