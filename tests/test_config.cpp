@@ -219,7 +219,7 @@ TEST(Config, UnknownKeysSuggestTheClosest) {
   EXPECT_EQ(
       parse_error(R"({"xyzzy": 1})"),
       "config: xyzzy: unknown key (top-level keys: model, attention, data, optimizer, schedule, training, "
-      "finetune, output, stability, seed)");
+      "distributed, finetune, output, stability, seed)");
 }
 
 TEST(Config, Overrides) {
@@ -559,6 +559,21 @@ TEST(Config, Tables) {
   EXPECT_NE(table.find(row("output.dir", "\"runs/t\"  (default \"\")")), std::string::npos) << table;
   EXPECT_NE(table.find(row("attention.layers", R"({"1":{"kind":"softmax"}}  (default {}))")), std::string::npos)
       << table;
+}
+
+TEST(Config, DistributedSection) {
+  const RunConfig c = parse_config(json::parse(R"({"distributed": {"backend": "mpi", "bucket_mb": 4, "zero_stage": 1}})"));
+  EXPECT_EQ(c.distributed.backend, dist::BackendKind::mpi);
+  EXPECT_EQ(c.distributed.bucket_mb, 4.0);
+  EXPECT_EQ(c.distributed.zero_stage, 1);
+  EXPECT_EQ(c.distributed.timeout_s, 600.0);
+  EXPECT_EQ(parse_config(json::object()).distributed.backend, dist::BackendKind::automatic);
+  EXPECT_EQ(parse_error(R"({"distributed": {"backend": "gloo"}})"),
+            "config: distributed.backend: \"gloo\" is not one of auto, single, mpi, nccl");
+  EXPECT_EQ(parse_error(R"({"distributed": {"zero_stage": 2}})"),
+            "config: distributed.zero_stage: 2 is not supported: use 0 or 1");
+  EXPECT_EQ(parse_error(R"({"distributed": {"bucket_mb": 0}})"),
+            "config: distributed.bucket_mb: expected a number > 0, got 0");
 }
 
 }  // namespace

@@ -442,6 +442,18 @@ std::vector<Field> make_schema() {
              "where the model trains and runs: cpu; cuda or cuda:N (a GPU); auto (the first usable GPU, else "
              "the CPU); GPU training is not available yet"),
 
+      choice(DARK_CONFIG_MEMBER(distributed.backend),
+             "how the ranks of a run started by mpirun communicate: auto = nccl for GPUs, mpi for the CPU (single "
+             "in a plain process); mpi, nccl or single to force one"),
+      number(DARK_CONFIG_MEMBER(distributed.bucket_mb), positive(),
+             "gradient bucket size in MiB: a bucket's all-reduce starts as soon as backward has filled it"),
+      integer(DARK_CONFIG_MEMBER(distributed.zero_stage), 0,
+              "0 = every rank keeps the whole optimizer state; 1 = ZeRO stage 1, the optimizer state is sharded "
+              "over the ranks (checkpoints stay whole)"),
+      number(DARK_CONFIG_MEMBER(distributed.timeout_s), positive(),
+             "seconds a collective may take before the job ends with an error naming the rank and the collective "
+             "(a rank died or hangs)"),
+
       text(DARK_CONFIG_MEMBER(finetune.init_from), false,
            "start from these weights: a checkpoint, a run folder (its latest checkpoint) or a .gguf model; "
            "the model keys left unset are taken from it, attention may differ; \"\" = random initialisation"),
@@ -727,6 +739,9 @@ void validate_config(const RunConfig& config) {
   if (config.data.tokenizer == data::TokenizerKind::gguf && config.data.tokenizer_model.empty()) {
     fail("data.tokenizer_model", "tokenizer \"gguf\" reads its vocabulary from a .gguf model file: set "
                                  "data.tokenizer_model (or finetune.init_from to that file)");
+  }
+  if (config.distributed.zero_stage > 1) {
+    fail("distributed.zero_stage", str(config.distributed.zero_stage, " is not supported: use 0 or 1"));
   }
   if (config.finetune.trainable.empty()) {
     fail("finetune.trainable", "is empty: nothing would train; use [\"all\"] or name parameter globs");

@@ -38,6 +38,7 @@
 #include "nn/model.h"
 #include "nn/optim.h"
 #include "nn/schedule.h"
+#include "train/dist/communicator.h"
 #include "train/stability.h"
 
 namespace dark::train {
@@ -67,6 +68,16 @@ struct FinetuneConfig {
   std::vector<std::string> trainable = {"all"};  // parameter-name globs or presets (all, limited_attention)
 };
 
+// Data parallelism over the ranks of a run started by mpirun (train/data_parallel.h,
+// README "Scaling out"). A plain process is one rank: only timeout_s and zero_stage's
+// check apply to it.
+struct DistributedConfig {
+  dist::BackendKind backend = dist::BackendKind::automatic;  // auto: nccl for GPUs, mpi for the CPU under mpirun
+  double bucket_mb = 25;   // gradient all-reduce bucket size (MiB); a bucket's all-reduce starts when backward has filled it
+  int zero_stage = 0;      // 1 = ZeRO stage 1: the optimizer state is sharded over the ranks
+  double timeout_s = 600;  // a collective that has not finished by then ends the job with an error
+};
+
 struct OutputConfig {
   std::string dir;  // run folder (checkpoints, metrics, config.json); "" = runs/<config file stem>
 };
@@ -79,6 +90,7 @@ struct RunConfig {
   nn::OptimizerConfig optimizer;
   nn::ScheduleConfig schedule;
   TrainingConfig training;
+  DistributedConfig distributed;
   FinetuneConfig finetune;
   OutputConfig output;
   StabilityConfig stability;

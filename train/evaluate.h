@@ -4,6 +4,7 @@
 
 #include "data/loader.h"
 #include "nn/model.h"
+#include "train/dist/communicator.h"
 
 namespace dark::train {
 
@@ -16,7 +17,11 @@ struct EvalMetrics {
 
 // Over the first `max_batches` batches (all when <= 0) of a validation set, in eval mode and
 // without recording. The sums are kept where the logits are (in float64, in batch order) and
-// only they come back, once, at the end: no logits cross to the host.
+// only they come back, once, at the end: no logits cross to the host. With a communicator of
+// several ranks (every rank calls it), rank r evaluates batches r, r + W, ... and the sums
+// are added over the ranks: every rank gets the metrics of all the batches.
 EvalMetrics evaluate(nn::CausalLM& model, const data::ValidationSet& val, std::int64_t max_batches);
+EvalMetrics evaluate(nn::CausalLM& model, const data::ValidationSet& val, std::int64_t max_batches,
+                     dist::Communicator& comm);
 
 }  // namespace dark::train

@@ -1,6 +1,7 @@
 // The darkformer command-line program: dispatches to the subcommands in train/commands.h
 // and turns errors into a message and a non-zero exit code.
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -8,6 +9,7 @@
 #include "core/error.h"
 #include "train/commands.h"
 #include "train/config.h"
+#include "train/dist/communicator.h"
 
 namespace {
 
@@ -37,44 +39,62 @@ int usage_error(const std::string& message) {
   return 2;
 }
 
+// Runs one command; errors propagate to main.
+int run_command(const std::vector<std::string>& args) {
+  const std::string& command = args[0];
+  if (command == "--help" || command == "-h" || command == "help") {
+    std::printf("%s", kUsage);
+    return 0;
+  }
+  if (command == "--version") {
+    std::printf("darkformer %s (cpu: oneDNN%s)\n", DARK_VERSION,
+#ifdef DARK_WITH_CUDA
+                dark::cuda_available() ? ", cuda: available" : ", cuda: built, no device"
+#else
+                ", cuda: not built"
+#endif
+    );
+    return 0;
+  }
+  const std::vector<std::string> rest(args.begin() + 1, args.end());
+  if (command == "demo-mlp") return dark::train::demo_mlp_command(rest);
+  if (command == "prepare-data") return dark::train::prepare_data_command(rest);
+  if (command == "train") return dark::train::train_command(rest);
+  if (command == "eval") return dark::train::eval_command(rest);
+  if (command == "generate") return dark::train::generate_command(rest);
+  if (command == "export-hf") return dark::train::export_hf_command(rest);
+  if (command == "probe") return dark::train::probe_command(rest);
+  if (command == "sweep") return dark::train::sweep_command(rest);
+  if (command == "report") return dark::train::report_command(rest);
+  if (command == "config-keys") {
+    std::printf("%s", dark::train::config_markdown_table().c_str());
+    return 0;
+  }
+  return usage_error("unknown command '" + command + "'");
+}
+
+// Which rank of an mpirun job this process is, from the launcher's environment ("" when
+// it was not started by mpirun): error messages say which rank failed.
+std::string rank_prefix() {
+  if (!dark::dist::launched_by_mpi()) return "";
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"})
+    if (const char* value = std::getenv(name)) return std::string("rank ") + value + ": ";
+  return "";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty()) return usage_error("no command given");
-  const std::string& command = args[0];
   try {
-    if (command == "--help" || command == "-h" || command == "help") {
-      std::printf("%s", kUsage);
-      return 0;
-    }
-    if (command == "--version") {
-      std::printf("darkformer %s (cpu: oneDNN%s)\n", DARK_VERSION,
-#ifdef DARK_WITH_CUDA
-                  dark::cuda_available() ? ", cuda: available" : ", cuda: built, no device"
-#else
-                  ", cuda: not built"
-#endif
-      );
-      return 0;
-    }
-    const std::vector<std::string> rest(args.begin() + 1, args.end());
-    if (command == "demo-mlp") return dark::train::demo_mlp_command(rest);
-    if (command == "prepare-data") return dark::train::prepare_data_command(rest);
-    if (command == "train") return dark::train::train_command(rest);
-    if (command == "eval") return dark::train::eval_command(rest);
-    if (command == "generate") return dark::train::generate_command(rest);
-    if (command == "export-hf") return dark::train::export_hf_command(rest);
-    if (command == "probe") return dark::train::probe_command(rest);
-    if (command == "sweep") return dark::train::sweep_command(rest);
-    if (command == "report") return dark::train::report_command(rest);
-    if (command == "config-keys") {
-      std::printf("%s", dark::train::config_markdown_table().c_str());
-      return 0;
-    }
-    return usage_error("unknown command '" + command + "'");
+    const int code = run_command(args);
+    dark::dist::finalize();
+    return code;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "darkformer: error: %s\n", e.what());
+    std::fprintf(stderr, "darkformer: %serror: %s\n", rank_prefix().c_str(), e.what());
+    // Under mpirun the other ranks may be waiting in a collective for this one: end them all.
+    if (dark::dist::launched_by_mpi()) dark::dist::abort_job(1);
     return 1;
   }
 }

@@ -9,14 +9,26 @@
 #include "autograd/tape.h"
 #include "nn/schedule.h"
 #include "train/attention_state.h"
+#include "train/data_parallel.h"
 
 namespace dark::train {
 
 StepScalars gradients_final(TrainingRun& run, const Tensor& loss_sum) {
   NoGradGuard no_grad;
-  const Tensor grad_sq = run.params->grad_sq_norm().to(DType::f64);
-  const std::vector<double> scalars = concat({reshape(loss_sum, {1}), reshape(grad_sq, {1})}, 0).to_vector<double>();
-  return {scalars[0], std::sqrt(scalars[1])};
+  StepScalars s;
+  Tensor grad_sq;
+  if (run.parallel) {
+    s.comm_wait_seconds = run.parallel->finish_gradients();
+    run.parallel->sum(loss_sum);  // every rank then holds the global batch's loss
+    grad_sq = run.parallel->grad_sq_norm();
+  } else {
+    grad_sq = run.params->grad_sq_norm();
+  }
+  const std::vector<double> scalars =
+      concat({reshape(loss_sum, {1}), reshape(grad_sq.to(DType::f64), {1})}, 0).to_vector<double>();
+  s.loss = scalars[0];
+  s.grad_norm = std::sqrt(scalars[1]);
+  return s;
 }
 
 StepResult train_step(TrainingRun& run) {
@@ -27,11 +39,16 @@ StepResult train_step(TrainingRun& run) {
   StepResult r;
   r.lr = nn::learning_rate_at(c.schedule, c.optimizer.lr, run.step, tc.steps);
   run.params->zero_grad();
+  const int rank = run.parallel ? run.parallel->rank() : 0, world = run.parallel ? run.parallel->world_size() : 1;
+  // The gradients summed over the micro-batches of every rank are the mean over the global batch.
+  const int parts = tc.grad_accum * world;
   Tensor loss_sum;
   for (int micro = 0; micro < tc.grad_accum; ++micro) {
-    const std::int64_t index = run.step * tc.grad_accum + micro;  // keys the batch and the dropout masks
+    // Keys the batch and the dropout masks (which so differ between ranks).
+    const std::int64_t index = micro_batch_index(run.step, rank, world, tc.grad_accum, micro);
+    if (run.parallel && micro == tc.grad_accum - 1) run.parallel->arm();  // only the last backward communicates
     Tensor loss = run.model->loss(run.loader->batch(index), static_cast<std::uint64_t>(index));
-    if (tc.grad_accum > 1) loss = mul_scalar(loss, 1.0 / tc.grad_accum);
+    if (parts > 1) loss = mul_scalar(loss, 1.0 / parts);
     backward(loss);
     const Tensor value = loss.detach().to(DType::f64);
     loss_sum = loss_sum.defined() ? add(loss_sum, value) : value;
@@ -39,11 +56,13 @@ StepResult train_step(TrainingRun& run) {
   const StepScalars s = gradients_final(run, loss_sum);
   r.loss = s.loss;
   r.grad_norm = s.grad_norm;
+  r.comm_wait_seconds = s.comm_wait_seconds;
   r.applied = std::isfinite(r.loss) && std::isfinite(r.grad_norm);
   if (r.applied) {
     const double factor = nn::clip_factor(r.grad_norm, c.optimizer.grad_clip);
     if (factor != 1.0) run.params->scale_grads(factor);
     run.optimizer->step(r.lr);
+    if (run.parallel) run.parallel->after_update();
     run.consecutive_skips = 0;
   } else {
     ++run.consecutive_skips, ++run.skipped_total;

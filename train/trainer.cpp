@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <optional>
 
 #include "autograd/grad_mode.h"
 #include "core/file_io.h"
@@ -27,15 +28,18 @@ namespace {
 
 // What a run reports as it goes: metrics.jsonl, the stability monitor that follows it, and
 // the step line people read (every training.log_interval steps, speed without the first step).
+// Every rank follows the metrics (they are the same everywhere: losses and gradient norms
+// are reduced over the ranks), so every rank takes the same stop decisions; rank 0 alone
+// writes them.
 class RunLog {
  public:
   explicit RunLog(const TrainingRun& run)
-      : metrics_(run.dir / "metrics.jsonl", run.resumed ? run.step : -1),
+      : metrics_(open_metrics(run)),
         // Sees every metrics line (a resumed run's earlier ones first) for stability.json.
         stability_(stability_options(run.config), read_metrics(run.dir / "metrics.jsonl")),
         first_step_(run.step),
         tokens_per_step_(static_cast<std::int64_t>(run.config.training.batch_size) * run.config.training.grad_accum *
-                         run.config.data.seq_len),
+                         run.world_size() * run.config.data.seq_len),
         loop_start_(Clock::now()) {}
 
   // Logs step run.step (just taken); true when stability.stop_on_divergence ends the run now.
@@ -45,7 +49,7 @@ class RunLog {
 
   // Evaluates the model on the validation set and logs the result at step run.step.
   EvalMetrics eval(TrainingRun& run) {
-    const EvalMetrics m = evaluate(*run.model, *run.val, run.config.training.eval_batches);
+    const EvalMetrics m = evaluate(*run.model, *run.val, run.config.training.eval_batches, *run.comm);
     spdlog::info("eval step {} | val loss {:.4f} | ppl {:.2f} | next-token acc {:.4f}", run.step, m.loss, m.perplexity,
                  m.accuracy);
     write(run, {{"step", run.step}, {"eval_loss", m.loss}, {"eval_perplexity", m.perplexity},
@@ -57,8 +61,17 @@ class RunLog {
   double last_loss() const { return last_loss_; }
 
  private:
+  // Rank 0's metrics.jsonl (a resumed run's cut back to its checkpoint), opened before any
+  // rank reads the file's earlier lines.
+  static std::optional<MetricsLog> open_metrics(const TrainingRun& run) {
+    std::optional<MetricsLog> log;
+    if (run.writes()) log.emplace(run.dir / "metrics.jsonl", run.resumed ? run.step : -1);
+    run.comm->barrier();
+    return log;
+  }
+
   bool write(const TrainingRun& run, const json& line) {
-    metrics_.write(line);
+    if (metrics_) metrics_->write(line);
     return stability_.observe(line) && run.config.stability.stop_on_divergence;
   }
 
@@ -70,9 +83,12 @@ class RunLog {
     const double tok_per_s =
         timed_steps_ ? static_cast<double>(tokens_per_step_) * static_cast<double>(timed_steps_) / timed_seconds_ : 0.0;
     const double elapsed = std::chrono::duration<double>(Clock::now() - loop_start_).count();
-    if (write(run, {{"step", run.step}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
-                    {"tokens_per_s", tok_per_s}, {"step_ms", r.seconds * 1e3}, {"elapsed_s", elapsed}}))
-      return true;
+    json line = {{"step", run.step},         {"loss", r.loss},           {"lr", r.lr},
+                 {"grad_norm", r.grad_norm}, {"tokens_per_s", tok_per_s}, {"step_ms", r.seconds * 1e3},
+                 {"elapsed_s", elapsed}};
+    // Communication not hidden behind backward (rank 0's wait), with several ranks.
+    if (run.parallel) line["comm_wait_ms"] = r.comm_wait_seconds * 1e3;
+    if (write(run, line)) return true;
     if (run.step % tc.log_interval == 0 || index == first_step_ || run.step == tc.steps) {
       const double eta =
           timed_steps_ ? timed_seconds_ / static_cast<double>(timed_steps_) * static_cast<double>(tc.steps - run.step) : 0.0;
@@ -91,7 +107,7 @@ class RunLog {
     return write(run, {{"step", run.step}, {"skipped", true}, {"loss", loss_finite ? json(r.loss) : json(nullptr)}});
   }
 
-  MetricsLog metrics_;
+  std::optional<MetricsLog> metrics_;  // rank 0
   StabilityMonitor stability_;
   std::int64_t first_step_;
   std::int64_t tokens_per_step_;
@@ -112,7 +128,7 @@ void check_skip_limit(const TrainingRun& run) {
 void stop_diverged(const TrainingRun& run, const RunLog& log) {
   StabilityReport report = log.stability_report();
   report.stopped_on_divergence = true;
-  write_stability(run.dir, report);
+  if (run.writes()) write_stability(run.dir, report);
   spdlog::warn("training diverged at step {} ({}); stopped early (stability.stop_on_divergence), no checkpoint written",
                report.divergence_step, report.divergence_reason);
 }
@@ -137,6 +153,7 @@ void write_sample(TrainingRun& run) {
 EvalMetrics finish(TrainingRun& run, RunLog& log) {
   const EvalMetrics final_eval = log.eval(run);
   save_run(run);
+  if (!run.writes()) return final_eval;
   write_stability(run.dir, log.stability_report());
   if (run.config.training.generate_tokens > 0) write_sample(run);
   return final_eval;

@@ -3,6 +3,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <functional>
 #include <optional>
 
 #include "autograd/grad_mode.h"
@@ -36,13 +37,18 @@ void check_source_tokenizer(const InitSource& source, const RunConfig& config, c
              "): the token ids would not mean the same");
 }
 
-// A resumed run continues the run its checkpoint belongs to: only its length, its folder and
-// the device it runs on may change.
+// A resumed run continues the run its checkpoint belongs to: only its length, its folder, the
+// device and ranks it runs on, and so grad_accum (to keep the global batch on another number
+// of ranks) may change.
 void check_resumable(const RunConfig& theirs, const RunConfig& ours, const fs::path& checkpoint, const fs::path& run_dir) {
   json a = to_json(theirs), b = to_json(ours);
-  for (json* j : {&a, &b}) (*j)["training"].erase("steps"), (*j)["training"].erase("device"), j->erase("output");
+  for (json* j : {&a, &b}) {
+    for (const char* key : {"steps", "device", "grad_accum"}) (*j)["training"].erase(key);
+    j->erase("output"), j->erase("distributed");
+  }
   DARK_CHECK(a == b, "--resume: the config differs from the one checkpoint ", checkpoint.filename().string(),
-             " was trained with (only training.steps, training.device and output.dir may change); see ",
+             " was trained with (only training.steps, training.device, training.grad_accum, distributed and output.dir "
+             "may change); see ",
              (run_dir / "config.json").string());
 }
 
@@ -55,6 +61,8 @@ json trainer_state(const TrainingRun& run) {
           {"skipped_steps", run.skipped_total},
           // Data order and dropout masks are pure functions of (seed, step): nothing else to save.
           {"data_position", {{"kind", "step"}, {"seed", run.config.seed}}},
+          // The global batch is batch_size x grad_accum x world_size (a resume may change it).
+          {"world_size", run.world_size()},
           {"feature_epochs", epochs}};  // informative: the epochs are a function of the step
 }
 
@@ -78,12 +86,88 @@ void log_freezing(const Freezing& freezing, const RunConfig& config) {
                freezing.frozen_numel, static_cast<double>(frozen_bytes_saved(freezing, config)) / (1 << 20));
 }
 
+// Non-zero ranks print only warnings and errors, prefixed with their rank.
+void log_as_rank(const dist::Communicator& comm) {
+  if (comm.rank() == 0) return;
+  spdlog::set_level(spdlog::level::warn);
+  spdlog::set_pattern(str("[%Y-%m-%d %H:%M:%S.%e] [rank ", comm.rank(), "] [%l] %v"));
+}
+
+// Prepares the data (tokenizer, shards) on one rank of each host first, so that the ranks
+// of a host do not build the same files at once; the others then find them ready.
+data::PreparedData prepare_data_once_per_host(RunConfig& config, dist::Communicator& comm) {
+  if (comm.world_size() == 1) return prepare_data_for(config);
+  std::optional<data::PreparedData> prepared;
+  if (comm.local_rank() == 0) prepared = prepare_data_for(config);
+  comm.barrier();
+  if (!prepared) prepared = prepare_data_for(config);
+  return std::move(*prepared);
+}
+
+// The global batch (sequences per optimizer step) of a config on `world_size` ranks.
+std::int64_t global_batch(const RunConfig& config, int world_size) {
+  return static_cast<std::int64_t>(config.training.batch_size) * config.training.grad_accum * world_size;
+}
+
+// A checkpoint does not depend on the number of ranks, so a run may resume on another
+// number; the global batch, and so the data each step sees, then changes unless grad_accum
+// was adjusted to keep it.
+void warn_if_global_batch_changed(const CheckpointData& checkpoint, const RunConfig& config, int world_size) {
+  const RunConfig theirs = parse_config(checkpoint.state.at("config"));
+  const int their_world = checkpoint.state.value("world_size", 1);
+  const std::int64_t before = global_batch(theirs, their_world), now = global_batch(config, world_size);
+  if (before == now) return;
+  spdlog::warn("--resume: the global batch changes from {} sequences ({} rank(s) x batch_size {} x grad_accum {}) to {} "
+               "({} x {} x {}): the steps from here see other data than the uninterrupted run would; set "
+               "training.grad_accum to keep {}",
+               before, their_world, theirs.training.batch_size, theirs.training.grad_accum, now, world_size,
+               config.training.batch_size, config.training.grad_accum, before);
+}
+
+// What must be identical on every rank: the parameters (frozen ones included) and the
+// kernels' untrained attention state.
+std::vector<std::pair<std::string, Tensor>> model_state(nn::CausalLM& model) {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (auto& [name, p] : model.named_parameters()) out.emplace_back(name, *p);
+  for (auto& [name, t] : attention_state_map(model)) out.emplace_back(name, t);
+  return out;
+}
+
+// The start-up line of data parallelism: ranks, backend, batches, buckets, optimizer memory.
+void log_data_parallel(const TrainingRun& run) {
+  const RunConfig& c = run.config;
+  const int world = run.world_size();
+  const std::int64_t global = global_batch(c, world);
+  const double state_mib = static_cast<double>(run.optimizer->state_bytes()) / (1024.0 * 1024.0);
+  std::string comm = fmt::format("backend {}", enum_name(run.comm->backend()));
+  std::string memory = fmt::format("optimizer state {:.1f} MiB", state_mib);
+  if (run.parallel && run.parallel->zero_stage() == 1) {
+    comm += ", gradients reduce-scattered after backward";
+  } else if (run.parallel) {
+    comm += fmt::format(", {} gradient bucket(s) of <= {:g} MiB all-reduced during backward", run.parallel->num_buckets(),
+                        c.distributed.bucket_mb);
+  }
+  if (run.parallel) {
+    memory = run.parallel->zero_stage() == 1
+                 ? fmt::format("ZeRO stage 1: optimizer state {:.1f} MiB per rank ({:.1f} MiB unsharded)", state_mib,
+                               state_mib * world)
+                 : fmt::format("ZeRO stage 0: optimizer state {:.1f} MiB on every rank", state_mib);
+  }
+  spdlog::info("data parallel: {} rank(s), {}; batch {} per rank x grad_accum {} x {} rank(s) = global batch {} ({} "
+               "tokens per step); {}",
+               world, comm, c.training.batch_size, c.training.grad_accum, world, global, global * c.data.seq_len,
+               memory);
+}
+
 }  // namespace
 
 TrainingRun start_run(RunConfig config, bool resume) {
   TrainingRun run;
   run.dir = config.output.dir;
   run.device = resolve_device(config.training.device);
+  run.comm = dist::make_communicator(config.distributed.backend, run.device, config.distributed.timeout_s);
+  if (run.device.is_cuda() && run.world_size() > 1) run.device = run.comm->device();  // the GPU of its local rank
+  log_as_rank(*run.comm);
   run.finetuning = !config.finetune.init_from.empty();
 
   // ---- where the weights come from: the latest checkpoint, a finetuning source, or nowhere ----
@@ -103,18 +187,23 @@ TrainingRun start_run(RunConfig config, bool resume) {
     source = load_init_source(config.finetune.init_from);
     adopt_architecture(config, source->model, source->description);
   }
-  run.data = prepare_data_for(config);
+  run.data = prepare_data_once_per_host(config, *run.comm);
   validate_config(config);
   if (source) check_source_tokenizer(*source, config, run.data);
   if (checkpoint) {
     check_resumable(*checkpoint_config, config, checkpoint_dir, run.dir);
+    warn_if_global_batch_changed(*checkpoint, config, run.world_size());
     spdlog::info("resuming from {} (step {})", checkpoint_dir.string(), checkpoint->step);
   } else {
     DARK_CHECK(list_checkpoints(run.dir).empty(), "run folder ", run.dir.string(),
                " already has checkpoints: pass --resume to continue it, or set output.dir to a new folder");
   }
-  fs::create_directories(run.dir);
-  write_resolved(config, run.dir);
+  // Every rank has read the run folder before rank 0 writes to it.
+  run.comm->barrier();
+  if (run.writes()) {
+    fs::create_directories(run.dir);
+    write_resolved(config, run.dir);
+  }
   spdlog::info("config:\n{}", config_table(config));
   run.config = std::move(config);
   const RunConfig& c = run.config;
@@ -126,8 +215,10 @@ TrainingRun start_run(RunConfig config, bool resume) {
   run.model->to(run.device);
   const Freezing freezing = freeze_parameters(*run.model, c.finetune.trainable);
   log_freezing(freezing, c);
-  run.params = std::make_unique<nn::ParameterBuffer>(freezing.trainable);
-  run.optimizer = std::make_unique<nn::Optimizer>(*run.params, c.optimizer);
+  run.params = std::make_unique<nn::ParameterBuffer>(freezing.trainable, run.world_size());
+  if (run.world_size() > 1) run.parallel = std::make_unique<DataParallel>(*run.comm, *run.params, c.distributed);
+  run.optimizer = std::make_unique<nn::Optimizer>(*run.params, c.optimizer,
+                                                  run.parallel ? run.parallel->optimizer_shard() : nn::FlatRange{});
   if (checkpoint) {
     load_parameters(*run.model, checkpoint->model, "checkpoint " + checkpoint_name(checkpoint->step));
     run.optimizer->load_state(checkpoint->optimizer);
@@ -152,17 +243,31 @@ TrainingRun start_run(RunConfig config, bool resume) {
                run.model->num_parameters(), c.model.n_layers, c.model.d_model, c.model.n_heads,
                enum_name(c.attention.kind), run.device.to_string(), run.data.train_tokens, run.val->num_windows());
 
+  // Calibration reads the same global batches on every rank, so its result is the same
+  // everywhere (and the same as a one-process run's) without communication.
   if (!run.resumed) calibrate_attention(*run.model, c, *run.loader);
   run.redraw_intervals = redraw_intervals(c);
   set_feature_epochs(*run.model, run.redraw_intervals, run.step);
+  log_data_parallel(run);
+  check_same_on_every_rank(*run.comm, model_state(*run.model), "the parameters and attention state at the start");
   return run;
 }
 
 void save_run(TrainingRun& run) {
+  // Every rank has finished the step; the ranks still agree on the weights (a rank that
+  // drifted, e.g. from a nondeterministic kernel, is caught here rather than saved).
+  run.comm->barrier();
+  check_same_on_every_rank(*run.comm, model_state(*run.model), "the parameters and attention state at step " +
+                                                                   std::to_string(run.step));
   CheckpointData ck;
   ck.step = run.step;
+  // The optimizer state is whole in every checkpoint: ZeRO-1 gathers its slices first.
+  std::function<Tensor(const Tensor&)> gather;
+  if (run.parallel && run.parallel->zero_stage() == 1)
+    gather = [&run](const Tensor& slice) { return run.parallel->gather_shard(slice); };
+  ck.optimizer = on_cpu(run.optimizer->state(gather));
+  if (!run.writes()) return;
   ck.model = parameters_on_cpu(*run.model);
-  ck.optimizer = on_cpu(run.optimizer->state());
   ck.attention = attention_state_map(*run.model);
   ck.state = trainer_state(run);
   const fs::path where = save_checkpoint(run.dir, ck, run.config.training.keep_checkpoints);

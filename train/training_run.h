@@ -18,17 +18,21 @@
 #include "nn/parameter_buffer.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
+#include "train/data_parallel.h"
+#include "train/dist/communicator.h"
 
 namespace dark::train {
 
 struct TrainingRun {
   RunConfig config;                          // resolved; model.vocab_size set from the tokenizer
   std::filesystem::path dir;                 // output.dir
-  Device device;                             // training.device, resolved
+  Device device;                             // training.device, resolved (cuda:<local rank> on several GPUs)
+  std::unique_ptr<dist::Communicator> comm;  // this process's rank; `single` for a plain process
   data::PreparedData data;
   std::unique_ptr<nn::CausalLM> model;       // on `device`, frozen parameters included
   std::unique_ptr<nn::ParameterBuffer> params;  // the trainable parameters and their gradients
   std::unique_ptr<nn::Optimizer> optimizer;
+  std::unique_ptr<DataParallel> parallel;       // with more than one rank (declared after model: destroyed first)
   std::unique_ptr<data::TrainLoader> loader;    // delivers batches on `device`
   std::unique_ptr<data::ValidationSet> val;
   std::vector<std::int64_t> redraw_intervals;   // per layer
@@ -36,14 +40,20 @@ struct TrainingRun {
   std::int64_t consecutive_skips = 0, skipped_total = 0;  // non-finite steps
   bool resumed = false;                         // continued from a checkpoint
   bool finetuning = false;                      // finetune.init_from is set
+
+  int world_size() const { return comm->world_size(); }
+  // Rank 0 alone writes the run folder (config, metrics, checkpoints, stability, samples).
+  bool writes() const { return comm->rank() == 0; }
 };
 
 // Sets up a run from its config: validates it, prepares the data, builds the model (loading
 // the finetuning source's weights or, with `resume`, the latest checkpoint's state), moves it
 // to its device, freezes what finetune.trainable leaves out and writes config.json. A fresh
 // run refuses a run folder that already holds checkpoints; a resumed one refuses a config
-// that differs from the checkpoint's in anything but training.steps, training.device and
-// output.dir.
+// that differs from the checkpoint's in anything but training.steps, training.device,
+// training.grad_accum, distributed and output.dir (and warns when the global batch changes).
+// With several ranks (mpirun), every rank runs this: rank 0 alone writes the run folder, and
+// the parameters are checked to be identical on every rank.
 TrainingRun start_run(RunConfig config, bool resume);
 
 // Checkpoints the run at run.step (keeping training.keep_checkpoints of them).

@@ -1,0 +1,321 @@
+// Data parallelism end to end: `darkformer train` under `mpirun -np 2` against one process.
+//  - 2 ranks with grad_accum 1 = 1 process with grad_accum 2, bit for bit: the same loss and
+//    gradient norm at every step, the same final weights and optimizer state (DARKFormer with
+//    whiten calibration, feature redraws and dropout, so features, calibration and dropout
+//    keys are all exercised). Both sides run one thread per process: a GEMM may sum in
+//    another order with more threads.
+//  - ZeRO stage 1 = stage 0 (losses, weights, the whole optimizer state in the checkpoint).
+//  - A rank killed with SIGKILL ends the job; the last checkpoint loads, and --resume reaches
+//    the final loss of an uninterrupted run. A rank that stops answering (SIGSTOP) ends the
+//    job within distributed.timeout_s, with an error naming the rank and the collective.
+//  - Ranks that build different models (other seeds) stop with an error naming the tensor.
+// mpirun comes from scripts/install-deps.sh; when it is missing these tests fail, never skip.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "train/checkpoint.h"
+#include "train_test_util.h"
+
+extern char** environ;
+
+namespace dark::train {
+namespace {
+
+namespace fs = std::filesystem;
+using dark::testing::TempDir;
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+// A child process with stdout and stderr in `log`.
+struct Child {
+  pid_t pid = 0;
+  fs::path log;
+};
+
+Child start(const std::vector<std::string>& argv, const fs::path& log) {
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  // One thread per process on both sides of every comparison.
+  std::vector<std::string> env_text = {"OMP_NUM_THREADS=1"};
+  for (char** e = environ; *e != nullptr; ++e)
+    if (std::strncmp(*e, "OMP_NUM_THREADS=", 16) != 0) env_text.emplace_back(*e);
+  std::vector<char*> env;
+  for (std::string& e : env_text) env.push_back(e.data());
+  env.push_back(nullptr);
+  Child child{0, log};
+  const int rc = posix_spawnp(&child.pid, args[0], &actions, nullptr, args.data(), env.data());
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) throw Error(str("cannot start ", argv[0], ": ", std::strerror(rc)));
+  return child;
+}
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// Waits up to `limit` for the child; its exit code (128 + signal when killed), or nothing
+// when it is still running (then it is killed).
+std::optional<int> wait_for(const Child& child, std::chrono::seconds limit) {
+  const auto deadline = Clock::now() + limit;
+  while (Clock::now() < deadline) {
+    int status = 0;
+    const pid_t done = ::waitpid(child.pid, &status, WNOHANG);
+    if (done == child.pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ::kill(child.pid, SIGKILL);
+  ::waitpid(child.pid, nullptr, 0);
+  return std::nullopt;
+}
+
+// Runs a command to completion (at most 3 minutes); returns its exit code and shows its log on failure.
+int run(const std::vector<std::string>& argv, const fs::path& log) {
+  const std::optional<int> code = wait_for(start(argv, log), std::chrono::seconds(180));
+  EXPECT_TRUE(code.has_value()) << argv[0] << " did not finish in 3 minutes; log:\n" << read_text(log);
+  return code.value_or(-1);
+}
+
+// `mpirun -np N darkformer ...` (every rank gets the same arguments).
+std::vector<std::string> mpirun(int ranks, const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {DARK_MPIEXEC, "-np", std::to_string(ranks), "--oversubscribe",
+                                   "--allow-run-as-root", "--bind-to", "none", "-x", "OMP_NUM_THREADS",
+                                   DARKFORMER_EXE};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return argv;
+}
+
+void require_mpirun() {
+  ASSERT_TRUE(std::string(DARK_MPIEXEC).size() > 0 && fs::exists(DARK_MPIEXEC))
+      << "mpirun not found (" << DARK_MPIEXEC << "): install Open MPI with scripts/install-deps.sh";
+}
+
+fs::path write_config(const TempDir& tmp, const std::string& name, const json& config) {
+  const fs::path path = tmp / (name + ".json");
+  std::ofstream(path) << config.dump(2);
+  return path;
+}
+
+// The tiny run with everything that must agree across ranks switched on.
+json parallel_config(const TempDir& tmp, const std::string& run, int steps) {
+  json c = tiny_config(tmp, run, steps);
+  c.merge_patch(json::parse(R"({
+    "model": {"dropout": 0.1},
+    "attention": {"kind": "darkformer", "num_features": 16, "redraw_interval": 3,
+                  "darkformer": {"init": "whiten"}, "calibration_batches": 2},
+    "distributed": {"bucket_mb": 0.01}
+  })"));
+  return c;
+}
+
+// Every step line's (loss, grad_norm) pair, by step.
+std::map<std::int64_t, std::pair<double, double>> step_lines(const fs::path& run) {
+  std::map<std::int64_t, std::pair<double, double>> out;
+  std::ifstream in(run / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    const json j = json::parse(line);
+    if (j.contains("grad_norm")) out[j["step"]] = {j["loss"], j["grad_norm"]};
+  }
+  return out;
+}
+
+// Exact equality of two tensor maps (same names, shapes, dtypes and bytes).
+void expect_identical(const std::map<std::string, Tensor>& a, const std::map<std::string, Tensor>& b,
+                      const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (const auto& [name, t] : a) {
+    ASSERT_TRUE(b.contains(name)) << what << ": " << name;
+    const Tensor& u = b.at(name);
+    ASSERT_EQ(t.shape(), u.shape()) << what << ": " << name;
+    ASSERT_EQ(t.dtype(), u.dtype()) << what << ": " << name;
+    EXPECT_EQ(std::memcmp(t.contiguous().raw_data(), u.contiguous().raw_data(),
+                          static_cast<std::size_t>(t.numel()) * dtype_size(t.dtype())),
+              0)
+        << what << ": " << name << " differs";
+  }
+}
+
+void expect_same_runs(const fs::path& a, const fs::path& b) {
+  const auto la = step_lines(a), lb = step_lines(b);
+  ASSERT_FALSE(la.empty());
+  ASSERT_EQ(la.size(), lb.size());
+  for (const auto& [step, v] : la) {
+    EXPECT_EQ(v.first, lb.at(step).first) << "loss at step " << step;
+    EXPECT_EQ(v.second, lb.at(step).second) << "gradient norm at step " << step;
+  }
+  const CheckpointData ca = load_checkpoint(*latest_checkpoint(a)), cb = load_checkpoint(*latest_checkpoint(b));
+  EXPECT_EQ(ca.step, cb.step);
+  expect_identical(ca.model, cb.model, "weights");
+  expect_identical(ca.optimizer, cb.optimizer, "optimizer state");
+  expect_identical(ca.attention, cb.attention, "attention state");
+}
+
+std::size_t count(const std::string& text, const std::string& part) {
+  std::size_t n = 0;
+  for (std::size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
+  return n;
+}
+
+TEST(DataParallel, TwoRanksEqualOneProcessWithTwiceTheGradAccum) {
+  require_mpirun();
+  TempDir tmp;
+  json one = parallel_config(tmp, "one", 12);
+  one["training"]["grad_accum"] = 2;
+  ASSERT_EQ(run({DARKFORMER_EXE, "train", "--config", write_config(tmp, "one", one)}, tmp / "one.log"), 0)
+      << read_text(tmp / "one.log");
+  const json two = parallel_config(tmp, "two", 12);
+  ASSERT_EQ(run(mpirun(2, {"train", "--config", write_config(tmp, "two", two)}), tmp / "two.log"), 0)
+      << read_text(tmp / "two.log");
+  expect_same_runs(tmp / "one", tmp / "two");
+
+  const std::string log = read_text(tmp / "two.log");
+  EXPECT_NE(log.find("data parallel: 2 rank(s), backend mpi"), std::string::npos) << log;
+  EXPECT_NE(log.find("global batch 16"), std::string::npos) << log;
+  EXPECT_EQ(count(log, "step 12/12"), 1u) << "only rank 0 prints the step line:\n" << log;
+  EXPECT_EQ(count(log, "[rank 1] [info]"), 0u) << log;
+  // Evaluation is shared between the ranks: the same metrics over the same windows.
+  std::ifstream a(fs::path(tmp / "one") / "metrics.jsonl"), b(fs::path(tmp / "two") / "metrics.jsonl");
+  std::vector<double> eval_a, eval_b;
+  for (std::string line; std::getline(a, line);)
+    if (json j = json::parse(line); j.contains("eval_loss")) eval_a.push_back(j["eval_loss"]);
+  for (std::string line; std::getline(b, line);)
+    if (json j = json::parse(line); j.contains("eval_loss")) eval_b.push_back(j["eval_loss"]);
+  ASSERT_EQ(eval_a.size(), eval_b.size());
+  // The sums are added in another order (per rank, then across ranks): float64 rounding only.
+  for (std::size_t i = 0; i < eval_a.size(); ++i) EXPECT_NEAR(eval_a[i], eval_b[i], 1e-12 * eval_a[i]);
+}
+
+TEST(DataParallel, ZeroStageOneEqualsStageZero) {
+  require_mpirun();
+  TempDir tmp;
+  for (int stage : {0, 1}) {
+    const std::string name = "zero" + std::to_string(stage);
+    json c = parallel_config(tmp, name, 12);
+    c["distributed"]["zero_stage"] = stage;
+    c["optimizer"]["grad_clip"] = 0.05;  // clipping on: the sharded gradient norm must be exact
+    ASSERT_EQ(run(mpirun(2, {"train", "--config", write_config(tmp, name, c)}), tmp / (name + ".log")), 0)
+        << read_text(tmp / (name + ".log"));
+  }
+  expect_same_runs(tmp / "zero0", tmp / "zero1");
+  EXPECT_NE(read_text(tmp / "zero1.log").find("ZeRO stage 1: optimizer state"), std::string::npos);
+}
+
+// The pid of the process that is rank `rank` of the mpirun job `launcher`.
+std::optional<pid_t> rank_pid(pid_t launcher, int rank) {
+  const std::string want = "OMPI_COMM_WORLD_RANK=" + std::to_string(rank);
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const std::string status = read_text(entry.path() / "status");
+    const std::size_t at = status.find("PPid:");
+    if (at == std::string::npos || std::stol(status.substr(at + 5)) != launcher) continue;
+    const std::string env = read_text(entry.path() / "environ");
+    std::size_t pos = 0;
+    for (std::size_t end; (end = env.find('\0', pos)) != std::string::npos; pos = end + 1)
+      if (env.compare(pos, end - pos, want) == 0) return static_cast<pid_t>(std::stol(name));
+  }
+  return std::nullopt;
+}
+
+// Starts a 2-rank run, waits until it has logged step `at_step`, then sends `signal` to rank 1;
+// returns the job's exit code and how long it took to end after the signal.
+std::pair<std::optional<int>, double> interrupt_rank_one(const std::vector<std::string>& argv, const fs::path& log,
+                                                         const fs::path& run_dir, std::int64_t at_step, int signal) {
+  const Child job = start(argv, log);
+  const auto deadline = Clock::now() + std::chrono::seconds(120);
+  while (Clock::now() < deadline && (step_lines(run_dir).empty() || step_lines(run_dir).rbegin()->first < at_step))
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const std::optional<pid_t> victim = rank_pid(job.pid, 1);
+  EXPECT_TRUE(victim.has_value()) << "rank 1 not found; log:\n" << read_text(log);
+  if (victim) ::kill(*victim, signal);
+  const auto t0 = Clock::now();
+  const std::optional<int> code = wait_for(job, std::chrono::seconds(60));
+  if (victim && signal == SIGSTOP) ::kill(*victim, SIGKILL);
+  return {code, std::chrono::duration<double>(Clock::now() - t0).count()};
+}
+
+TEST(DataParallel, AKilledRankEndsTheJobAndResumeReachesTheSameLoss) {
+  require_mpirun();
+  TempDir tmp;
+  const int steps = 400;
+  json c = parallel_config(tmp, "killed", steps);
+  c["training"]["checkpoint_interval"] = 20;
+  c["training"]["eval_interval"] = 1000;
+  c["distributed"]["timeout_s"] = 30;
+  const fs::path config = write_config(tmp, "killed", c);
+  const auto [code, seconds] =
+      interrupt_rank_one(mpirun(2, {"train", "--config", config}), tmp / "killed.log", tmp / "killed", 50, SIGKILL);
+  ASSERT_TRUE(code.has_value()) << "the job did not end within 60 s of the kill:\n" << read_text(tmp / "killed.log");
+  EXPECT_NE(*code, 0) << read_text(tmp / "killed.log");
+  EXPECT_LT(seconds, 30.0);
+  const auto latest = latest_checkpoint(tmp / "killed");
+  ASSERT_TRUE(latest.has_value());
+  const CheckpointData saved = load_checkpoint(*latest);
+  ASSERT_GE(saved.step, 40);
+  ASSERT_LT(saved.step, steps) << "the run ended before the kill; make it longer";
+
+  ASSERT_EQ(run(mpirun(2, {"train", "--config", config, "--resume"}), tmp / "resumed.log"), 0)
+      << read_text(tmp / "resumed.log");
+  json whole = c;
+  whole["output"]["dir"] = tmp / "whole";
+  ASSERT_EQ(run(mpirun(2, {"train", "--config", write_config(tmp, "whole", whole)}), tmp / "whole.log"), 0)
+      << read_text(tmp / "whole.log");
+  EXPECT_EQ(step_lines(tmp / "killed").at(steps), step_lines(tmp / "whole").at(steps));
+  expect_identical(load_checkpoint(*latest_checkpoint(tmp / "killed")).model,
+                   load_checkpoint(*latest_checkpoint(tmp / "whole")).model, "final weights");
+}
+
+TEST(DataParallel, ARankThatStopsAnsweringEndsTheJobWithinTheTimeout) {
+  require_mpirun();
+  TempDir tmp;
+  json c = parallel_config(tmp, "hung", 400);
+  c["distributed"]["timeout_s"] = 3;
+  c["training"]["eval_interval"] = 1000;
+  const auto [code, seconds] = interrupt_rank_one(mpirun(2, {"train", "--config", write_config(tmp, "hung", c)}),
+                                                  tmp / "hung.log", tmp / "hung", 10, SIGSTOP);
+  const std::string log = read_text(tmp / "hung.log");
+  ASSERT_TRUE(code.has_value()) << "the job did not end within 60 s:\n" << log;
+  EXPECT_NE(*code, 0) << log;
+  EXPECT_LT(seconds, 20.0) << log;
+  EXPECT_NE(log.find("rank 0"), std::string::npos) << log;
+  EXPECT_NE(log.find("did not finish within 3 s"), std::string::npos) << log;
+}
+
+TEST(DataParallel, RanksWithDifferentModelsStopWithAnErrorNamingTheTensor) {
+  require_mpirun();
+  TempDir tmp;
+  json c = parallel_config(tmp, "mismatch", 5);
+  const fs::path config = write_config(tmp, "mismatch", c);
+  // MPMD: rank 0 with seed 3, rank 1 with seed 4.
+  const std::vector<std::string> argv = {DARK_MPIEXEC, "--oversubscribe", "--allow-run-as-root", "--bind-to", "none",
+                                         "-x", "OMP_NUM_THREADS", "-np", "1", DARKFORMER_EXE, "train", "--config",
+                                         config, ":", "-np", "1", DARKFORMER_EXE, "train", "--config", config,
+                                         "--set", "seed=4"};
+  EXPECT_NE(run(argv, tmp / "mismatch.log"), 0);
+  const std::string log = read_text(tmp / "mismatch.log");
+  EXPECT_NE(log.find("the parameters and attention state at the start differ across ranks: 'model."), std::string::npos)
+      << log;
+  EXPECT_NE(log.find("on rank(s) 1 is not rank 0's"), std::string::npos) << log;
+}
+
+}  // namespace
+}  // namespace dark::train
