@@ -129,5 +129,36 @@ TEST(Sweep, DivergedPointsAreRecordedResumesAndReports) {
   }
 }
 
+TEST(Sweep, ALauncherTrainsEachPointOnSeveralRanks) {
+  ASSERT_TRUE(fs::exists(DARK_MPIEXEC)) << "mpirun not found: install Open MPI with scripts/install-deps.sh";
+  TempDir tmp;
+  const SweepPlan plan = plan_sweep(write_sweep(tmp, R"({"attention.kind": ["softmax"]})"));
+  EXPECT_TRUE(plan.launcher.empty());
+  SweepOptions options;
+  options.executable = DARKFORMER_EXE;
+  options.launcher = str(DARK_MPIEXEC, "  -np 2 --oversubscribe\t--allow-run-as-root --bind-to none");
+  const json summary = run_sweep(plan, options);
+  const fs::path point = tmp.path() / "out/softmax";
+  EXPECT_EQ(summary["points"][0]["status"], "done") << read(point / "train.log");
+  EXPECT_NE(read(point / "train.log").find("data parallel: 2 rank(s), backend mpi"), std::string::npos)
+      << read(point / "train.log");
+  EXPECT_NE(read(tmp.path() / "out/sweep.log").find("each under: " + std::string(DARK_MPIEXEC) + " -np 2"),
+            std::string::npos);
+
+  // In the sweep file: split at spaces; anything but a string is an error.
+  json sweep = json::parse(read(tmp.path() / "sweeps/grid.json"));
+  sweep["launcher"] = "mpirun -np 4";
+  dark::testing::write_text(tmp / "sweeps/grid.json", sweep.dump());
+  EXPECT_EQ(plan_sweep(tmp.path() / "sweeps/grid.json").launcher, (std::vector<std::string>{"mpirun", "-np", "4"}));
+  sweep["launcher"] = 4;
+  dark::testing::write_text(tmp / "sweeps/grid.json", sweep.dump());
+  try {
+    plan_sweep(tmp.path() / "sweeps/grid.json");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("launcher: expected a command"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace dark::train
