@@ -7,7 +7,8 @@
 #              thread against one process x N threads with N times the grad_accum (the same
 #              global batch): median step time, global tokens/s and the exposed communication
 #              (comm_wait_ms: how long rank 0 waits for the gradient all-reduces after its
-#              backward ended), target <= 5% of the step. Steps after the first 3 count.
+#              backward ended), target <= 5% of the step. Medians over the steps after the
+#              first 3; tokens/s = global tokens per step / median step time.
 # Builds what the sections need (Release, reusing build/), prints each section's table and
 # saves it, with its JSON, under cache/bench/dist-<date>/ (ignored by git).
 #
@@ -117,7 +118,8 @@ section_train() {
   "$exe" prepare-data --config "$config" > "$dir/prepare.log" 2>&1 ||
     { echo "bench_dist.sh: prepare-data failed; see $dir/prepare.log" >&2; return 1; }
   local common=(--set "training.steps=$steps" --set training.eval_interval=1000000 --set training.checkpoint_interval=0
-                --set training.generate_tokens=0 --set training.log_interval=1000000 --set training.eval_batches=1)
+                --set training.generate_tokens=0 --set training.log_interval=1000000 --set training.eval_batches=1
+                --set schedule.warmup_steps=0)
   rm -rf "$dir/one" "$dir/ranks"
   OMP_NUM_THREADS="$np" "$exe" train --config "$config" "${common[@]}" --set "training.grad_accum=$((np * accum))" \
     --set "output.dir=$dir/one" > "$dir/one.log" 2>&1 ||
@@ -128,12 +130,15 @@ section_train() {
   python3 - "$dir" "$np" "$strict" "${cpu:-unknown}" << 'PY' | tee "$out_dir/train.txt"
 import json, statistics, sys
 folder, np, strict, cpu = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", sys.argv[4]
-def read(run):
+def read(run, world):
     rows = [json.loads(l) for l in open(f"{folder}/{run}/metrics.jsonl") if '"step_ms"' in l]
     timed = rows[3:] if len(rows) > 5 else rows  # the first steps warm caches
     med = lambda key: statistics.median(r[key] for r in timed) if key in timed[0] else None
-    return {"step_ms": med("step_ms"), "tokens_per_s": rows[-1]["tokens_per_s"], "comm_wait_ms": med("comm_wait_ms")}
-one, ranks = read("one"), read("ranks")
+    t = json.load(open(f"{folder}/{run}/config.json"))["training"]
+    tokens = t["batch_size"] * t["grad_accum"] * world * json.load(open(f"{folder}/{run}/config.json"))["data"]["seq_len"]
+    return {"step_ms": med("step_ms"), "tokens_per_s": tokens / (med("step_ms") / 1e3), "comm_wait_ms": med("comm_wait_ms"),
+            "tokens_per_step": tokens}
+one, ranks = read("one", 1), read("ranks", np)
 exposed = 100 * ranks["comm_wait_ms"] / ranks["step_ms"]
 print(f"CPU: {cpu}")
 print(f"{'setup':<40} {'median step ms':>15} {'tokens/s':>10} {'comm wait ms':>13} {'exposed':>8}")

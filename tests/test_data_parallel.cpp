@@ -204,6 +204,20 @@ TEST(DataParallel, TwoRanksEqualOneProcessWithTwiceTheGradAccum) {
   for (std::size_t i = 0; i < eval_a.size(); ++i) EXPECT_NEAR(eval_a[i], eval_b[i], 1e-12 * eval_a[i]);
 }
 
+TEST(DataParallel, OneRankUnderMpirunEqualsAPlainProcess) {
+  require_mpirun();
+  TempDir tmp;
+  const json plain = parallel_config(tmp, "plain", 6);
+  ASSERT_EQ(run({DARKFORMER_EXE, "train", "--config", write_config(tmp, "plain", plain)}, tmp / "plain.log"), 0)
+      << read_text(tmp / "plain.log");
+  const json launched = parallel_config(tmp, "launched", 6);
+  ASSERT_EQ(run(mpirun(1, {"train", "--config", write_config(tmp, "launched", launched)}), tmp / "launched.log"), 0)
+      << read_text(tmp / "launched.log");
+  expect_same_runs(tmp / "plain", tmp / "launched");
+  EXPECT_NE(read_text(tmp / "plain.log").find("data parallel: 1 rank(s), backend single"), std::string::npos);
+  EXPECT_NE(read_text(tmp / "launched.log").find("data parallel: 1 rank(s), backend mpi"), std::string::npos);
+}
+
 TEST(DataParallel, ZeroStageOneEqualsStageZero) {
   require_mpirun();
   TempDir tmp;

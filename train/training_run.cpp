@@ -166,7 +166,10 @@ TrainingRun start_run(RunConfig config, bool resume) {
   run.dir = config.output.dir;
   run.device = resolve_device(config.training.device);
   run.comm = dist::make_communicator(config.distributed.backend, run.device, config.distributed.timeout_s);
-  if (run.device.is_cuda() && run.world_size() > 1) run.device = run.comm->device();  // the GPU of its local rank
+  // Under mpirun (any backend but single, even with one rank) the run goes through data
+  // parallelism, and a GPU run takes the GPU of its local rank.
+  const bool communicates = run.comm->backend() != dist::BackendKind::single;
+  if (run.device.is_cuda() && communicates) run.device = run.comm->device();
   log_as_rank(*run.comm);
   run.finetuning = !config.finetune.init_from.empty();
 
@@ -216,7 +219,7 @@ TrainingRun start_run(RunConfig config, bool resume) {
   const Freezing freezing = freeze_parameters(*run.model, c.finetune.trainable);
   log_freezing(freezing, c);
   run.params = std::make_unique<nn::ParameterBuffer>(freezing.trainable, run.world_size());
-  if (run.world_size() > 1) run.parallel = std::make_unique<DataParallel>(*run.comm, *run.params, c.distributed);
+  if (communicates) run.parallel = std::make_unique<DataParallel>(*run.comm, *run.params, c.distributed);
   run.optimizer = std::make_unique<nn::Optimizer>(*run.params, c.optimizer,
                                                   run.parallel ? run.parallel->optimizer_shard() : nn::FlatRange{});
   if (checkpoint) {

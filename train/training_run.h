@@ -32,7 +32,7 @@ struct TrainingRun {
   std::unique_ptr<nn::CausalLM> model;       // on `device`, frozen parameters included
   std::unique_ptr<nn::ParameterBuffer> params;  // the trainable parameters and their gradients
   std::unique_ptr<nn::Optimizer> optimizer;
-  std::unique_ptr<DataParallel> parallel;       // with more than one rank (declared after model: destroyed first)
+  std::unique_ptr<DataParallel> parallel;       // under mpirun, even with one rank (declared after model: destroyed first)
   std::unique_ptr<data::TrainLoader> loader;    // delivers batches on `device`
   std::unique_ptr<data::ValidationSet> val;
   std::vector<std::int64_t> redraw_intervals;   // per layer
