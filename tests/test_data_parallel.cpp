@@ -5,8 +5,10 @@
 //    keys are all exercised). Both sides run one thread per process: a GEMM may sum in
 //    another order with more threads.
 //  - ZeRO stage 1 = stage 0 (losses, weights, the whole optimizer state in the checkpoint).
-//  - A rank killed with SIGKILL ends the job; the last checkpoint loads, and --resume reaches
-//    the final loss of an uninterrupted run. A rank that stops answering (SIGSTOP) ends the
+//  - A rank killed with SIGKILL ends the job; the last checkpoint loads, and --resume (on one
+//    process with twice the grad_accum: checkpoints do not depend on the number of ranks)
+//    reaches the final loss and weights of an uninterrupted 2-rank run; resuming with another
+//    global batch warns. A rank that stops answering (SIGSTOP) ends the
 //    job within distributed.timeout_s, with an error naming the rank and the collective.
 //  - Ranks that build different models (other seeds) stop with an error naming the tensor.
 // mpirun comes from scripts/install-deps.sh; when it is missing these tests fail, never skip.
@@ -218,6 +220,44 @@ TEST(DataParallel, OneRankUnderMpirunEqualsAPlainProcess) {
   EXPECT_NE(read_text(tmp / "launched.log").find("data parallel: 1 rank(s), backend mpi"), std::string::npos);
 }
 
+TEST(DataParallel, ResumingWithAnotherGlobalBatchWarns) {
+  require_mpirun();
+  TempDir tmp;
+  const fs::path config = write_config(tmp, "run", parallel_config(tmp, "run", 6));
+  ASSERT_EQ(run(mpirun(2, {"train", "--config", config}), tmp / "first.log"), 0) << read_text(tmp / "first.log");
+  ASSERT_EQ(run({DARKFORMER_EXE, "train", "--config", config, "--resume", "--set", "training.steps=8"},
+                tmp / "second.log"),
+            0)
+      << read_text(tmp / "second.log");
+  EXPECT_NE(read_text(tmp / "second.log")
+                .find("the global batch changes from 16 sequences (2 rank(s) x batch_size 8 x grad_accum 1) to 8"),
+            std::string::npos)
+      << read_text(tmp / "second.log");
+}
+
+// Limited-attention finetuning: the frozen parameters are not in the gradient buffer, and
+// the run on 2 ranks still equals one process with twice the grad_accum.
+TEST(DataParallel, FinetuningWithFrozenParametersOnTwoRanks) {
+  require_mpirun();
+  TempDir tmp;
+  json source = parallel_config(tmp, "source", 5);
+  ASSERT_EQ(run({DARKFORMER_EXE, "train", "--config", write_config(tmp, "source", source)}, tmp / "source.log"), 0)
+      << read_text(tmp / "source.log");
+  json tune = parallel_config(tmp, "one", 6);
+  tune["finetune"] = {{"init_from", tmp / "source"}, {"trainable", {"limited_attention"}}};
+  tune["attention"]["kind"] = "performer";
+  tune["attention"].erase("darkformer");
+  tune["training"]["grad_accum"] = 2;
+  ASSERT_EQ(run({DARKFORMER_EXE, "train", "--config", write_config(tmp, "one", tune)}, tmp / "one.log"), 0)
+      << read_text(tmp / "one.log");
+  tune["training"]["grad_accum"] = 1;
+  tune["output"]["dir"] = tmp / "two";
+  ASSERT_EQ(run(mpirun(2, {"train", "--config", write_config(tmp, "two", tune)}), tmp / "two.log"), 0)
+      << read_text(tmp / "two.log");
+  expect_same_runs(tmp / "one", tmp / "two");
+  EXPECT_NE(read_text(tmp / "two.log").find("finetune.trainable:"), std::string::npos);
+}
+
 TEST(DataParallel, ZeroStageOneEqualsStageZero) {
   require_mpirun();
   TempDir tmp;
@@ -287,8 +327,13 @@ TEST(DataParallel, AKilledRankEndsTheJobAndResumeReachesTheSameLoss) {
   ASSERT_GE(saved.step, 40);
   ASSERT_LT(saved.step, steps) << "the run ended before the kill; make it longer";
 
-  ASSERT_EQ(run(mpirun(2, {"train", "--config", config, "--resume"}), tmp / "resumed.log"), 0)
+  // A checkpoint does not depend on the number of ranks: one process with twice the
+  // grad_accum continues the 2-rank run exactly (and says nothing about the global batch).
+  ASSERT_EQ(run({DARKFORMER_EXE, "train", "--config", config, "--resume", "--set", "training.grad_accum=2"},
+                tmp / "resumed.log"),
+            0)
       << read_text(tmp / "resumed.log");
+  EXPECT_EQ(read_text(tmp / "resumed.log").find("global batch changes"), std::string::npos);
   json whole = c;
   whole["output"]["dir"] = tmp / "whole";
   ASSERT_EQ(run(mpirun(2, {"train", "--config", write_config(tmp, "whole", whole)}), tmp / "whole.log"), 0)
