@@ -11,6 +11,19 @@
 #include "core/kernels.h"
 
 namespace dark::nn {
+namespace {
+
+// The part of entry e's segment that lies in shard, as flat offsets (size() <= 0: none).
+FlatRange overlap(const ParameterBuffer::Entry& e, FlatRange shard) {
+  return {std::max(e.offset, shard.begin), std::min(e.offset + e.numel, shard.end)};
+}
+
+// Elements [r.begin, r.end) of a flat buffer whose element 0 is at flat offset origin.
+Tensor flat_slice(const Tensor& flat, FlatRange r, std::int64_t origin = 0) {
+  return core::slice(flat, 0, r.begin - origin, r.end - origin);
+}
+
+}  // namespace
 
 bool matches_any(const std::string& name, const std::vector<std::string>& patterns) {
   for (const std::string& p : patterns)
@@ -23,24 +36,17 @@ double clip_factor(double grad_norm, double max_norm) {
 }
 
 Optimizer::Optimizer(ParameterBuffer& params, OptimizerConfig config, FlatRange shard)
-    : params_(params), config_(std::move(config)), shard_(shard.empty() ? FlatRange{0, params.numel()} : shard) {
-  DARK_CHECK(shard_.begin >= 0 && shard_.end <= params_.numel(), "optimizer: shard [", shard_.begin, ", ", shard_.end,
-             ") lies outside the ", params_.numel(), "-element parameter buffer");
+    : params_(params), config_(std::move(config)), shard_(shard.size() == 0 ? FlatRange{0, params.numel()} : shard) {
+  DARK_CHECK(shard_.begin >= 0 && shard_.begin < shard_.end && shard_.end <= params_.numel(), "optimizer: shard [",
+             shard_.begin, ", ", shard_.end, ") is not a range of the parameter buffer [0, ", params_.numel(), ")");
   for (const auto& e : params_.entries()) decay_.push_back(!matches_any(e.name, config_.no_decay));
-  const Device device = params_.values().device();
-  exp_avg_ = Tensor::zeros({shard_.size()}, DType::f32, device);
-  if (config_.name == OptimizerKind::adamw) exp_avg_sq_ = Tensor::zeros({shard_.size()}, DType::f32, device);
+  exp_avg_ = Tensor::zeros({shard_.size()}, DType::f32, params_.values().device());
+  if (config_.name == OptimizerKind::adamw) exp_avg_sq_ = Tensor::zeros({shard_.size()}, DType::f32, params_.values().device());
 }
 
 std::int64_t Optimizer::state_bytes() const {
-  std::int64_t bytes = 0;
-  for (const auto& [prefix, flat] : buffers()) bytes += flat.numel() * static_cast<std::int64_t>(dtype_size(flat.dtype()));
-  return bytes;
-}
-
-std::vector<std::pair<std::string, Tensor>> Optimizer::buffers() const {
-  if (config_.name == OptimizerKind::adamw) return {{"exp_avg.", exp_avg_}, {"exp_avg_sq.", exp_avg_sq_}};
-  return {{"momentum.", exp_avg_}};
+  const std::int64_t elements = exp_avg_.numel() + (exp_avg_sq_.defined() ? exp_avg_sq_.numel() : 0);
+  return elements * static_cast<std::int64_t>(dtype_size(DType::f32));
 }
 
 bool Optimizer::decays(const std::string& param_name) const {
@@ -54,17 +60,14 @@ void Optimizer::step(double lr) {
   ++steps_;
   const auto& entries = params_.entries();
   for (std::size_t i = 0; i < entries.size(); ++i) {
-    // The part of the parameter's segment inside the shard (all of it when unsharded); the
-    // update is element-wise, so a parameter cut by a shard boundary updates in two pieces.
-    const std::int64_t begin = std::max(entries[i].offset, shard_.begin);
-    const std::int64_t end = std::min(entries[i].offset + entries[i].numel, shard_.end);
-    if (begin >= end) continue;
-    Tensor p = core::slice(params_.values(), 0, begin, end);
-    const Tensor g = core::slice(params_.grads(), 0, begin, end);
-    Tensor m = core::slice(exp_avg_, 0, begin - shard_.begin, end - shard_.begin);
+    const FlatRange r = overlap(entries[i], shard_);
+    if (r.size() <= 0) continue;
+    Tensor p = flat_slice(params_.values(), r);
+    const Tensor g = flat_slice(params_.grads(), r);
+    Tensor m = flat_slice(exp_avg_, r, shard_.begin);
     const double wd = decay_[i] ? config_.weight_decay : 0.0;
     if (config_.name == OptimizerKind::adamw) {
-      Tensor v = core::slice(exp_avg_sq_, 0, begin - shard_.begin, end - shard_.begin);
+      Tensor v = flat_slice(exp_avg_sq_, r, shard_.begin);
       AdamWParams a;
       a.lr = lr;
       a.beta1 = config_.betas[0];
@@ -87,15 +90,25 @@ void Optimizer::step(double lr) {
 }
 
 std::map<std::string, Tensor> Optimizer::state(const std::function<Tensor(const Tensor&)>& gather) const {
-  DARK_CHECK(!sharded() || gather, "optimizer: state() of an optimizer sharded over ranks (ZeRO-1) needs a gather "
-                                   "function: checkpoints hold the whole state");
+  // The full flat buffer of one state buffer.
+  auto full = [&](const Tensor& flat) -> Tensor {
+    if (!sharded()) return flat;
+    DARK_CHECK(gather, "optimizer state: this optimizer holds only the shard [", shard_.begin, ", ", shard_.end,
+               ") of the ", params_.numel(), " parameter elements; state() needs a gather function that returns the "
+               "full flat state buffer");
+    Tensor all = gather(flat);
+    DARK_CHECK(all.defined() && all.dim() == 1 && all.numel() == params_.numel() && all.dtype() == DType::f32,
+               "optimizer state: gather returned ", all.defined() ? all.describe() : "an undefined tensor",
+               ", expected f32[", params_.numel(), "]");
+    return all;
+  };
+  const bool adam = config_.name == OptimizerKind::adamw;
+  const Tensor m = full(exp_avg_), v = adam ? full(exp_avg_sq_) : Tensor();
   std::map<std::string, Tensor> out;
-  for (const auto& [prefix, mine] : buffers()) {
-    const Tensor flat = sharded() ? gather(mine) : mine;
-    DARK_CHECK(flat.numel() == params_.numel(), "optimizer: gathered state has ", flat.numel(),
-               " elements, the parameter buffer ", params_.numel());
-    for (const auto& e : params_.entries())
-      out[prefix + e.name] = core::reshape(ParameterBuffer::segment(flat, e), e.param->shape());
+  for (const auto& e : params_.entries()) {
+    const Shape& shape = e.param->shape();
+    out[(adam ? "exp_avg." : "momentum.") + e.name] = core::reshape(ParameterBuffer::segment(m, e), shape);
+    if (adam) out["exp_avg_sq." + e.name] = core::reshape(ParameterBuffer::segment(v, e), shape);
   }
   out["steps"] = Tensor::from_vector<std::int64_t>({steps_}, {1});
   return out;
@@ -107,19 +120,19 @@ void Optimizer::load_state(const std::map<std::string, Tensor>& state) {
     DARK_CHECK(it != state.end(), "optimizer state: missing tensor '", key, "'");
     return it->second;
   };
-  for (const auto& [prefix, mine] : buffers()) {
-    for (const auto& e : params_.entries()) {
-      const std::string key = prefix + e.name;
+  const bool adam = config_.name == OptimizerKind::adamw;
+  for (const auto& e : params_.entries()) {
+    const std::vector<std::pair<std::string, Tensor>> targets =
+        adam ? std::vector<std::pair<std::string, Tensor>>{{"exp_avg." + e.name, exp_avg_}, {"exp_avg_sq." + e.name, exp_avg_sq_}}
+             : std::vector<std::pair<std::string, Tensor>>{{"momentum." + e.name, exp_avg_}};
+    for (const auto& [key, flat] : targets) {
       const Tensor& src = take(key);
       DARK_CHECK(src.shape() == e.param->shape(), "optimizer state: '", key, "' has shape ", shape_str(src.shape()),
                  ", parameter has ", shape_str(e.param->shape()));
-      DARK_CHECK(src.dtype() == mine.dtype(), "optimizer state: '", key, "' is ", dtype_name(src.dtype()),
-                 ", the optimizer keeps ", dtype_name(mine.dtype()));
-      // The part of the parameter inside this optimizer's shard.
-      const std::int64_t begin = std::max(e.offset, shard_.begin), end = std::min(e.offset + e.numel, shard_.end);
-      if (begin >= end) continue;
-      Tensor dst = core::slice(mine, 0, begin - shard_.begin, end - shard_.begin);
-      dst.copy_(core::slice(core::reshape(src.contiguous(), {e.numel}), 0, begin - e.offset, end - e.offset));
+      DARK_CHECK(src.dtype() == flat.dtype(), "optimizer state: '", key, "' is ", dtype_name(src.dtype()),
+                 ", the optimizer keeps ", dtype_name(flat.dtype()));
+      const FlatRange r = overlap(e, shard_);
+      if (r.size() > 0) flat_slice(flat, r, shard_.begin).copy_(flat_slice(core::reshape(src, {e.numel}), r, e.offset));
     }
   }
   steps_ = take("steps").to(DType::i64).to_vector<std::int64_t>().at(0);

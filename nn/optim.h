@@ -2,9 +2,14 @@
 // momentum). Which parameters decay is decided by glob patterns over parameter names
 // (default: norms and embeddings excluded). Optimizer state is held in flat buffers
 // aligned with the parameter buffer and exported per parameter for checkpoints.
-// ZeRO stage 1: an optimizer given a shard (a slice of the flat buffer) keeps state for that
-// slice only and updates only the parameter elements in it, with the same arithmetic per
-// element as an unsharded optimizer; its checkpoints are still whole (state() gathers).
+//
+// ZeRO stage 1: an optimizer given a shard (a FlatRange of the parameter buffer, usually
+// ParameterBuffer::shard(rank)) keeps state for that range only and updates only the
+// parameter elements in it, reading the gradients at the same offsets; a parameter cut by
+// a shard boundary is updated on both sides by the two optimizers. Each element gets the
+// same arithmetic as in an unsharded optimizer, so the shards' results put together equal
+// its results bit for bit. Checkpoints always hold the full state (state() gathers it),
+// so they do not depend on the number of shards.
 #pragma once
 #include <array>
 #include <functional>
@@ -46,35 +51,39 @@ bool matches_any(const std::string& name, const std::vector<std::string>& patter
 
 class Optimizer {
  public:
-  // shard: the slice of the flat buffers this optimizer updates; empty = all of it.
+  // shard: the range of params' flat buffers this optimizer owns; empty (the default) means
+  // all of it, [0, params.numel()).
   Optimizer(ParameterBuffer& params, OptimizerConfig config, FlatRange shard = {});
-  // One update with learning rate lr from the gradients in the parameter buffer (within the shard).
+  // One update with learning rate lr from the gradients in the parameter buffer (of the
+  // parameter elements in shard() only).
   void step(double lr);
   std::int64_t steps_taken() const { return steps_; }
   bool decays(const std::string& param_name) const;
   FlatRange shard() const { return shard_; }
+  // True when shard() is not the whole parameter buffer.
   bool sharded() const { return shard_.size() != params_.numel(); }
   // Bytes of optimizer state this optimizer holds (its shard's).
   std::int64_t state_bytes() const;
 
   // State for checkpoints: "exp_avg.<param>", "exp_avg_sq.<param>" (adamw) or
-  // "momentum.<param>" (sgd), plus "steps" as a one-element i64 tensor; always whole. A
-  // sharded optimizer needs `gather`: its shard-sized flat state buffer -> the whole flat
-  // buffer (every shard's, in order; an all-gather across ranks).
+  // "momentum.<param>" (sgd), each with its parameter's shape, plus "steps" as a
+  // one-element i64 tensor; the same whatever the shard. A sharded optimizer needs gather:
+  // given one of its flat state buffers (f32, shard().size() elements) it returns the full
+  // buffer (f32, params.numel() elements; every rank's shard in place, as an all-gather
+  // gives it). It is called once per state buffer (exp_avg, then exp_avg_sq), and not at all
+  // when the optimizer is not sharded.
   std::map<std::string, Tensor> state(const std::function<Tensor(const Tensor&)>& gather = {}) const;
-  // Restores what state() returned; every tensor must be present with the right shape. A
-  // sharded optimizer takes its slice.
+  // Restores what state() returned (the full state; a sharded optimizer takes its shard's
+  // part); every tensor must be present with the right shape and dtype.
   void load_state(const std::map<std::string, Tensor>& state);
 
  private:
-  // The flat state buffers (exp_avg, and exp_avg_sq for adamw) and their checkpoint prefixes.
-  std::vector<std::pair<std::string, Tensor>> buffers() const;
-
   ParameterBuffer& params_;
   OptimizerConfig config_;
   FlatRange shard_;
   std::vector<bool> decay_;  // per entry
-  Tensor exp_avg_, exp_avg_sq_;  // shard-sized, at the shard's offsets (adamw; sgd uses exp_avg_ as momentum)
+  // Flat, like shard_ of the parameter buffer (adamw; sgd uses exp_avg_ as momentum).
+  Tensor exp_avg_, exp_avg_sq_;
   std::int64_t steps_ = 0;
 };
 

@@ -7,11 +7,17 @@
 // tells, during backward, when an entry's segment of the gradient buffer is final (to
 // start all-reducing a bucket of segments while backward goes on).
 //
-// Shards (ZeRO stage 1, train/data_parallel.h): the buffers are padded with zeros to a
-// multiple of shards x kNormChunk elements and cut into `shards` equal slices; rank r's
-// optimizer keeps and updates slice r. The gradient norm is summed per kNormChunk chunk and
-// then over the chunks in order, so a rank holding only its slice's gradients can compute its
-// chunks, gather everyone's, and get the unsharded norm bit for bit.
+// Sharding (ZeRO stage 1): both buffers are padded with zeros after the last segment so
+// that numel() is a multiple of shards * kNormChunk; shard(i) is the i-th of `shards`
+// equal, kNormChunk-aligned ranges. A segment may straddle a shard boundary. The padding
+// and the gaps between segments stay zero (nothing writes them) and add nothing to the
+// gradient norm.
+//
+// The gradient norm is computed per kNormChunk-sized chunk (a float64 sum of the chunk's
+// exact squares, each a function of that chunk alone) and then summed over the chunks in
+// an order fixed by their number, so a rank that holds only its shard's gradients can
+// compute its chunks, gather every rank's and get, with sum_chunks, exactly the value
+// grad_sq_norm() gives over the whole buffer.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -23,34 +29,38 @@
 
 namespace dark::nn {
 
-// A half-open range [begin, end) of a flat buffer, in elements.
+// A range [begin, end) of flat buffer elements.
 struct FlatRange {
   std::int64_t begin = 0, end = 0;
   std::int64_t size() const { return end - begin; }
-  bool empty() const { return end <= begin; }
 };
 
 class ParameterBuffer {
  public:
+  // Elements per gradient-norm chunk; shard_size() and numel() are multiples of it.
+  static constexpr std::int64_t kNormChunk = 4096;
+
   struct Entry {
     std::string name;
     Tensor* param;  // the module's member, rebound to a view of values()
     std::int64_t offset = 0, numel = 0;
   };
 
-  // Elements per chunk of the gradient norm's first summation level (16 KiB of float32).
-  static constexpr std::int64_t kNormChunk = 4096;
-
-  // Takes over the given parameters (all float32, one device); see the top for `shards`.
+  // Takes over the given parameters (all float32, one device); shards >= 1 is the number of
+  // equal ranges the buffers are padded to divide into.
   explicit ParameterBuffer(const std::vector<std::pair<std::string, Tensor*>>& params, int shards = 1);
 
   const std::vector<Entry>& entries() const { return entries_; }
   const Tensor& values() const { return values_; }
   const Tensor& grads() const { return grads_; }
-  std::int64_t numel() const { return values_.numel(); }  // padding included
-  std::int64_t used() const { return used_; }             // the end of the last parameter's segment
+  // Elements in each flat buffer, padding included: a multiple of shards() * kNormChunk.
+  std::int64_t numel() const { return values_.numel(); }
+  // The end of the last parameter segment (everything from here to numel() is padding).
+  std::int64_t used() const;
   int shards() const { return shards_; }
-  std::int64_t shard_size() const { return numel() / shards_; }  // a multiple of kNormChunk
+  // numel() / shards(), a multiple of kNormChunk.
+  std::int64_t shard_size() const { return numel() / shards_; }
+  // Shard `index` (0 <= index < shards()): [index * shard_size(), (index + 1) * shard_size()).
   FlatRange shard(int index) const;
 
   // Adds hook to every entry's parameter with autograd's on_grad_ready (see
@@ -60,16 +70,17 @@ class ParameterBuffer {
 
   // Zeroes the gradient buffer; the gradient views stay bound.
   void zero_grad();
-  // sqrt(sum of squared gradients); NaN or inf when any gradient is not finite.
+  // sqrt(grad_sq_norm()) read back to the host; NaN or inf when any gradient is not finite.
   double grad_norm() const;
   // The sum of squared gradients as a one-element float64 tensor where the gradients live
-  // (nothing is read back): grad_norm() without the wait for the device. Equals
-  // sum_chunks(grad_sq_chunks({0, numel()})).
+  // (nothing is read back): sum_chunks(grad_sq_chunks({0, numel()})).
   Tensor grad_sq_norm() const;
-  // One float64 per kNormChunk chunk of `range` (bounds multiples of kNormChunk): the sum of
-  // the squared gradients of that chunk, each chunk summed on its own.
+  // One float64 entry per kNormChunk elements of range (bounds multiples of kNormChunk):
+  // the sum of the squared gradients of that chunk, which depends on the chunk's values only.
   Tensor grad_sq_chunks(FlatRange range) const;
-  // The float64 sum of chunk sums in their order (one element, where they live).
+  // The float64 sum of a 1-D float64 tensor of chunk sums, as a one-element tensor on its
+  // device. The summation order depends only on the length (on the CPU: in order, so
+  // trailing zero chunks change nothing; on CUDA: the reduce kernel's fixed tree).
   static Tensor sum_chunks(const Tensor& chunk_sums);
   void scale_grads(double factor);
   // The slice [offset, offset + numel) of a flat buffer, as a 1-D view.
@@ -77,9 +88,8 @@ class ParameterBuffer {
 
  private:
   std::vector<Entry> entries_;
-  Tensor values_, grads_;
-  std::int64_t used_ = 0;
   int shards_ = 1;
+  Tensor values_, grads_;
 };
 
 }  // namespace dark::nn
