@@ -3,7 +3,6 @@
 
 #include <spdlog/spdlog.h>
 
-#include <functional>
 #include <optional>
 
 #include "autograd/grad_mode.h"
@@ -264,12 +263,13 @@ void save_run(TrainingRun& run) {
                                                                    std::to_string(run.step));
   CheckpointData ck;
   ck.step = run.step;
-  // The optimizer state is whole in every checkpoint: ZeRO-1 gathers its slices first.
-  std::function<Tensor(const Tensor&)> gather;
-  if (run.parallel && run.parallel->zero_stage() == 1)
-    gather = [&run](const Tensor& slice) { return run.parallel->gather_shard(slice); };
-  ck.optimizer = on_cpu(run.optimizer->state(gather));
+  // The optimizer state is whole in every checkpoint: under ZeRO-1 every rank takes part in
+  // gathering the slices.
+  if (run.parallel && run.parallel->zero_stage() == 1) {
+    ck.optimizer = run.optimizer->state([&run](const Tensor& slice) { return run.parallel->gather_shard(slice); });
+  }
   if (!run.writes()) return;
+  ck.optimizer = on_cpu(ck.optimizer.empty() ? run.optimizer->state() : std::move(ck.optimizer));
   ck.model = parameters_on_cpu(*run.model);
   ck.attention = attention_state_map(*run.model);
   ck.state = trainer_state(run);
