@@ -8,6 +8,9 @@
 //                        abort_job, as the trainer does; rank 0 (timeout 600 s) must not hang.
 //   dist_faults exit     rank 1 dies (exits with 3, no finalize); rank 0 (timeout 600 s) must
 //                        not hang: mpirun ends the job.
+//   dist_faults mismatch the ranks all-reduce different sizes (a broken caller); MPI's error
+//                        on the communication thread comes back from wait() on the rank
+//                        that sees it, naming the MPI call, which aborts the job.
 // Rank 1 sleeps 120 s where it should have been stopped, so a job that does not end fails the
 // script's time limit.
 #include <chrono>
@@ -24,10 +27,18 @@ namespace {
 
 int run(const std::string& mode) {
   using namespace dark;
+  // Beyond the script's 30 s, so only the abort can end the job in time.
   const double timeout_s = mode == "timeout" ? 2.0 : 600.0;
   auto comm = dist::make_communicator(dist::BackendKind::mpi, Device::cpu(), timeout_s);
   DARK_CHECK(comm->world_size() >= 2, "dist_faults needs 2 ranks or more (mpirun -np 2), got ", comm->world_size());
   comm->barrier();  // both ranks are up
+  if (mode == "mismatch") {
+    Tensor t = Tensor::ones({4 * (comm->rank() + 1)}, DType::f32);
+    comm->all_reduce(t);
+    comm->barrier();
+    std::fprintf(stderr, "dist_faults: rank %d: mismatched all_reduce reported no error\n", comm->rank());
+    return 0;
+  }
   Tensor t = Tensor::ones({1 << 20}, DType::f32);
   if (comm->rank() == 1) {
     if (mode == "error") throw Error("rank 1 failed on purpose before its all_reduce");
@@ -49,14 +60,14 @@ int run(const std::string& mode) {
 
 int main(int argc, char** argv) {
   const std::string mode = argc == 2 ? argv[1] : "";
-  if (mode != "timeout" && mode != "error" && mode != "exit") {
-    std::fprintf(stderr, "usage: dist_faults timeout|error|exit (under mpirun -np 2)\n");
+  if (mode != "timeout" && mode != "error" && mode != "exit" && mode != "mismatch") {
+    std::fprintf(stderr, "usage: dist_faults timeout|error|exit|mismatch (under mpirun -np 2)\n");
     return 2;
   }
   try {
     run(mode);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "darkformer: %s\n", e.what());
+    std::fprintf(stderr, "dist_faults: %s\n", e.what());
     dark::dist::abort_job(1);
   }
   // Never a success: each mode ends in an abort.

@@ -146,8 +146,8 @@ struct MpiCommunicator::Job final : Work::State {
   void finish(std::exception_ptr failure) {
     {
       std::lock_guard<std::mutex> lock(mutex);
+      error = std::move(failure);  // before `finished`: a spinning waiter reads it without the lock
       finished = true;
-      error = std::move(failure);
     }
     finished_changed.notify_all();
   }
