@@ -85,9 +85,14 @@ void log_freezing(const Freezing& freezing, const RunConfig& config) {
                freezing.frozen_numel, static_cast<double>(frozen_bytes_saved(freezing, config)) / (1 << 20));
 }
 
-// Non-zero ranks print only warnings and errors, prefixed with their rank.
+// Non-zero ranks print only warnings and errors, prefixed with their rank. Under mpirun the
+// ranks write to a terminal that mpirun forwards (often into a file): no colour codes.
 void log_as_rank(const dist::Communicator& comm) {
-  if (comm.rank() == 0) return;
+  if (comm.backend() == dist::BackendKind::single) return;
+  if (comm.rank() == 0) {
+    spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%l] %v");
+    return;
+  }
   spdlog::set_level(spdlog::level::warn);
   spdlog::set_pattern(str("[%Y-%m-%d %H:%M:%S.%e] [rank ", comm.rank(), "] [%l] %v"));
 }
