@@ -13,6 +13,7 @@ if [[ "${1:-}" == "--sanitize" ]]; then
   build_dir=build-sanitize
   # CUDA objects are not instrumented; the sanitizer build checks the host code only.
   cmake_args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DDARK_BUILD_TESTS=ON -DDARK_SANITIZE=ON -DDARK_USE_CUDA=OFF -DDARK_BUILD_BENCH=OFF)
+  # Processes under mpirun skip the leak check (Open MPI's plug-ins; train/dist/leak_check_under_mpirun.h).
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 fi

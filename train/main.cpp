@@ -10,6 +10,7 @@
 #include "train/commands.h"
 #include "train/config.h"
 #include "train/dist/communicator.h"
+#include "train/dist/leak_check_under_mpirun.h"  // once per program (see there)
 
 namespace {
 

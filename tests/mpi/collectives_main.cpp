@@ -19,6 +19,7 @@
 
 #include "tests/dist_cases.h"
 #include "train/dist/communicator.h"
+#include "train/dist/leak_check_under_mpirun.h"  // once per program (see there)
 #ifdef DARK_WITH_MPI
 #include "train/dist/mpi_communicator.h"
 #endif

@@ -22,6 +22,7 @@
 
 #include "core/error.h"
 #include "train/dist/communicator.h"
+#include "train/dist/leak_check_under_mpirun.h"  // once per program (see there)
 
 namespace {
 
