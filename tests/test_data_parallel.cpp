@@ -117,6 +117,25 @@ fs::path write_config(const TempDir& tmp, const std::string& name, const json& c
   return path;
 }
 
+// Trains `config` as tmp/<name>.json, logging to tmp/<name>.log: as a plain process when
+// ranks is 0, else under `mpirun -np ranks`. Fails the test (with the log) unless it succeeds.
+void train(const TempDir& tmp, const std::string& name, const json& config, int ranks) {
+  const std::vector<std::string> args = {"train", "--config", write_config(tmp, name, config)};
+  std::vector<std::string> argv = {DARKFORMER_EXE};
+  argv.insert(argv.end(), args.begin(), args.end());
+  const fs::path log = tmp / (name + ".log");
+  ASSERT_EQ(run(ranks == 0 ? argv : mpirun(ranks, args), log), 0) << read_text(log);
+}
+
+// The eval_loss of every evaluation line, in order.
+std::vector<double> eval_losses(const fs::path& run) {
+  std::vector<double> out;
+  std::ifstream in(run / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);)
+    if (const json j = json::parse(line); j.contains("eval_loss")) out.push_back(j["eval_loss"]);
+  return out;
+}
+
 // The tiny run with everything that must agree across ranks switched on.
 json parallel_config(const TempDir& tmp, const std::string& run, int steps) {
   json c = tiny_config(tmp, run, steps);
@@ -182,11 +201,9 @@ TEST(DataParallel, TwoRanksEqualOneProcessWithTwiceTheGradAccum) {
   TempDir tmp;
   json one = parallel_config(tmp, "one", 12);
   one["training"]["grad_accum"] = 2;
-  ASSERT_EQ(run({DARKFORMER_EXE, "train", "--config", write_config(tmp, "one", one)}, tmp / "one.log"), 0)
-      << read_text(tmp / "one.log");
+  ASSERT_NO_FATAL_FAILURE(train(tmp, "one", one, 0));
   const json two = parallel_config(tmp, "two", 12);
-  ASSERT_EQ(run(mpirun(2, {"train", "--config", write_config(tmp, "two", two)}), tmp / "two.log"), 0)
-      << read_text(tmp / "two.log");
+  ASSERT_NO_FATAL_FAILURE(train(tmp, "two", two, 2));
   expect_same_runs(tmp / "one", tmp / "two");
 
   const std::string log = read_text(tmp / "two.log");
@@ -195,12 +212,7 @@ TEST(DataParallel, TwoRanksEqualOneProcessWithTwiceTheGradAccum) {
   EXPECT_EQ(count(log, "step 12/12"), 1u) << "only rank 0 prints the step line:\n" << log;
   EXPECT_EQ(count(log, "[rank 1] [info]"), 0u) << log;
   // Evaluation is shared between the ranks: the same metrics over the same windows.
-  std::ifstream a(fs::path(tmp / "one") / "metrics.jsonl"), b(fs::path(tmp / "two") / "metrics.jsonl");
-  std::vector<double> eval_a, eval_b;
-  for (std::string line; std::getline(a, line);)
-    if (json j = json::parse(line); j.contains("eval_loss")) eval_a.push_back(j["eval_loss"]);
-  for (std::string line; std::getline(b, line);)
-    if (json j = json::parse(line); j.contains("eval_loss")) eval_b.push_back(j["eval_loss"]);
+  const std::vector<double> eval_a = eval_losses(tmp / "one"), eval_b = eval_losses(tmp / "two");
   ASSERT_EQ(eval_a.size(), eval_b.size());
   // The sums are added in another order (per rank, then across ranks): float64 rounding only.
   for (std::size_t i = 0; i < eval_a.size(); ++i) EXPECT_NEAR(eval_a[i], eval_b[i], 1e-12 * eval_a[i]);
@@ -210,11 +222,9 @@ TEST(DataParallel, OneRankUnderMpirunEqualsAPlainProcess) {
   require_mpirun();
   TempDir tmp;
   const json plain = parallel_config(tmp, "plain", 6);
-  ASSERT_EQ(run({DARKFORMER_EXE, "train", "--config", write_config(tmp, "plain", plain)}, tmp / "plain.log"), 0)
-      << read_text(tmp / "plain.log");
+  ASSERT_NO_FATAL_FAILURE(train(tmp, "plain", plain, 0));
   const json launched = parallel_config(tmp, "launched", 6);
-  ASSERT_EQ(run(mpirun(1, {"train", "--config", write_config(tmp, "launched", launched)}), tmp / "launched.log"), 0)
-      << read_text(tmp / "launched.log");
+  ASSERT_NO_FATAL_FAILURE(train(tmp, "launched", launched, 1));
   expect_same_runs(tmp / "plain", tmp / "launched");
   EXPECT_NE(read_text(tmp / "plain.log").find("data parallel: 1 rank(s), backend single"), std::string::npos);
   EXPECT_NE(read_text(tmp / "launched.log").find("data parallel: 1 rank(s), backend mpi"), std::string::npos);
@@ -223,8 +233,8 @@ TEST(DataParallel, OneRankUnderMpirunEqualsAPlainProcess) {
 TEST(DataParallel, ResumingWithAnotherGlobalBatchWarns) {
   require_mpirun();
   TempDir tmp;
-  const fs::path config = write_config(tmp, "run", parallel_config(tmp, "run", 6));
-  ASSERT_EQ(run(mpirun(2, {"train", "--config", config}), tmp / "first.log"), 0) << read_text(tmp / "first.log");
+  ASSERT_NO_FATAL_FAILURE(train(tmp, "run", parallel_config(tmp, "run", 6), 2));
+  const fs::path config = tmp / "run.json";
   ASSERT_EQ(run({DARKFORMER_EXE, "train", "--config", config, "--resume", "--set", "training.steps=8"},
                 tmp / "second.log"),
             0)
@@ -241,19 +251,16 @@ TEST(DataParallel, FinetuningWithFrozenParametersOnTwoRanks) {
   require_mpirun();
   TempDir tmp;
   json source = parallel_config(tmp, "source", 5);
-  ASSERT_EQ(run({DARKFORMER_EXE, "train", "--config", write_config(tmp, "source", source)}, tmp / "source.log"), 0)
-      << read_text(tmp / "source.log");
+  ASSERT_NO_FATAL_FAILURE(train(tmp, "source", source, 0));
   json tune = parallel_config(tmp, "one", 6);
   tune["finetune"] = {{"init_from", tmp / "source"}, {"trainable", {"limited_attention"}}};
   tune["attention"]["kind"] = "performer";
   tune["attention"].erase("darkformer");
   tune["training"]["grad_accum"] = 2;
-  ASSERT_EQ(run({DARKFORMER_EXE, "train", "--config", write_config(tmp, "one", tune)}, tmp / "one.log"), 0)
-      << read_text(tmp / "one.log");
+  ASSERT_NO_FATAL_FAILURE(train(tmp, "one", tune, 0));
   tune["training"]["grad_accum"] = 1;
   tune["output"]["dir"] = tmp / "two";
-  ASSERT_EQ(run(mpirun(2, {"train", "--config", write_config(tmp, "two", tune)}), tmp / "two.log"), 0)
-      << read_text(tmp / "two.log");
+  ASSERT_NO_FATAL_FAILURE(train(tmp, "two", tune, 2));
   expect_same_runs(tmp / "one", tmp / "two");
   EXPECT_NE(read_text(tmp / "two.log").find("finetune.trainable:"), std::string::npos);
 }
@@ -266,8 +273,7 @@ TEST(DataParallel, ZeroStageOneEqualsStageZero) {
     json c = parallel_config(tmp, name, 12);
     c["distributed"]["zero_stage"] = stage;
     c["optimizer"]["grad_clip"] = 0.05;  // clipping on: the sharded gradient norm must be exact
-    ASSERT_EQ(run(mpirun(2, {"train", "--config", write_config(tmp, name, c)}), tmp / (name + ".log")), 0)
-        << read_text(tmp / (name + ".log"));
+    ASSERT_NO_FATAL_FAILURE(train(tmp, name, c, 2));
   }
   expect_same_runs(tmp / "zero0", tmp / "zero1");
   EXPECT_NE(read_text(tmp / "zero1.log").find("ZeRO stage 1: optimizer state"), std::string::npos);
@@ -336,8 +342,7 @@ TEST(DataParallel, AKilledRankEndsTheJobAndResumeReachesTheSameLoss) {
   EXPECT_EQ(read_text(tmp / "resumed.log").find("global batch changes"), std::string::npos);
   json whole = c;
   whole["output"]["dir"] = tmp / "whole";
-  ASSERT_EQ(run(mpirun(2, {"train", "--config", write_config(tmp, "whole", whole)}), tmp / "whole.log"), 0)
-      << read_text(tmp / "whole.log");
+  ASSERT_NO_FATAL_FAILURE(train(tmp, "whole", whole, 2));
   EXPECT_EQ(step_lines(tmp / "killed").at(steps), step_lines(tmp / "whole").at(steps));
   expect_identical(load_checkpoint(*latest_checkpoint(tmp / "killed")).model,
                    load_checkpoint(*latest_checkpoint(tmp / "whole")).model, "final weights");

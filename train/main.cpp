@@ -1,7 +1,6 @@
 // The darkformer command-line program: dispatches to the subcommands in train/commands.h
 // and turns errors into a message and a non-zero exit code.
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -74,13 +73,10 @@ int run_command(const std::vector<std::string>& args) {
   return usage_error("unknown command '" + command + "'");
 }
 
-// Which rank of an mpirun job this process is, from the launcher's environment ("" when
-// it was not started by mpirun): error messages say which rank failed.
+// "rank N: " under mpirun, "" otherwise: error messages say which rank failed.
 std::string rank_prefix() {
-  if (!dark::dist::launched_by_mpi()) return "";
-  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"})
-    if (const char* value = std::getenv(name)) return std::string("rank ") + value + ": ";
-  return "";
+  const int rank = dark::dist::launcher_rank();
+  return rank < 0 ? "" : "rank " + std::to_string(rank) + ": ";
 }
 
 }  // namespace

@@ -116,8 +116,8 @@ std::int64_t global_batch(const RunConfig& config, int world_size) {
 // A checkpoint does not depend on the number of ranks, so a run may resume on another
 // number; the global batch, and so the data each step sees, then changes unless grad_accum
 // was adjusted to keep it.
-void warn_if_global_batch_changed(const CheckpointData& checkpoint, const RunConfig& config, int world_size) {
-  const RunConfig theirs = parse_config(checkpoint.state.at("config"));
+void warn_if_global_batch_changed(const CheckpointData& checkpoint, const RunConfig& theirs, const RunConfig& config,
+                                  int world_size) {
   const int their_world = checkpoint.state.value("world_size", 1);
   const std::int64_t before = global_batch(theirs, their_world), now = global_batch(config, world_size);
   if (before == now) return;
@@ -199,7 +199,7 @@ TrainingRun start_run(RunConfig config, bool resume) {
   if (source) check_source_tokenizer(*source, config, run.data);
   if (checkpoint) {
     check_resumable(*checkpoint_config, config, checkpoint_dir, run.dir);
-    warn_if_global_batch_changed(*checkpoint, config, run.world_size());
+    warn_if_global_batch_changed(*checkpoint, *checkpoint_config, config, run.world_size());
     spdlog::info("resuming from {} (step {})", checkpoint_dir.string(), checkpoint->step);
   } else {
     DARK_CHECK(list_checkpoints(run.dir).empty(), "run folder ", run.dir.string(),

@@ -152,6 +152,12 @@ bool launched_by_mpi() {
   return getenv_nonempty("OMPI_COMM_WORLD_SIZE") || getenv_nonempty("PMIX_RANK") || getenv_nonempty("PMI_SIZE");
 }
 
+int launcher_rank() {
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"})
+    if (const char* text = getenv_nonempty(name)) return std::atoi(text);
+  return -1;
+}
+
 std::unique_ptr<Communicator> make_communicator(BackendKind backend, Device device, double timeout_s) {
   check_timeout(timeout_s);
   const bool under_mpirun = launched_by_mpi();

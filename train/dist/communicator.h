@@ -101,6 +101,9 @@ class Communicator {
 // of ranks. It reads the launcher's environment (OMPI_COMM_WORLD_SIZE, PMIX_RANK, PMI_SIZE),
 // not MPI, so it is safe to call before MPI is initialised.
 bool launched_by_mpi();
+// This process's rank as the launcher's environment gives it (OMPI_COMM_WORLD_RANK,
+// PMIX_RANK, PMI_RANK), or -1 when it gives none; for messages before MPI is up.
+int launcher_rank();
 
 // The communicator for a run whose tensors live on `device`:
 //   automatic: nccl for a CUDA device under mpirun, mpi for the CPU under mpirun, single

@@ -10,11 +10,8 @@
 #pragma once
 
 #if defined(__SANITIZE_ADDRESS__)
-#include <cstdlib>
+#include "train/dist/communicator.h"
 
 // Read once, at the leak check at exit; the launcher's environment does not change.
-extern "C" int __lsan_is_turned_off() {
-  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMIX_RANK") != nullptr ||
-         std::getenv("PMI_SIZE") != nullptr;
-}
+extern "C" int __lsan_is_turned_off() { return dark::dist::launched_by_mpi(); }
 #endif
