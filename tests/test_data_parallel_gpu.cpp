@@ -15,6 +15,7 @@
 #include "nn/optim.h"
 #include "nn/parameter_buffer.h"
 #include "train/data_parallel.h"
+#include "tests/test_util.h"
 
 namespace dark::train {
 namespace {
@@ -76,7 +77,7 @@ TEST(DataParallelGpu, OneRankStepThroughTheSingleBackendChangesNothing) {
 }
 
 TEST(DataParallelGpu, OneRankStepThroughNcclMatchesTheCpu) {
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device (or driver) on this machine";
+  DARK_REQUIRE_GPU();
 #ifndef DARK_WITH_NCCL
   GTEST_SKIP() << "built without NCCL (DARK_USE_NCCL=OFF)";
 #else

@@ -13,8 +13,6 @@
 namespace dark::testing {
 namespace {
 
-#define DARK_REQUIRE_GPU() \
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device (or driver) on this machine"
 
 #ifdef DARK_WITH_NCCL
 class NcclOneGpu : public ::testing::Test {

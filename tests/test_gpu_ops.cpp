@@ -26,8 +26,6 @@ namespace {
 
 using dark::testing::error_of;
 
-#define DARK_REQUIRE_GPU() \
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device (or driver) on this machine"
 
 struct Tolerance {
   double rtol, atol;

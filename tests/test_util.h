@@ -17,8 +17,14 @@
 #include <system_error>
 #include <vector>
 
+#include "core/backend.h"
 #include "core/error.h"
 #include "core/tensor.h"
+
+// GPU tests start with this: they skip (visibly) where no GPU can run kernels, which is how
+// "insufficient driver" and "no device" both read. Nothing else may depend on a GPU.
+#define DARK_REQUIRE_GPU() \
+  if (!::dark::cuda_available()) GTEST_SKIP() << "no CUDA device (or driver) on this machine"
 
 namespace dark::testing {
 
