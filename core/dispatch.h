@@ -34,14 +34,16 @@ class KernelTable {
 
 }  // namespace dark
 
-// Declares `kernels::NAME()`, the table of kernel NAME with function type SIGNATURE.
-#define DARK_DECLARE_KERNEL(NAME, SIGNATURE)            \
-  namespace kernels {                                   \
-  using NAME##_fn = SIGNATURE;                          \
-  inline ::dark::KernelTable<NAME##_fn>& NAME() {       \
-    static ::dark::KernelTable<NAME##_fn> table(#NAME); \
-    return table;                                       \
-  }                                                     \
+// Declares `kernels::NAME()`, the table of kernel NAME with function type SIGNATURE. One
+// table per process: default visibility keeps it one even in a library built with hidden
+// symbols (the CUDA emulator, which fills the cuda entries).
+#define DARK_DECLARE_KERNEL(NAME, SIGNATURE)                                       \
+  namespace kernels {                                                              \
+  using NAME##_fn = SIGNATURE;                                                     \
+  __attribute__((visibility("default"))) inline ::dark::KernelTable<NAME##_fn>& NAME() { \
+    static ::dark::KernelTable<NAME##_fn> table(#NAME);                            \
+    return table;                                                                  \
+  }                                                                                \
   }
 
 #define DARK_CONCAT_INNER(a, b) a##b

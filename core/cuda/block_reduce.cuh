@@ -6,6 +6,8 @@
 #include <cmath>
 #include <limits>
 
+#include "core/cuda/runtime.cuh"
+
 namespace dark::cuda {
 
 struct SumOp {

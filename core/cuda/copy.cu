@@ -36,9 +36,9 @@ void fill(Tensor& out, double value) {
   const T v = convert<T>(value);
   const auto ix = make_indexer<1>("fill", out.shape(), {&out.strides()});
   if (ix.contiguous()) {
-    fill_kernel<T><<<grid_for(n), kThreads>>>(out.data<T>(), n, v);
+    launch(fill_kernel<T>, {grid_for(n), kThreads}, out.data<T>(), n, v);
   } else {
-    fill_strided_kernel<T><<<grid_for(n), kThreads>>>(out.data<T>(), n, v, ix);
+    launch(fill_strided_kernel<T>, {grid_for(n), kThreads}, out.data<T>(), n, v, ix);
   }
   DARK_CUDA_CHECK_LAUNCH();
 }
@@ -68,9 +68,9 @@ void launch_convert(const char* kernel, const Tensor& src, Tensor& dst) {
   DeviceGuard guard(dst);
   const auto ix = make_indexer<2>(kernel, dst.shape(), {&dst.strides(), &src.strides()});
   if (ix.contiguous()) {
-    convert_kernel<To, From, true><<<grid_for(n), kThreads>>>(src.data<From>(), dst.data<To>(), n, ix);
+    launch(convert_kernel<To, From, true>, {grid_for(n), kThreads}, src.data<From>(), dst.data<To>(), n, ix);
   } else {
-    convert_kernel<To, From, false><<<grid_for(n), kThreads>>>(src.data<From>(), dst.data<To>(), n, ix);
+    launch(convert_kernel<To, From, false>, {grid_for(n), kThreads}, src.data<From>(), dst.data<To>(), n, ix);
   }
   DARK_CUDA_CHECK_LAUNCH();
 }

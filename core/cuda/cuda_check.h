@@ -2,9 +2,7 @@
 // current for one scope. Every failing call throws dark::Error naming file, line, the call
 // text and the runtime's own error name and string.
 #pragma once
-#include <cublas_v2.h>
-#include <cuda_runtime.h>
-
+#include "core/cuda/runtime.cuh"
 #include "core/device.h"
 #include "core/error.h"
 #include "core/tensor.h"

@@ -1,7 +1,7 @@
 // Math functions overloaded on the compute type (float or double), so kernels templated on
 // acc_t<T> call the single-precision CUDA functions for f32/bf16 and the double ones for f64.
 #pragma once
-#include <cuda_runtime.h>
+#include "core/cuda/runtime.cuh"
 
 namespace dark::cuda::dmath {
 

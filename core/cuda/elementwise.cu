@@ -71,9 +71,9 @@ void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
   DeviceGuard guard(out);
   const auto ix = make_indexer<3>("binary", out.shape(), {&out.strides(), &a.strides(), &b.strides()});
   if (ix.contiguous()) {
-    binary_kernel<T, true><<<grid_for(n), kThreads>>>(op, a.data<T>(), b.data<T>(), out.data<T>(), n, ix);
+    launch(binary_kernel<T, true>, {grid_for(n), kThreads}, op, a.data<T>(), b.data<T>(), out.data<T>(), n, ix);
   } else {
-    binary_kernel<T, false><<<grid_for(n), kThreads>>>(op, a.data<T>(), b.data<T>(), out.data<T>(), n, ix);
+    launch(binary_kernel<T, false>, {grid_for(n), kThreads}, op, a.data<T>(), b.data<T>(), out.data<T>(), n, ix);
   }
   DARK_CUDA_CHECK_LAUNCH();
 }
@@ -107,10 +107,10 @@ void where(const Tensor& cond, const Tensor& a, const Tensor& b, Tensor& out) {
   const auto ix = make_indexer<4>("where", out.shape(),
                                   {&out.strides(), &cond.strides(), &a.strides(), &b.strides()});
   if (ix.contiguous()) {
-    where_kernel<T, true><<<grid_for(n), kThreads>>>(cond.data<T>(), a.data<T>(), b.data<T>(),
+    launch(where_kernel<T, true>, {grid_for(n), kThreads}, cond.data<T>(), a.data<T>(), b.data<T>(),
                                                      out.data<T>(), n, ix);
   } else {
-    where_kernel<T, false><<<grid_for(n), kThreads>>>(cond.data<T>(), a.data<T>(), b.data<T>(),
+    launch(where_kernel<T, false>, {grid_for(n), kThreads}, cond.data<T>(), a.data<T>(), b.data<T>(),
                                                       out.data<T>(), n, ix);
   }
   DARK_CUDA_CHECK_LAUNCH();
@@ -224,7 +224,7 @@ void unary_forward(UnaryOp op, const Tensor& x, Tensor& y, double alpha) {
   const std::int64_t n = y.numel();
   if (n == 0) return;
   DeviceGuard guard(y);
-  unary_forward_kernel<T><<<grid_for(n), kThreads>>>(op, x.data<T>(), y.data<T>(), n,
+  launch(unary_forward_kernel<T>, {grid_for(n), kThreads}, op, x.data<T>(), y.data<T>(), n,
                                                      static_cast<acc_t<T>>(alpha));
   DARK_CUDA_CHECK_LAUNCH();
 }
@@ -239,7 +239,7 @@ void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& 
   const std::int64_t n = dx.numel();
   if (n == 0) return;
   DeviceGuard guard(dx);
-  unary_backward_kernel<T><<<grid_for(n), kThreads>>>(op, x.data<T>(),
+  launch(unary_backward_kernel<T>, {grid_for(n), kThreads}, op, x.data<T>(),
                                                       y.defined() ? y.data<T>() : nullptr,
                                                       dy.data<T>(), dx.data<T>(), n,
                                                       static_cast<acc_t<T>>(alpha));

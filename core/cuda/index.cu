@@ -14,11 +14,9 @@
 //                end). inner == 1 with long rows: one block per row (CUB BlockScan over
 //                tiles, carrying the running total); otherwise one thread per (o, i) summing
 //                sequentially. Both orders are fixed, so results are reproducible.
-#include <cub/block/block_scan.cuh>
-#include <cub/device/device_radix_sort.cuh>
-
 #include <cstdint>
 
+#include "core/cuda/cub.cuh"
 #include "core/cuda/launch.cuh"
 #include "core/kernels.h"
 
@@ -115,12 +113,12 @@ template <class T, class I>
 void gather_typed(const Tensor& x, const Tensor& index, Tensor& out, std::int64_t outer, std::int64_t n,
                   std::int64_t k, std::int64_t inner) {
   const BadIndex bad(out.device());
-  find_bad_index_kernel<I><<<grid_for(k), kThreads>>>(index.data<I>(), k, n, bad.slot());
+  launch(find_bad_index_kernel<I>, {grid_for(k), kThreads}, index.data<I>(), k, n, bad.slot());
   DARK_CUDA_CHECK_LAUNCH();
   bad.check("gather", index, n);
   const std::int64_t total = outer * k * inner;
   if (total == 0) return;
-  gather_kernel<T, I><<<grid_for(total), kThreads>>>(x.data<T>(), index.data<I>(), out.data<T>(), outer, n, k,
+  launch(gather_kernel<T, I>, {grid_for(total), kThreads}, x.data<T>(), index.data<I>(), out.data<T>(), outer, n, k,
                                                      inner);
   DARK_CUDA_CHECK_LAUNCH();
 }
@@ -203,10 +201,10 @@ void scatter_add(const Tensor& dout, const Tensor& index, Tensor& dx, std::int64
   auto* keys_out_p = reinterpret_cast<std::uint64_t*>(keys_out.data<std::int64_t>());
   const BadIndex bad(device);
   if (index.dtype() == DType::i32) {
-    scatter_keys_kernel<std::int32_t><<<grid_for(k), kThreads>>>(
+    launch(scatter_keys_kernel<std::int32_t>, {grid_for(k), kThreads},
         index.data<std::int32_t>(), keys_in_p, pos_in.data<std::int64_t>(), k, n, bad.slot());
   } else {
-    scatter_keys_kernel<std::int64_t><<<grid_for(k), kThreads>>>(
+    launch(scatter_keys_kernel<std::int64_t>, {grid_for(k), kThreads},
         index.data<std::int64_t>(), keys_in_p, pos_in.data<std::int64_t>(), k, n, bad.slot());
   }
   DARK_CUDA_CHECK_LAUNCH();
@@ -224,7 +222,7 @@ void scatter_add(const Tensor& dout, const Tensor& index, Tensor& dx, std::int64
                                                   k, 0, end_bit, cudaStream_t{0}));
 
   const std::int64_t total = outer * k * inner;
-  scatter_sum_kernel<T><<<grid_for(total), kThreads>>>(dout.data<T>(), keys_out_p,
+  launch(scatter_sum_kernel<T>, {grid_for(total), kThreads}, dout.data<T>(), keys_out_p,
                                                        pos_out.data<std::int64_t>(), dx.data<T>(),
                                                        outer, n, k, inner);
   DARK_CUDA_CHECK_LAUNCH();
@@ -292,9 +290,9 @@ void cumsum(const Tensor& x, Tensor& out, std::int64_t outer, std::int64_t n, st
   if (outer * n * inner == 0) return;
   DeviceGuard guard(out);
   if (inner == 1 && n > 64) {
-    cumsum_rows_kernel<T><<<grid_for(outer, 1), kScanThreads>>>(x.data<T>(), out.data<T>(), outer, n, reverse);
+    launch(cumsum_rows_kernel<T>, {grid_for(outer, 1), kScanThreads}, x.data<T>(), out.data<T>(), outer, n, reverse);
   } else {
-    cumsum_columns_kernel<T><<<grid_for(outer * inner), kThreads>>>(x.data<T>(), out.data<T>(), outer,
+    launch(cumsum_columns_kernel<T>, {grid_for(outer * inner), kThreads}, x.data<T>(), out.data<T>(), outer,
                                                                     n, inner, reverse);
   }
   DARK_CUDA_CHECK_LAUNCH();

@@ -7,6 +7,7 @@
 #include <array>
 #include <cstdint>
 
+#include "core/cuda/runtime.cuh"
 #include "core/error.h"
 #include "core/shape.h"
 

@@ -1,19 +1,55 @@
-// Shared helpers of the CUDA kernel files: launch sizes for grid-stride loops, the
-// accumulation type of each storage type (bf16 computes in float) and value conversions
-// that round exactly as the CPU does (BFloat16's own round-to-nearest-even; float to
-// integer through saturating_cast).
+// Shared helpers of the CUDA kernel files: the one way to launch a kernel (launch(), which
+// the CUDA emulator also implements), launch sizes for grid-stride loops, the accumulation
+// type of each storage type (bf16 computes in float) and value conversions that round
+// exactly as the CPU does (BFloat16's own round-to-nearest-even; float to integer through
+// saturating_cast).
 // Kernels use 64-bit indices everywhere and launch on the legacy default stream (0).
 #pragma once
 #include <cstdint>
 #include <initializer_list>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 
 #include "core/bfloat16.h"
 #include "core/cuda/cuda_check.h"
+#if defined(DARK_CUDA_EMULATOR)
+#include "core/cuda/emulator/control.h"
+#endif
 #include "core/saturating_cast.h"
 
 namespace dark::cuda {
+
+// Where and how a kernel runs: grid and block shape, dynamic shared memory, stream.
+struct LaunchShape {
+  dim3 grid, block;
+  std::size_t shared_bytes = 0;
+  cudaStream_t stream = 0;
+};
+
+// kernel<<<grid, block, shared_bytes, stream>>>(args...), through cudaLaunchKernel (so a
+// refused launch throws here, naming the error) or, under the emulator, on the CPU. The
+// arguments convert to the kernel's parameter types first, as in a <<<>>> launch.
+template <class... Params, class... Args>
+void launch(void (*kernel)(Params...), const LaunchShape& shape, Args&&... args) {
+  static_assert(sizeof...(Params) == sizeof...(Args), "launch: the argument count differs from the kernel's");
+  std::tuple<std::decay_t<Params>...> values(std::forward<Args>(args)...);
+#if defined(DARK_CUDA_EMULATOR)
+  ::dark::cuda_emu::count_launch();
+  const auto status = ::dark::cuda_emu::run_grid(reinterpret_cast<const void*>(kernel), ::dark::cuda_emu::as_dim3(shape.grid),
+                                                 ::dark::cuda_emu::as_dim3(shape.block), shape.shared_bytes,
+                                                 [&] { std::apply(kernel, values); });
+  DARK_CUDA_CHECK(::dark::cuda_emu::launch_error(status));
+#else
+  std::apply(
+      [&](auto&... value) {
+        void* pointers[] = {static_cast<void*>(&value)...};
+        DARK_CUDA_CHECK(cudaLaunchKernel(reinterpret_cast<const void*>(kernel), shape.grid, shape.block, pointers,
+                                         shape.shared_bytes, shape.stream));
+      },
+      values);
+#endif
+}
 
 inline constexpr int kThreads = 256;          // threads per block of elementwise kernels
 inline constexpr std::int64_t kMaxBlocks = 8192;  // grid-stride loops cover the rest

@@ -51,7 +51,7 @@ void philox_fill(const char* kernel, Tensor& out, std::uint64_t seed, std::uint6
   const std::int64_t n = out.numel();
   if (n == 0) return;
   DeviceGuard guard(out);
-  philox_fill_kernel<T, kDist><<<grid_for((n + 3) / 4), kThreads>>>(out.data<T>(), n, seed, stream,
+  launch(philox_fill_kernel<T, kDist>, {grid_for((n + 3) / 4), kThreads}, out.data<T>(), n, seed, stream,
                                                                     offset, p0, p1);
   DARK_CUDA_CHECK_LAUNCH();
 }

@@ -167,14 +167,14 @@ void reduce(ReduceOp op, const Tensor& x, Tensor& out, std::int64_t outer, std::
   if (inner == 1) {
     if (n <= 1024) {
       constexpr int kWarpsPerBlock = kThreads / 32;
-      reduce_rows_warp_kernel<T><<<grid_for(outer, kWarpsPerBlock), kThreads>>>(op, xp, out.data<T>(), outer, n);
+      launch(reduce_rows_warp_kernel<T>, {grid_for(outer, kWarpsPerBlock), kThreads}, op, xp, out.data<T>(), outer, n);
     } else {
-      reduce_rows_block_kernel<T><<<grid_for(outer, 1), kThreads>>>(op, xp, out.data<T>(), outer, n);
+      launch(reduce_rows_block_kernel<T>, {grid_for(outer, 1), kThreads}, op, xp, out.data<T>(), outer, n);
     }
   } else {
     const dim3 block(kColumnTileX, n >= 128 ? kColumnMaxY : 8);
     const std::int64_t tiles = outer * ((inner + kColumnTileX - 1) / kColumnTileX);
-    reduce_columns_kernel<T><<<grid_for(tiles, 1), block>>>(op, xp, out.data<T>(), outer, n, inner);
+    launch(reduce_columns_kernel<T>, {grid_for(tiles, 1), block}, op, xp, out.data<T>(), outer, n, inner);
   }
   DARK_CUDA_CHECK_LAUNCH();
 }

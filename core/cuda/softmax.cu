@@ -100,10 +100,10 @@ void softmax_forward(const Tensor& x, Tensor& y, bool log) {
   if (rows == 0) return;
   DeviceGuard guard(y);
   if (n <= kWarpRowMax) {
-    softmax_forward_warp_kernel<T><<<grid_for(rows, kWarpsPerBlock), kThreads>>>(
+    launch(softmax_forward_warp_kernel<T>, {grid_for(rows, kWarpsPerBlock), kThreads},
         x.data<T>(), y.data<T>(), rows, n, log);
   } else {
-    softmax_forward_block_kernel<T><<<grid_for(rows, 1), kThreads>>>(x.data<T>(), y.data<T>(), rows, n, log);
+    launch(softmax_forward_block_kernel<T>, {grid_for(rows, 1), kThreads}, x.data<T>(), y.data<T>(), rows, n, log);
   }
   DARK_CUDA_CHECK_LAUNCH();
 }
@@ -120,10 +120,10 @@ void softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx, bool log) {
   if (rows == 0) return;
   DeviceGuard guard(dx);
   if (n <= kWarpRowMax) {
-    softmax_backward_warp_kernel<T><<<grid_for(rows, kWarpsPerBlock), kThreads>>>(
+    launch(softmax_backward_warp_kernel<T>, {grid_for(rows, kWarpsPerBlock), kThreads},
         y.data<T>(), dy.data<T>(), dx.data<T>(), rows, n, log);
   } else {
-    softmax_backward_block_kernel<T><<<grid_for(rows, 1), kThreads>>>(
+    launch(softmax_backward_block_kernel<T>, {grid_for(rows, 1), kThreads},
         y.data<T>(), dy.data<T>(), dx.data<T>(), rows, n, log);
   }
   DARK_CUDA_CHECK_LAUNCH();

@@ -1,0 +1,217 @@
+// The CUDA emulator itself (core/cuda/emulator/): the scheduling guarantees CUDA gives
+// (block barriers, warp shuffles and votes with their masks), the faults it turns into
+// errors instead of hangs or wrong answers (deadlocks, masks naming absent or exited lanes,
+// launch shapes a GPU refuses), the tensor-core tile product against a plain product in the
+// PTX fragment layout, and device memory that host code cannot touch. Driven through the
+// emulator's own API (grid.h), with kernels written as lambdas run per emulated thread.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+#include "core/bfloat16.h"
+#include "core/cuda/emulator/control.h"
+#include "core/cuda/emulator/grid.h"
+#include "core/tensor.h"
+#include "test_util.h"
+
+namespace dark::cuda_emu {
+namespace {
+
+using dark::testing::error_of;
+
+const int kKernelId = 0;  // any address identifies a "kernel" for the shared-memory attribute
+const void* const kKernel = &kKernelId;
+
+LaunchStatus run(Dim3 grid, Dim3 block, const std::function<void()>& body, std::size_t shared = 0) {
+  return run_grid(kKernel, grid, block, shared, body);
+}
+
+template <class T>
+T shuffle(unsigned mask, T v, int source) {
+  T out;
+  warp_exchange(mask, &v, &out, sizeof(T), source);
+  return out;
+}
+
+TEST(CudaEmulator, BlockBarrierOrdersWritesBeforeReadsAcrossWarps) {
+  const int n = 96;  // three warps
+  std::vector<int> shared(n), seen(n);
+  ASSERT_EQ(run({2, 1, 1}, {n, 1, 1}, [&] {
+              const int t = current().linear;
+              shared[t] = t * 10 + static_cast<int>(current().block_idx.x);
+              sync_threads();
+              seen[t] = shared[(t + 37) % n];  // another warp's value, written before the barrier
+              sync_threads();
+            }),
+            LaunchStatus::ok);
+  for (int t = 0; t < n; ++t) EXPECT_EQ(seen[t], ((t + 37) % n) * 10 + 1) << t;  // block 1 ran last
+}
+
+TEST(CudaEmulator, ExitedThreadsCountAsArrivedAtTheBlockBarrier) {
+  int after = 0;
+  ASSERT_EQ(run({1, 1, 1}, {64, 1, 1}, [&] {
+              if (current().linear >= 40) return;  // exits before the barrier, as on a GPU
+              sync_threads();
+              ++after;
+            }),
+            LaunchStatus::ok);
+  EXPECT_EQ(after, 40);
+}
+
+TEST(CudaEmulator, AWarpReductionWithShufflesSumsEveryLane) {
+  std::vector<int> result(64);
+  ASSERT_EQ(run({1, 1, 1}, {64, 1, 1}, [&] {
+              const ThreadContext& c = current();
+              int v = c.linear;
+              for (int delta = 16; delta > 0; delta >>= 1) v += shuffle(0xffffffffu, v, c.lane + delta < 32 ? c.lane + delta : c.lane);
+              result[c.linear] = shuffle(0xffffffffu, v, 0);
+            }),
+            LaunchStatus::ok);
+  for (int t = 0; t < 32; ++t) EXPECT_EQ(result[t], 31 * 32 / 2);
+  for (int t = 32; t < 64; ++t) EXPECT_EQ(result[t], (32 + 63) * 32 / 2);
+}
+
+TEST(CudaEmulator, DisjointHalfWarpsShuffleIndependently) {
+  std::vector<int> result(32);
+  ASSERT_EQ(run({1, 1, 1}, {32, 1, 1}, [&] {
+              const int lane = current().lane;
+              const unsigned mask = lane < 16 ? 0x0000ffffu : 0xffff0000u;
+              result[lane] = shuffle(mask, lane * 3, lane < 16 ? 15 - lane : 47 - lane);
+            }),
+            LaunchStatus::ok);
+  for (int l = 0; l < 32; ++l) EXPECT_EQ(result[l], (l < 16 ? 15 - l : 47 - l) * 3);
+}
+
+TEST(CudaEmulator, BallotCollectsThePredicatesOfTheMask) {
+  unsigned ballot = 0;
+  ASSERT_EQ(run({1, 1, 1}, {32, 1, 1}, [&] {
+              const unsigned b = warp_ballot(0xffffffffu, current().lane % 3 == 0);
+              if (current().lane == 0) ballot = b;
+            }),
+            LaunchStatus::ok);
+  unsigned want = 0;
+  for (int l = 0; l < 32; l += 3) want |= 1u << l;
+  EXPECT_EQ(ballot, want);
+}
+
+TEST(CudaEmulator, ABarrierSomeThreadsSkipIsADeadlockError) {
+  const std::string e = error_of([&] {
+    run({1, 1, 1}, {64, 1, 1}, [&] {
+      if (current().warp == 0) {
+        sync_threads();
+      } else {
+        sync_warp(0xffffffffu);
+        sync_threads();
+        sync_threads();  // one barrier more than warp 0 reaches: warp 0 has exited, so this is
+      }                  // fine; the deadlock is below
+    });
+  });
+  EXPECT_EQ(e, "");  // exited threads count as arrived
+  const std::string dead = error_of([&] {
+    run({1, 1, 1}, {32, 1, 1}, [&] {
+      if (current().lane < 16) sync_warp(0xffffffffu);  // lanes 16..31 exit instead of coming
+    });
+  });
+  EXPECT_NE(dead.find("exited while lanes 0xffff wait"), std::string::npos) << dead;
+  const std::string stuck = error_of([&] {
+    run({1, 1, 1}, {64, 1, 1}, [&] {
+      if (current().warp == 0) sync_threads();
+      else if (current().lane < 16) sync_warp(0xffffffffu);  // waits for lanes parked at the block barrier
+      else sync_threads();
+    });
+  });
+  EXPECT_NE(stuck.find("deadlock"), std::string::npos) << stuck;
+}
+
+TEST(CudaEmulator, WarpMasksThatNameMissingLanesOrMissTheCallerAreErrors) {
+  EXPECT_NE(error_of([&] { run({1, 1, 1}, {48, 1, 1}, [&] { sync_warp(0xffffffffu); }); }).find("does not have"),
+            std::string::npos);  // warp 1 has lanes 0..15 only
+  EXPECT_NE(error_of([&] { run({1, 1, 1}, {32, 1, 1}, [&] { sync_warp(current().lane == 3 ? 1u : 0xffffffffu); }); })
+                .find("does not include the calling lane"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              run({1, 1, 1}, {32, 1, 1}, [&] { (void)shuffle(0x0000ffffu, 1, current().lane < 16 ? 20 : 0); });
+            }).find("which does not include it"),
+            std::string::npos);
+}
+
+TEST(CudaEmulator, LaunchShapesAGpuRefusesAreRefused) {
+  const auto nothing = [] {};
+  EXPECT_EQ(run({1, 1, 1}, {1025, 1, 1}, nothing), LaunchStatus::invalid_configuration);
+  EXPECT_EQ(run({0, 1, 1}, {32, 1, 1}, nothing), LaunchStatus::invalid_configuration);
+  EXPECT_EQ(run({1, 70000, 1}, {32, 1, 1}, nothing), LaunchStatus::invalid_configuration);
+  EXPECT_EQ(run({1, 1, 1}, {32, 1, 1}, nothing, 64 * 1024), LaunchStatus::invalid_value);  // > 48 KiB without opting in
+  ASSERT_EQ(set_max_dynamic_shared(kKernel, 100 * 1024), LaunchStatus::ok);
+  std::size_t filled = 0;
+  EXPECT_EQ(run({1, 1, 1}, {32, 1, 1},
+                [&] {
+                  const auto* p = static_cast<const unsigned char*>(dynamic_shared_memory());
+                  if (current().linear == 0) filled = static_cast<std::size_t>(std::count(p, p + 64 * 1024, 0xff));
+                },
+                64 * 1024),
+            LaunchStatus::ok);
+  EXPECT_EQ(filled, std::size_t{64 * 1024});  // poisoned: reading before writing gives NaN
+  EXPECT_EQ(set_max_dynamic_shared(kKernel, 300 * 1024), LaunchStatus::invalid_value);
+  ASSERT_EQ(set_max_dynamic_shared(kKernel, kDefaultSharedLimit), LaunchStatus::ok);
+}
+
+// The product of one m16n8k16 tile through mma_m16n8k16_bf16, each lane holding its
+// fragments as the PTX ISA lays them out, against the plain product.
+TEST(CudaEmulator, TensorCoreTileProductFollowsThePtxFragmentLayout) {
+  float a[16][16], b[16][8], c[16][8];
+  for (int i = 0; i < 16; ++i)
+    for (int k = 0; k < 16; ++k) a[i][k] = static_cast<float>(BFloat16(0.25f * ((i * 7 + k * 3) % 11) - 1.0f));
+  for (int k = 0; k < 16; ++k)
+    for (int j = 0; j < 8; ++j) b[k][j] = static_cast<float>(BFloat16(0.5f * ((k * 5 + j) % 7) - 1.5f));
+  for (int i = 0; i < 16; ++i)
+    for (int j = 0; j < 8; ++j) c[i][j] = static_cast<float>(i - j);
+  float d[16][8] = {};
+  auto pack = [](float lo, float hi) {
+    return static_cast<std::uint32_t>(BFloat16(lo).bits) | (static_cast<std::uint32_t>(BFloat16(hi).bits) << 16);
+  };
+  ASSERT_EQ(run({1, 1, 1}, {32, 1, 1}, [&] {
+              const int lane = current().lane, g = lane >> 2, t = lane & 3;
+              const std::uint32_t fa[4] = {pack(a[g][2 * t], a[g][2 * t + 1]), pack(a[g + 8][2 * t], a[g + 8][2 * t + 1]),
+                                           pack(a[g][2 * t + 8], a[g][2 * t + 9]),
+                                           pack(a[g + 8][2 * t + 8], a[g + 8][2 * t + 9])};
+              const std::uint32_t fb[2] = {pack(b[2 * t][g], b[2 * t + 1][g]), pack(b[2 * t + 8][g], b[2 * t + 9][g])};
+              const float fc[4] = {c[g][2 * t], c[g][2 * t + 1], c[g + 8][2 * t], c[g + 8][2 * t + 1]};
+              float fd[4];
+              mma_m16n8k16_bf16(fd, fa, fb, fc);
+              d[g][2 * t] = fd[0], d[g][2 * t + 1] = fd[1], d[g + 8][2 * t] = fd[2], d[g + 8][2 * t + 1] = fd[3];
+            }),
+            LaunchStatus::ok);
+  for (int i = 0; i < 16; ++i)
+    for (int j = 0; j < 8; ++j) {
+      double want = c[i][j];
+      for (int k = 0; k < 16; ++k) want += static_cast<double>(a[i][k]) * b[k][j];
+      EXPECT_NEAR(d[i][j], want, 1e-5) << i << ", " << j;
+    }
+}
+
+TEST(CudaEmulator, CudaTensorsLiveInEmulatedDeviceMemory) {
+  EXPECT_TRUE(active());
+  const std::uint64_t copies = copies_to_host();
+  const Tensor t = Tensor::arange(5, DType::f32, Device::cuda(0));
+  EXPECT_EQ(t.to_vector<float>(), (std::vector<float>{0, 1, 2, 3, 4}));
+  EXPECT_GT(copies_to_host(), copies);
+}
+
+TEST(CudaEmulatorDeathTest, HostCodeThatDereferencesADevicePointerCrashes) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const Tensor t = Tensor::zeros({1024}, DType::f32, Device::cuda(0));
+  EXPECT_DEATH({ std::printf("%f\n", t.data<float>()[3]); }, "");
+}
+
+TEST(CudaEmulator, AllocationsBeyondTheCapacityFailAsOnAGpu) {
+  const std::size_t capacity = memory_capacity();
+  set_memory_capacity(std::size_t{64} << 20);
+  const std::string e = error_of([] { Tensor::empty({std::int64_t{40} << 20}, DType::f32, Device::cuda(0)); });
+  set_memory_capacity(capacity);
+  EXPECT_NE(e.find("out of memory"), std::string::npos) << e;
+}
+
+}  // namespace
+}  // namespace dark::cuda_emu
