@@ -172,7 +172,11 @@ DARK_DECLARE_KERNEL(linear_attention_backward, void(const Tensor& q, const Tenso
                                                     const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv,
                                                     bool causal, std::int64_t chunk))
 
-// One AdamW step over contiguous float32 buffers of equal size (decoupled weight decay):
+// Optimizer updates over flat float32 buffers (param, grad and state contiguous, equal size
+// n), one kernel per step for the whole buffer. Weight decay applies to the elements inside
+// the ranges of decay_ranges, an (R, 2) i64 tensor of sorted, disjoint [begin, end) offsets
+// into the buffers, on their device (R may be 0); it is 0 elsewhere.
+// AdamW (decoupled weight decay):
 //   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
 //   p -= lr * (m / c1 / (sqrt(v / c2) + eps) + weight_decay * p)
 // with bias corrections c1 = 1 - b1^t, c2 = 1 - b2^t passed in.
@@ -181,6 +185,13 @@ struct AdamWParams {
   double bias_correction1 = 1, bias_correction2 = 1;
 };
 DARK_DECLARE_KERNEL(adamw_step, void(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
-                                     const AdamWParams& p))
+                                     const Tensor& decay_ranges, const AdamWParams& p))
+// SGD with heavy-ball momentum: u = g + weight_decay p; with momentum, buf = momentum buf + u
+// and u = buf; p -= lr u. momentum_buf is not read (and may be undefined) when momentum is 0.
+struct SgdParams {
+  double lr = 0, momentum = 0, weight_decay = 0;
+};
+DARK_DECLARE_KERNEL(sgd_step, void(Tensor& param, const Tensor& grad, Tensor& momentum_buf, const Tensor& decay_ranges,
+                                   const SgdParams& p))
 
 }  // namespace dark

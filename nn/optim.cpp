@@ -39,7 +39,19 @@ Optimizer::Optimizer(ParameterBuffer& params, OptimizerConfig config, FlatRange 
     : params_(params), config_(std::move(config)), shard_(shard.size() == 0 ? FlatRange{0, params.numel()} : shard) {
   DARK_CHECK(shard_.begin >= 0 && shard_.begin < shard_.end && shard_.end <= params_.numel(), "optimizer: shard [",
              shard_.begin, ", ", shard_.end, ") is not a range of the parameter buffer [0, ", params_.numel(), ")");
-  for (const auto& e : params_.entries()) decay_.push_back(!matches_any(e.name, config_.no_decay));
+  // The decayed parts of the shard as ranges relative to its start; consecutive decayed
+  // segments merge (what lies between them is zero padding).
+  std::vector<std::int64_t> ranges;
+  bool previous_decayed = false;  // the previous segment in the shard decays
+  for (const auto& e : params_.entries()) {
+    decay_.push_back(!matches_any(e.name, config_.no_decay));
+    const FlatRange r = overlap(e, shard_);
+    if (r.size() <= 0) continue;
+    if (decay_.back() && previous_decayed) ranges.back() = r.end - shard_.begin;
+    else if (decay_.back()) ranges.insert(ranges.end(), {r.begin - shard_.begin, r.end - shard_.begin});
+    previous_decayed = decay_.back();
+  }
+  decay_ranges_ = Tensor::from_vector(ranges, {static_cast<std::int64_t>(ranges.size() / 2), 2}).to(params_.values().device());
   exp_avg_ = Tensor::zeros({shard_.size()}, DType::f32, params_.values().device());
   if (config_.name == OptimizerKind::adamw) exp_avg_sq_ = Tensor::zeros({shard_.size()}, DType::f32, params_.values().device());
 }
@@ -58,34 +70,23 @@ bool Optimizer::decays(const std::string& param_name) const {
 void Optimizer::step(double lr) {
   NoGradGuard no_grad;
   ++steps_;
-  const auto& entries = params_.entries();
-  for (std::size_t i = 0; i < entries.size(); ++i) {
-    const FlatRange r = overlap(entries[i], shard_);
-    if (r.size() <= 0) continue;
-    Tensor p = flat_slice(params_.values(), r);
-    const Tensor g = flat_slice(params_.grads(), r);
-    Tensor m = flat_slice(exp_avg_, r, shard_.begin);
-    const double wd = decay_[i] ? config_.weight_decay : 0.0;
-    if (config_.name == OptimizerKind::adamw) {
-      Tensor v = flat_slice(exp_avg_sq_, r, shard_.begin);
-      AdamWParams a;
-      a.lr = lr;
-      a.beta1 = config_.betas[0];
-      a.beta2 = config_.betas[1];
-      a.eps = config_.eps;
-      a.weight_decay = wd;
-      a.bias_correction1 = 1.0 - std::pow(config_.betas[0], static_cast<double>(steps_));
-      a.bias_correction2 = 1.0 - std::pow(config_.betas[1], static_cast<double>(steps_));
-      kernels::adamw_step().get(p.device().type, p.dtype())(p, g, m, v, a);
-    } else {
-      // SGD: buf = momentum * buf + g (+ wd p); p -= lr * buf.
-      Tensor update = wd != 0.0 ? add(g, mul_scalar(p, wd)) : g;
-      if (config_.momentum != 0.0) {
-        m.copy_(add(mul_scalar(m, config_.momentum), update));
-        update = m;
-      }
-      p.copy_(sub(p, mul_scalar(update, lr)));
-    }
+  // The whole shard in one kernel: the gaps between segments and the padding hold zeros in
+  // every buffer, and an update of zeros leaves zeros.
+  Tensor p = flat_slice(params_.values(), shard_);
+  const Tensor g = flat_slice(params_.grads(), shard_);
+  if (config_.name == OptimizerKind::adamw) {
+    AdamWParams a;
+    a.lr = lr;
+    a.beta1 = config_.betas[0];
+    a.beta2 = config_.betas[1];
+    a.eps = config_.eps;
+    a.weight_decay = config_.weight_decay;
+    a.bias_correction1 = 1.0 - std::pow(config_.betas[0], static_cast<double>(steps_));
+    a.bias_correction2 = 1.0 - std::pow(config_.betas[1], static_cast<double>(steps_));
+    kernels::adamw_step().get(p.device().type, p.dtype())(p, g, exp_avg_, exp_avg_sq_, decay_ranges_, a);
+  } else {
+    kernels::sgd_step().get(p.device().type, p.dtype())(p, g, exp_avg_, decay_ranges_,
+                                                        SgdParams{lr, config_.momentum, config_.weight_decay});
   }
 }
 

@@ -84,6 +84,7 @@ class Optimizer {
   std::vector<bool> decay_;  // per entry
   // Flat, like shard_ of the parameter buffer (adamw; sgd uses exp_avg_ as momentum).
   Tensor exp_avg_, exp_avg_sq_;
+  Tensor decay_ranges_;  // (R, 2) i64 on the buffers' device: the shard's decayed ranges, from its start
   std::int64_t steps_ = 0;
 };
 

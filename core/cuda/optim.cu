@@ -1,0 +1,94 @@
+// Optimizer updates on CUDA over flat float32 buffers, one kernel for the whole buffer per
+// step (core/kernels.h): each thread finds whether its element decays by a binary search in
+// the (R, 2) decay ranges (R is small: runs of parameters), then applies the CPU's formulas
+// (core/cpu/optim.cpp) in float32.
+#include <cmath>
+#include <cstdint>
+
+#include "core/cuda/launch.cuh"
+#include "core/kernels.h"
+
+namespace dark::cuda {
+namespace {
+
+// True when i lies in one of the sorted, disjoint ranges [r[2k], r[2k + 1]).
+__device__ __forceinline__ bool in_ranges(const std::int64_t* r, std::int64_t count, std::int64_t i) {
+  std::int64_t lo = 0, hi = count;  // the first range whose end is > i
+  while (lo < hi) {
+    const std::int64_t mid = (lo + hi) / 2;
+    if (r[2 * mid + 1] <= i) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo < count && r[2 * lo] <= i;
+}
+
+__global__ void adamw_kernel(float* p, const float* g, float* m, float* v, std::int64_t n, const std::int64_t* ranges,
+                             std::int64_t range_count, float b1, float b2, float step, float inv_c2, float eps,
+                             float wd_decay) {
+  for (std::int64_t i = global_thread(); i < n; i += grid_threads()) {
+    const float decay = in_ranges(ranges, range_count, i) ? wd_decay : 0.0f;
+    const float gi = g[i];
+    const float mi = b1 * m[i] + (1.0f - b1) * gi;
+    const float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] -= step * mi / (sqrtf(vi * inv_c2) + eps) + decay * p[i];
+  }
+}
+
+__global__ void sgd_kernel(float* p, const float* g, float* buf, std::int64_t n, const std::int64_t* ranges,
+                           std::int64_t range_count, float lr, float momentum, float wd) {
+  for (std::int64_t i = global_thread(); i < n; i += grid_threads()) {
+    const float decay = in_ranges(ranges, range_count, i) ? wd : 0.0f;
+    float u = decay != 0.0f ? g[i] + p[i] * decay : g[i];
+    if (buf) u = buf[i] = buf[i] * momentum + u;
+    p[i] = p[i] - u * lr;
+  }
+}
+
+void check_buffers(const char* kernel, std::initializer_list<const Tensor*> buffers, const Tensor& ranges) {
+  const Tensor& first = **buffers.begin();
+  for (const Tensor* t : buffers)
+    DARK_CHECK(t->dtype() == DType::f32 && t->is_contiguous() && t->numel() == first.numel() &&
+                   t->device() == first.device(),
+               kernel, ": buffer ", t->describe(), " is not a contiguous f32 buffer like ", first.describe());
+  DARK_CHECK(!ranges.defined() || (ranges.dtype() == DType::i64 && ranges.is_contiguous() && ranges.dim() == 2 &&
+                                   ranges.size(1) == 2 && ranges.device() == first.device()),
+             kernel, ": decay ranges ", ranges.describe(), " must be a contiguous (R, 2) i64 tensor on ", first.describe());
+}
+
+const std::int64_t* ranges_data(const Tensor& ranges) {
+  return ranges.defined() && ranges.numel() > 0 ? ranges.data<std::int64_t>() : nullptr;
+}
+std::int64_t ranges_count(const Tensor& ranges) { return ranges.defined() ? ranges.numel() / 2 : 0; }
+
+void adamw_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, const Tensor& decay_ranges,
+                const AdamWParams& a) {
+  check_buffers("adamw_step", {&param, &grad, &exp_avg, &exp_avg_sq}, decay_ranges);
+  const std::int64_t n = param.numel();
+  if (n == 0) return;
+  DeviceGuard guard(param);
+  launch(adamw_kernel, {grid_for(n), kThreads}, param.data<float>(), grad.data<float>(), exp_avg.data<float>(),
+         exp_avg_sq.data<float>(), n, ranges_data(decay_ranges), ranges_count(decay_ranges),
+         static_cast<float>(a.beta1), static_cast<float>(a.beta2), static_cast<float>(a.lr / a.bias_correction1),
+         static_cast<float>(1.0 / a.bias_correction2), static_cast<float>(a.eps),
+         static_cast<float>(a.lr * a.weight_decay));
+}
+
+void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buf, const Tensor& decay_ranges, const SgdParams& s) {
+  if (s.momentum != 0.0) check_buffers("sgd_step", {&param, &grad, &momentum_buf}, decay_ranges);
+  else check_buffers("sgd_step", {&param, &grad}, decay_ranges);
+  const std::int64_t n = param.numel();
+  if (n == 0) return;
+  DeviceGuard guard(param);
+  launch(sgd_kernel, {grid_for(n), kThreads}, param.data<float>(), grad.data<float>(),
+         s.momentum != 0.0 ? momentum_buf.data<float>() : nullptr, n, ranges_data(decay_ranges),
+         ranges_count(decay_ranges), static_cast<float>(s.lr), static_cast<float>(s.momentum),
+         static_cast<float>(s.weight_decay));
+}
+
+DARK_REGISTER_KERNEL(adamw_step, cuda, f32, &adamw_step);
+DARK_REGISTER_KERNEL(sgd_step, cuda, f32, &sgd_step);
+
+}  // namespace
+}  // namespace dark::cuda
