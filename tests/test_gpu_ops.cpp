@@ -14,12 +14,9 @@
 #include "autograd/tape.h"
 #include "core/backend.h"
 #include "core/kernels.h"
+#include "tests/gpu_compare.h"
 #include "tests/op_cases.h"
 #include "test_util.h"
-
-namespace dark {
-inline void PrintTo(DType t, std::ostream* os) { *os << dtype_name(t); }
-}  // namespace dark
 
 namespace dark::testing {
 namespace {
@@ -27,64 +24,17 @@ namespace {
 using dark::testing::error_of;
 
 
-struct Tolerance {
-  double rtol, atol;
-};
-
-std::string compare(const Tensor& got, const Tensor& want, Tolerance tol) {
-  const auto g = got.to(Device::cpu()).to(DType::f64).to_vector<double>();
-  const auto w = want.to(DType::f64).to_vector<double>();
-  if (g.size() != w.size()) return "size mismatch";
-  double max_abs = 0;
-  std::string first;
-  for (std::size_t i = 0; i < g.size(); ++i) {
-    const double err = std::fabs(g[i] - w[i]);
-    max_abs = std::max(max_abs, err);
-    if (!(err <= tol.atol + tol.rtol * std::fabs(w[i])) && first.empty())
-      first = str("element ", i, ": gpu ", g[i], " cpu-f64 ", w[i]);
-  }
-  return first.empty() ? "" : first + str(" (max abs err ", max_abs, ")");
-}
-
-// Forward output and input gradients of one case on (device, dtype). With `reference`,
-// the inputs are drawn in dtype (so bf16 rounding of the inputs is shared) and then
-// computed in float64 on the CPU.
-std::vector<Tensor> run_case(const OpCase& c, DType dtype, Device device, bool reference = false) {
-  std::vector<Tensor> inputs = make_inputs(c, dtype, device);
-  if (reference)
-    for (Tensor& x : inputs) x = x.to(DType::f64), dtype = DType::f64;
-  for (std::size_t i = 0; i < inputs.size(); ++i)
-    if (c.inputs[i].differentiable) inputs[i].set_requires_grad(true);
-  Tensor out = c.fn(inputs);
-  const Tensor dout = Tensor::randn(out.shape(), 99, 0, DType::f64).to(dtype).to(device);
-  backward(out, dout);
-  std::vector<Tensor> results = {out.detach()};
-  for (const Tensor& x : inputs) results.push_back(x.grad());
-  return results;
-}
-
 class GpuOps : public ::testing::TestWithParam<std::tuple<OpCase, DType>> {};
 
 TEST_P(GpuOps, MatchesCpuFloat64) {
   DARK_REQUIRE_GPU();
   const auto& [c, dtype] = GetParam();
-  const std::vector<Tensor> want = run_case(c, dtype, Device::cpu(), true);
-  const std::vector<Tensor> got = run_case(c, dtype, Device::cuda(0));
   // bf16 keeps 8 significant bits: errors of a few 2^-8 relative per rounding step.
-  const Tolerance tol = dtype == DType::f32 ? Tolerance{1e-4, 1e-5} : Tolerance{5e-2, 5e-2};
-  for (std::size_t i = 0; i < want.size(); ++i) {
-    if (!want[i].defined()) continue;
-    ASSERT_TRUE(got[i].defined()) << c.name << " result " << i << " missing on the GPU";
-    EXPECT_EQ(got[i].device(), Device::cuda(0));
-    const std::string err = compare(got[i], want[i], tol);
-    EXPECT_TRUE(err.empty()) << c.name << " " << dtype_name(dtype) << (i == 0 ? " output: " : " grad of input ") << (i == 0 ? "" : std::to_string(i - 1)) << " " << err;
-  }
+  expect_case_matches_cpu(c, dtype, dtype == DType::f32 ? Tolerance{1e-4, 1e-5} : Tolerance{5e-2, 5e-2});
 }
 
 std::string case_name(const ::testing::TestParamInfo<std::tuple<OpCase, DType>>& info) {
-  std::string s;
-  for (char ch : std::get<0>(info.param).name) s += std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
-  return s + "_" + dtype_name(std::get<1>(info.param)) + "_" + std::to_string(info.index);
+  return dark::testing::case_name(std::get<0>(info.param), std::get<1>(info.param), info.index);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllOps, GpuOps,

@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "core/cuda/cub.cuh"
+#include "core/cuda/device_check.cuh"
 #include "core/cuda/launch.cuh"
 #include "core/kernels.h"
 
@@ -40,48 +41,22 @@ void check_3d(const char* kernel, const char* role, const Tensor& t, std::int64_
 
 // ---------------------------------------------------------------- bad indices
 
-// The lowest position j whose index lies outside [0, n), recorded by the kernels with
-// atomicMin into one device word (all ones = none) and read back by check(). The read is
-// one 8-byte device-to-host copy that waits for the kernels before it: a synchronisation
-// per call, acceptable for now (one gather per embedding / index_select); an asynchronous
-// check folded into a later sync could replace it if it shows up in profiles.
+// The lowest position whose index lies outside [0, n) (device_check.cuh), read back before
+// anything is written: a synchronisation per call.
 class BadIndex {
  public:
-  explicit BadIndex(Device device) : slot_(Tensor::empty({1}, DType::i64, device)) {
-    DARK_CUDA_CHECK(cudaMemsetAsync(slot(), 0xff, sizeof(unsigned long long), cudaStream_t{0}));
-  }
-  unsigned long long* slot() const { return reinterpret_cast<unsigned long long*>(slot_.data<std::int64_t>()); }
-
+  explicit BadIndex(Device device) : first_(device) {}
+  unsigned long long* slot() const { return first_.slot(); }
   // Throws the CPU's message (index_out_of_range) if a kernel recorded a bad index.
   void check(const char* kernel, const Tensor& index, std::int64_t n) const {
-    unsigned long long position = 0;
-    DARK_CUDA_CHECK(cudaMemcpy(&position, slot(), sizeof position, cudaMemcpyDeviceToHost));
-    if (position == kNone) return;
-    const auto j = static_cast<std::int64_t>(position);
-    throw Error(index_out_of_range(kernel, index_at(index, j), j, n));
+    if (const std::int64_t j = first_.first(); j >= 0) throw Error(index_out_of_range(kernel, integer_at(index, j), j, n));
   }
 
  private:
-  static constexpr unsigned long long kNone = ~0ull;
-
-  static std::int64_t index_at(const Tensor& index, std::int64_t j) {
-    const char* p = static_cast<const char*>(index.raw_data()) + j * static_cast<std::int64_t>(dtype_size(index.dtype()));
-    if (index.dtype() == DType::i32) {
-      std::int32_t v = 0;
-      DARK_CUDA_CHECK(cudaMemcpy(&v, p, sizeof v, cudaMemcpyDeviceToHost));
-      return v;
-    }
-    std::int64_t v = 0;
-    DARK_CUDA_CHECK(cudaMemcpy(&v, p, sizeof v, cudaMemcpyDeviceToHost));
-    return v;
-  }
-
-  Tensor slot_;
+  FirstBad first_;
 };
 
-__device__ __forceinline__ void record_bad_index(unsigned long long* bad, std::int64_t j) {
-  atomicMin(bad, static_cast<unsigned long long>(j));
-}
+__device__ __forceinline__ void record_bad_index(unsigned long long* bad, std::int64_t j) { flag_bad(bad, j); }
 
 // ---------------------------------------------------------------- gather
 

@@ -1,0 +1,472 @@
+// Flash attention on CUDA for f32 and bf16, forward and backward, with grouped-query heads,
+// causal masking (query t sees keys s <= t + S - T), a key padding mask and the CPU kernel's
+// contract (core/kernels.h): only out and the row logsumexp are saved; a row that sees no
+// real key gets out = 0, lse = -inf and zero gradients; padded keys get dk = dv = 0.
+//
+// Layout: every block works on one (batch, head) and tiles of rows; warps own 16 rows each.
+// Scores, probabilities and gradients are products of shared-memory tiles computed by
+// tile_mma.cuh (bf16: tensor cores, mma.sync m16n8k16 with f32 accumulation; f32: the same
+// fragment layout on the CUDA cores). Softmax statistics, accumulators and lse are f32; the
+// probabilities and score gradients that feed the second product of each pair are rounded
+// to the input type (as FlashAttention does in bf16). The head dimension D is padded with
+// zeros to kD in {32, 64, 128, 256}.
+//   forward: a block per 64 (kBr) queries; it walks the key tiles the queries can see with
+//            an online softmax (running max m and sum l per row).
+//   backward (FlashAttention-2, made deterministic): Delta = rowsum(dO * O) first; then one
+//            kernel per key tile accumulates dK, dV over the group's query heads and their
+//            query tiles in a fixed order, and a second kernel per query tile accumulates dQ
+//            over the key tiles. No atomics: the same inputs give the same bits every run.
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "core/cuda/launch.cuh"
+#include "core/cuda/tile_mma.cuh"
+#include "core/kernels.h"
+
+namespace dark::cuda {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+struct AttnShape {
+  std::int64_t batch, t, s, hq, hkv, d, group;
+  std::int64_t q_stride[3], k_stride[3], v_stride[3];  // batch, sequence, head (D has stride 1)
+  bool causal;
+  float scale;
+  const std::int32_t* key_mask;  // (B, S); nullptr: every key is real
+
+  // Whether query tq sees key sk (both may lie past the end: then it does not).
+  __device__ __forceinline__ bool visible(std::int64_t b, std::int64_t tq, std::int64_t sk) const {
+    if (tq >= t || sk >= s) return false;
+    if (causal && sk > tq + (s - t)) return false;
+    return key_mask == nullptr || key_mask[b * s + sk] != 0;
+  }
+};
+
+// Rows [0, kRows) of one head's (L, D) matrix from `src` (row r at src + r * row_stride),
+// as a zero-padded kRows x kD tile with leading dimension ld; rows >= rows_left and columns
+// >= d are zero. Cooperative over the block's `threads` threads.
+template <class T, int kD, int kRows>
+__device__ void load_tile(T* dst, int ld, const T* src, std::int64_t row_stride, std::int64_t rows_left, std::int64_t d,
+                          int threads) {
+  for (int idx = threadIdx.x; idx < kRows * kD; idx += threads) {
+    const int r = idx / kD, c = idx % kD;
+    dst[r * ld + c] = (r < rows_left && c < d) ? src[r * row_stride + c] : T(0.0f);
+  }
+}
+
+// Float row statistics (lse, Delta) of rows [t0, t0 + rows) of one (b, h), zero past the end.
+template <int kRows>
+__device__ void load_stats(float* dst, const float* src, std::int64_t rows_left, int threads) {
+  for (int r = threadIdx.x; r < kRows; r += threads) dst[r] = r < rows_left ? src[r] : 0.0f;
+}
+
+template <class T, int kD>
+struct FwdTiles {
+  static constexpr int kBr = 64, kWarps = 4, kThreads = 128;
+  static constexpr int kBc = kD <= 128 ? 64 : 32;
+  static constexpr int kLd = kD + 8, kLdP = kBc + 8;
+  static constexpr std::size_t kSmem =
+      (static_cast<std::size_t>(kBr + 2 * kBc) * kLd + static_cast<std::size_t>(kWarps) * 16 * kLdP) * sizeof(T);
+};
+
+template <class T, int kD>
+struct BwdTiles {
+  static constexpr bool kBig = sizeof(T) * kD > 512;  // f32 at D = 256: smaller tiles to fit shared memory
+  static constexpr int kBq = kBig ? 32 : 64;           // queries per tile
+  static constexpr int kBk = kBig ? 32 : 64;           // keys per tile
+  static constexpr int kLd = kD + 8;
+  static constexpr int kDo = kD > 128 ? 128 : kD;      // dK, dV columns per block (registers)
+  static constexpr int kPasses = kD / kDo;
+  static constexpr int kQWarps = kBq / 16, kKWarps = kBk / 16;
+  static constexpr int kLdQ = kBq + 8, kLdK = kBk + 8;
+  static constexpr std::size_t kSmemDq =
+      (static_cast<std::size_t>(2 * kBq + 2 * kBk) * kLd + static_cast<std::size_t>(kQWarps) * 16 * kLdK) * sizeof(T) +
+      2 * kBq * sizeof(float);
+  static constexpr std::size_t kSmemDkv =
+      (static_cast<std::size_t>(2 * kBq + 2 * kBk) * kLd + static_cast<std::size_t>(kKWarps) * 16 * kLdQ) * sizeof(T) +
+      2 * kBq * sizeof(float);
+};
+
+// grid (ceil(T / kBr), Hq, B), block kThreads.
+template <class T, int kD>
+__global__ void __launch_bounds__(128) flash_forward_kernel(const T* q, const T* k, const T* v, AttnShape g, T* out,
+                                                            float* lse) {
+  using C = FwdTiles<T, kD>;
+  DARK_DYNAMIC_SHARED(T, smem);
+  T* sq = smem;
+  T* sk = sq + C::kBr * C::kLd;
+  T* sv = sk + C::kBc * C::kLd;
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+  T* sp = sv + C::kBc * C::kLd + warp * 16 * C::kLdP;
+  const std::int64_t h = blockIdx.y, b = blockIdx.z, kvh = h / g.group;
+  const std::int64_t t0 = static_cast<std::int64_t>(blockIdx.x) * C::kBr;
+  const T* qh = q + b * g.q_stride[0] + h * g.q_stride[2];
+  const T* kh = k + b * g.k_stride[0] + kvh * g.k_stride[2];
+  const T* vh = v + b * g.v_stride[0] + kvh * g.v_stride[2];
+  load_tile<T, kD, C::kBr>(sq, C::kLd, qh + t0 * g.q_stride[1], g.q_stride[1], g.t - t0, g.d, C::kThreads);
+
+  float o[kD / 8][4] = {};
+  float m[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};
+  const std::int64_t s_end = g.causal ? std::min(g.s, t0 + C::kBr + g.s - g.t) : g.s;
+  for (std::int64_t s0 = 0; s0 < s_end; s0 += C::kBc) {
+    __syncthreads();  // the previous tile's readers are done (and the Q tile is loaded)
+    load_tile<T, kD, C::kBc>(sk, C::kLd, kh + s0 * g.k_stride[1], g.k_stride[1], g.s - s0, g.d, C::kThreads);
+    load_tile<T, kD, C::kBc>(sv, C::kLd, vh + s0 * g.v_stride[1], g.v_stride[1], g.s - s0, g.d, C::kThreads);
+    __syncthreads();
+    float sc[C::kBc / 8][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < kD; kk += 16)
+#pragma unroll
+      for (int nt = 0; nt < C::kBc / 8; ++nt)
+        tile::mma_kmajor(sc[nt], sq + warp * 16 * C::kLd + kk, C::kLd, sk + nt * 8 * C::kLd + kk, C::kLd);
+    float mx[2] = {kNegInf, kNegInf};
+#pragma unroll
+    for (int nt = 0; nt < C::kBc / 8; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const std::int64_t tq = t0 + warp * 16 + tile::frag_row(i), key = s0 + nt * 8 + tile::frag_col(i);
+        sc[nt][i] = g.visible(b, tq, key) ? sc[nt][i] * g.scale : kNegInf;
+        mx[i >> 1] = fmaxf(mx[i >> 1], sc[nt][i]);
+      }
+    float correction[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float m_new = fmaxf(m[r], tile::group_max(mx[r]));
+      correction[r] = m_new == kNegInf ? 1.0f : expf(m[r] - m_new);
+      m[r] = m_new;
+    }
+    float row_sum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int nt = 0; nt < C::kBc / 8; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int r = i >> 1;
+        const float p = m[r] == kNegInf ? 0.0f : expf(sc[nt][i] - m[r]);
+        row_sum[r] += p;
+        sp[tile::frag_row(i) * C::kLdP + nt * 8 + tile::frag_col(i)] = T(p);
+      }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) l[r] = l[r] * correction[r] + row_sum[r];
+#pragma unroll
+    for (int nt = 0; nt < kD / 8; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) o[nt][i] *= correction[i >> 1];
+    __syncwarp();
+#pragma unroll
+    for (int kk = 0; kk < C::kBc; kk += 16)
+#pragma unroll
+      for (int nt = 0; nt < kD / 8; ++nt) tile::mma_nmajor(o[nt], sp + kk, C::kLdP, sv + kk * C::kLd + nt * 8, C::kLd);
+    __syncwarp();  // the next tile overwrites sp
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) l[r] = tile::group_sum(l[r]);
+#pragma unroll
+  for (int nt = 0; nt < kD / 8; ++nt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int r = i >> 1;
+      const std::int64_t tq = t0 + warp * 16 + tile::frag_row(i), col = nt * 8 + tile::frag_col(i);
+      if (tq < g.t && col < g.d)
+        out[((b * g.t + tq) * g.hq + h) * g.d + col] = T(m[r] == kNegInf ? 0.0f : o[nt][i] / l[r]);
+    }
+  if (tile::lane_in_group() == 0)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const std::int64_t tq = t0 + warp * 16 + tile::lane_group() + 8 * r;
+      if (tq < g.t) lse[(b * g.hq + h) * g.t + tq] = m[r] == kNegInf ? kNegInf : m[r] + logf(l[r]);
+    }
+}
+
+// Delta[b, h, t] = sum_j dout[b, t, h, j] out[b, t, h, j]; one warp per row.
+template <class T>
+__global__ void flash_delta_kernel(const T* out, const T* dout, float* delta, std::int64_t rows, std::int64_t t_len,
+                                   std::int64_t heads, std::int64_t d) {
+  const int lane = threadIdx.x & 31;
+  for (std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; row < rows;
+       row += static_cast<std::int64_t>(gridDim.x) * (blockDim.x / 32)) {
+    float acc = 0.0f;
+    for (std::int64_t j = lane; j < d; j += 32) acc += static_cast<float>(out[row * d + j]) * static_cast<float>(dout[row * d + j]);
+#pragma unroll
+    for (int delta_lane = 16; delta_lane > 0; delta_lane >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, delta_lane);
+    if (lane == 0) {
+      const std::int64_t h = row % heads, t = (row / heads) % t_len, b = row / (heads * t_len);
+      delta[(b * heads + h) * t_len + t] = acc;
+    }
+  }
+}
+
+// dQ: grid (ceil(T / kBq), Hq, B), block kQWarps warps.
+template <class T, int kD>
+__global__ void __launch_bounds__(128) flash_dq_kernel(const T* q, const T* k, const T* v, const T* dout,
+                                                       const float* lse, const float* delta, AttnShape g, T* dq) {
+  using C = BwdTiles<T, kD>;
+  constexpr int kThreadsN = C::kQWarps * 32;
+  DARK_DYNAMIC_SHARED(T, smem);
+  T* sq = smem;
+  T* sdo = sq + C::kBq * C::kLd;
+  T* sk = sdo + C::kBq * C::kLd;
+  T* sv = sk + C::kBk * C::kLd;
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+  T* sds = sv + C::kBk * C::kLd + warp * 16 * C::kLdK;
+  float* s_lse = reinterpret_cast<float*>(sv + C::kBk * C::kLd + C::kQWarps * 16 * C::kLdK);
+  float* s_delta = s_lse + C::kBq;
+  const std::int64_t h = blockIdx.y, b = blockIdx.z, kvh = h / g.group;
+  const std::int64_t t0 = static_cast<std::int64_t>(blockIdx.x) * C::kBq;
+  const T* kh = k + b * g.k_stride[0] + kvh * g.k_stride[2];
+  const T* vh = v + b * g.v_stride[0] + kvh * g.v_stride[2];
+  load_tile<T, kD, C::kBq>(sq, C::kLd, q + b * g.q_stride[0] + h * g.q_stride[2] + t0 * g.q_stride[1], g.q_stride[1],
+                           g.t - t0, g.d, kThreadsN);
+  load_tile<T, kD, C::kBq>(sdo, C::kLd, dout + ((b * g.t + t0) * g.hq + h) * g.d, g.hq * g.d, g.t - t0, g.d, kThreadsN);
+  load_stats<C::kBq>(s_lse, lse + (b * g.hq + h) * g.t + t0, g.t - t0, kThreadsN);
+  load_stats<C::kBq>(s_delta, delta + (b * g.hq + h) * g.t + t0, g.t - t0, kThreadsN);
+
+  float acc[kD / 8][4] = {};
+  const std::int64_t s_end = g.causal ? std::min(g.s, t0 + C::kBq + g.s - g.t) : g.s;
+  for (std::int64_t s0 = 0; s0 < s_end; s0 += C::kBk) {
+    __syncthreads();
+    load_tile<T, kD, C::kBk>(sk, C::kLd, kh + s0 * g.k_stride[1], g.k_stride[1], g.s - s0, g.d, kThreadsN);
+    load_tile<T, kD, C::kBk>(sv, C::kLd, vh + s0 * g.v_stride[1], g.v_stride[1], g.s - s0, g.d, kThreadsN);
+    __syncthreads();
+    float sc[C::kBk / 8][4] = {}, dp[C::kBk / 8][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < kD; kk += 16)
+#pragma unroll
+      for (int nt = 0; nt < C::kBk / 8; ++nt) {
+        tile::mma_kmajor(sc[nt], sq + warp * 16 * C::kLd + kk, C::kLd, sk + nt * 8 * C::kLd + kk, C::kLd);
+        tile::mma_kmajor(dp[nt], sdo + warp * 16 * C::kLd + kk, C::kLd, sv + nt * 8 * C::kLd + kk, C::kLd);
+      }
+#pragma unroll
+    for (int nt = 0; nt < C::kBk / 8; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int row = warp * 16 + tile::frag_row(i), col = nt * 8 + tile::frag_col(i);
+        float ds = 0.0f;
+        if (g.visible(b, t0 + row, s0 + col)) {
+          const float p = expf(sc[nt][i] * g.scale - s_lse[row]);
+          ds = p * (dp[nt][i] - s_delta[row]) * g.scale;
+        }
+        sds[tile::frag_row(i) * C::kLdK + col] = T(ds);
+      }
+    __syncwarp();
+#pragma unroll
+    for (int kk = 0; kk < C::kBk; kk += 16)
+#pragma unroll
+      for (int nt = 0; nt < kD / 8; ++nt) tile::mma_nmajor(acc[nt], sds + kk, C::kLdK, sk + kk * C::kLd + nt * 8, C::kLd);
+    __syncwarp();
+  }
+#pragma unroll
+  for (int nt = 0; nt < kD / 8; ++nt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const std::int64_t tq = t0 + warp * 16 + tile::frag_row(i), col = nt * 8 + tile::frag_col(i);
+      if (tq < g.t && col < g.d) dq[((b * g.t + tq) * g.hq + h) * g.d + col] = T(acc[nt][i]);
+    }
+}
+
+// dK, dV: grid (ceil(S / kBk) * kPasses, Hkv, B), block kKWarps warps; pass p writes columns
+// [p kDo, (p + 1) kDo).
+template <class T, int kD>
+__global__ void __launch_bounds__(128) flash_dkv_kernel(const T* q, const T* k, const T* v, const T* dout,
+                                                        const float* lse, const float* delta, AttnShape g, T* dk,
+                                                        T* dv) {
+  using C = BwdTiles<T, kD>;
+  constexpr int kThreadsN = C::kKWarps * 32;
+  DARK_DYNAMIC_SHARED(T, smem);
+  T* sk = smem;
+  T* sv = sk + C::kBk * C::kLd;
+  T* sq = sv + C::kBk * C::kLd;
+  T* sdo = sq + C::kBq * C::kLd;
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+  T* sp = sdo + C::kBq * C::kLd + warp * 16 * C::kLdQ;
+  float* s_lse = reinterpret_cast<float*>(sdo + C::kBq * C::kLd + C::kKWarps * 16 * C::kLdQ);
+  float* s_delta = s_lse + C::kBq;
+  const std::int64_t kvh = blockIdx.y, b = blockIdx.z;
+  const int pass = static_cast<int>(blockIdx.x % C::kPasses), c0 = pass * C::kDo;
+  const std::int64_t s0 = static_cast<std::int64_t>(blockIdx.x / C::kPasses) * C::kBk;
+  load_tile<T, kD, C::kBk>(sk, C::kLd, k + b * g.k_stride[0] + kvh * g.k_stride[2] + s0 * g.k_stride[1], g.k_stride[1],
+                           g.s - s0, g.d, kThreadsN);
+  load_tile<T, kD, C::kBk>(sv, C::kLd, v + b * g.v_stride[0] + kvh * g.v_stride[2] + s0 * g.v_stride[1], g.v_stride[1],
+                           g.s - s0, g.d, kThreadsN);
+  float acc_k[C::kDo / 8][4] = {}, acc_v[C::kDo / 8][4] = {};
+  // The first query that sees key s0 (the earliest key of the tile).
+  const std::int64_t q_first = g.causal ? std::max<std::int64_t>(0, s0 - (g.s - g.t)) : 0;
+  for (std::int64_t h = kvh * g.group; h < (kvh + 1) * g.group; ++h) {
+    for (std::int64_t t0 = q_first / C::kBq * C::kBq; t0 < g.t; t0 += C::kBq) {
+      __syncthreads();
+      load_tile<T, kD, C::kBq>(sq, C::kLd, q + b * g.q_stride[0] + h * g.q_stride[2] + t0 * g.q_stride[1],
+                               g.q_stride[1], g.t - t0, g.d, kThreadsN);
+      load_tile<T, kD, C::kBq>(sdo, C::kLd, dout + ((b * g.t + t0) * g.hq + h) * g.d, g.hq * g.d, g.t - t0, g.d,
+                               kThreadsN);
+      load_stats<C::kBq>(s_lse, lse + (b * g.hq + h) * g.t + t0, g.t - t0, kThreadsN);
+      load_stats<C::kBq>(s_delta, delta + (b * g.hq + h) * g.t + t0, g.t - t0, kThreadsN);
+      __syncthreads();
+      // Rows are this warp's 16 keys, columns the tile's queries.
+      float pt[C::kBq / 8][4] = {}, dpt[C::kBq / 8][4] = {};
+#pragma unroll
+      for (int kk = 0; kk < kD; kk += 16)
+#pragma unroll
+        for (int nt = 0; nt < C::kBq / 8; ++nt) {
+          tile::mma_kmajor(pt[nt], sk + warp * 16 * C::kLd + kk, C::kLd, sq + nt * 8 * C::kLd + kk, C::kLd);
+          tile::mma_kmajor(dpt[nt], sv + warp * 16 * C::kLd + kk, C::kLd, sdo + nt * 8 * C::kLd + kk, C::kLd);
+        }
+#pragma unroll
+      for (int nt = 0; nt < C::kBq / 8; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int key = warp * 16 + tile::frag_row(i), col = nt * 8 + tile::frag_col(i);
+          pt[nt][i] = g.visible(b, t0 + col, s0 + key) ? expf(pt[nt][i] * g.scale - s_lse[col]) : 0.0f;
+          sp[tile::frag_row(i) * C::kLdQ + col] = T(pt[nt][i]);
+        }
+      __syncwarp();
+#pragma unroll
+      for (int kk = 0; kk < C::kBq; kk += 16)
+#pragma unroll
+        for (int nt = 0; nt < C::kDo / 8; ++nt)
+          tile::mma_nmajor(acc_v[nt], sp + kk, C::kLdQ, sdo + kk * C::kLd + c0 + nt * 8, C::kLd);
+      __syncwarp();  // every lane has read P before it becomes dS
+#pragma unroll
+      for (int nt = 0; nt < C::kBq / 8; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int col = nt * 8 + tile::frag_col(i);
+          sp[tile::frag_row(i) * C::kLdQ + col] = T(pt[nt][i] * (dpt[nt][i] - s_delta[col]) * g.scale);
+        }
+      __syncwarp();
+#pragma unroll
+      for (int kk = 0; kk < C::kBq; kk += 16)
+#pragma unroll
+        for (int nt = 0; nt < C::kDo / 8; ++nt)
+          tile::mma_nmajor(acc_k[nt], sp + kk, C::kLdQ, sq + kk * C::kLd + c0 + nt * 8, C::kLd);
+      __syncwarp();
+    }
+  }
+#pragma unroll
+  for (int nt = 0; nt < C::kDo / 8; ++nt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const std::int64_t key = s0 + warp * 16 + tile::frag_row(i), col = c0 + nt * 8 + tile::frag_col(i);
+      if (key < g.s && col < g.d) {
+        const std::int64_t at = ((b * g.s + key) * g.hkv + kvh) * g.d + col;
+        dk[at] = T(acc_k[nt][i]);
+        dv[at] = T(acc_v[nt][i]);
+      }
+    }
+}
+
+AttnShape shape_of(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask, bool causal, double scale) {
+  AttnShape g;
+  g.batch = q.shape()[0], g.t = q.shape()[1], g.hq = q.shape()[2], g.d = q.shape()[3];
+  g.s = k.shape()[1], g.hkv = k.shape()[2], g.group = g.hq / g.hkv;
+  for (int i = 0; i < 3; ++i) g.q_stride[i] = q.stride(i), g.k_stride[i] = k.stride(i), g.v_stride[i] = v.stride(i);
+  g.causal = causal;
+  g.scale = static_cast<float>(scale);
+  g.key_mask = key_mask.defined() ? key_mask.data<std::int32_t>() : nullptr;
+  return g;
+}
+
+int padded_head_dim(std::int64_t d) {
+  for (int kd : {32, 64, 128, 256})
+    if (d <= kd) return kd;
+  throw Error(str("flash_attention on CUDA: head dimension ", d, " is larger than 256, the largest the kernels support"));
+}
+
+// bf16 products need tensor cores (mma.sync, compute capability 8.0 and later).
+template <class T>
+void check_architecture(const Tensor& q) {
+  if constexpr (std::is_same_v<T, BFloat16>) {
+    int major = 0;
+    DARK_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, q.device().index));
+    DARK_CHECK(major >= 8, "flash_attention: no kernel for cuda/bf16 on ", q.device().to_string(),
+               ": bf16 attention needs tensor cores of compute capability 8.0 or newer (this GPU has ", major,
+               ".x); use training.precision f32");
+  }
+}
+
+template <class Kernel>
+void allow_shared(Kernel* kernel, std::size_t bytes) {
+  if (bytes > 48 * 1024)
+    DARK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+}
+
+template <class T, int kD>
+void forward_padded(const Tensor& q, const Tensor& k, const Tensor& v, const AttnShape& g, Tensor& out, Tensor& lse) {
+  using C = FwdTiles<T, kD>;
+  allow_shared(flash_forward_kernel<T, kD>, C::kSmem);
+  const dim3 grid(static_cast<unsigned>((g.t + C::kBr - 1) / C::kBr), static_cast<unsigned>(g.hq),
+                  static_cast<unsigned>(g.batch));
+  launch(flash_forward_kernel<T, kD>, {grid, C::kThreads, C::kSmem}, q.data<T>(), k.data<T>(), v.data<T>(), g,
+         out.data<T>(), lse.data<float>());
+}
+
+template <class T, int kD>
+void backward_padded(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, const Tensor& lse,
+                     const Tensor& delta, const AttnShape& g, Tensor& dq, Tensor& dk, Tensor& dv) {
+  using C = BwdTiles<T, kD>;
+  allow_shared(flash_dq_kernel<T, kD>, C::kSmemDq);
+  allow_shared(flash_dkv_kernel<T, kD>, C::kSmemDkv);
+  const dim3 grid_q(static_cast<unsigned>((g.t + C::kBq - 1) / C::kBq), static_cast<unsigned>(g.hq),
+                    static_cast<unsigned>(g.batch));
+  launch(flash_dq_kernel<T, kD>, {grid_q, C::kQWarps * 32, C::kSmemDq}, q.data<T>(), k.data<T>(), v.data<T>(),
+         dout.data<T>(), lse.data<float>(), delta.data<float>(), g, dq.data<T>());
+  const dim3 grid_k(static_cast<unsigned>((g.s + C::kBk - 1) / C::kBk * C::kPasses), static_cast<unsigned>(g.hkv),
+                    static_cast<unsigned>(g.batch));
+  launch(flash_dkv_kernel<T, kD>, {grid_k, C::kKWarps * 32, C::kSmemDkv}, q.data<T>(), k.data<T>(), v.data<T>(),
+         dout.data<T>(), lse.data<float>(), delta.data<float>(), g, dk.data<T>(), dv.data<T>());
+}
+
+template <class T>
+void flash_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask, Tensor& out, Tensor& lse,
+                   bool causal, double scale) {
+  check_dtype<T>("flash_attention_forward", {{"q", &q}, {"k", &k}, {"v", &v}, {"out", &out}});
+  DARK_CHECK(lse.dtype() == DType::f32, "flash_attention_forward: lse ", lse.describe(), " must be f32");
+  if (q.numel() == 0) return;
+  DeviceGuard guard(q);
+  check_architecture<T>(q);
+  const AttnShape g = shape_of(q, k, v, key_mask, causal, scale);
+  if (g.s == 0) {  // no key at all: every row sees none
+    out.fill_(0.0);
+    lse.fill_(-std::numeric_limits<double>::infinity());
+    return;
+  }
+  switch (padded_head_dim(g.d)) {
+    case 32: return forward_padded<T, 32>(q, k, v, g, out, lse);
+    case 64: return forward_padded<T, 64>(q, k, v, g, out, lse);
+    case 128: return forward_padded<T, 128>(q, k, v, g, out, lse);
+    default: return forward_padded<T, 256>(q, k, v, g, out, lse);
+  }
+}
+
+template <class T>
+void flash_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask, const Tensor& out,
+                    const Tensor& lse, const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv, bool causal,
+                    double scale) {
+  check_dtype<T>("flash_attention_backward",
+                 {{"q", &q}, {"k", &k}, {"v", &v}, {"out", &out}, {"dout", &dout}, {"dq", &dq}, {"dk", &dk}, {"dv", &dv}});
+  DeviceGuard guard(q);
+  check_architecture<T>(q);
+  const AttnShape g = shape_of(q, k, v, key_mask, causal, scale);
+  if (g.t == 0 || g.s == 0 || g.d == 0) {
+    dq.fill_(0.0), dk.fill_(0.0), dv.fill_(0.0);
+    return;
+  }
+  Tensor delta = Tensor::empty({g.batch, g.hq, g.t}, DType::f32, q.device());
+  const std::int64_t rows = g.batch * g.t * g.hq;
+  launch(flash_delta_kernel<T>, {grid_for(rows, kThreads / 32), kThreads}, out.data<T>(), dout.data<T>(),
+         delta.data<float>(), rows, g.t, g.hq, g.d);
+  switch (padded_head_dim(g.d)) {
+    case 32: return backward_padded<T, 32>(q, k, v, dout, lse, delta, g, dq, dk, dv);
+    case 64: return backward_padded<T, 64>(q, k, v, dout, lse, delta, g, dq, dk, dv);
+    case 128: return backward_padded<T, 128>(q, k, v, dout, lse, delta, g, dq, dk, dv);
+    default: return backward_padded<T, 256>(q, k, v, dout, lse, delta, g, dq, dk, dv);
+  }
+}
+
+DARK_REGISTER_KERNEL(flash_attention_forward, cuda, f32, &flash_forward<float>);
+DARK_REGISTER_KERNEL(flash_attention_forward, cuda, bf16, &flash_forward<BFloat16>);
+DARK_REGISTER_KERNEL(flash_attention_backward, cuda, f32, &flash_backward<float>);
+DARK_REGISTER_KERNEL(flash_attention_backward, cuda, bf16, &flash_backward<BFloat16>);
+
+}  // namespace
+}  // namespace dark::cuda

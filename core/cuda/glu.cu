@@ -1,0 +1,80 @@
+// The gated activations for f32, f64 and bf16 (core/kernels.h), elementwise on contiguous
+// tensors, with the CPU's formulas (core/cpu/glu.cpp):
+//   swiglu: act = g sigmoid(g),          act' = s (1 + g (1 - s)),  s = sigmoid(g)
+//   geglu:  act = g Phi(g) (exact gelu),  act' = Phi(g) + g phi(g)
+// forward out = act(gate) up; backward dgate = dout up act'(gate), dup = dout act(gate),
+// either skipped when undefined.
+#include <cstdint>
+
+#include "core/cuda/device_math.cuh"
+#include "core/cuda/launch.cuh"
+#include "core/kernels.h"
+
+namespace dark::cuda {
+namespace {
+
+template <class A>
+__device__ __forceinline__ void act_and_slope(GluOp op, A g, A& act, A& slope) {
+  if (op == GluOp::swiglu) {
+    const A s = A(1) / (A(1) + dmath::exp(-g));
+    act = g * s;
+    slope = s * (A(1) + g * (A(1) - s));
+  } else {
+    const A cdf = A(0.5) * dmath::erfc(-g * A(0.70710678118654752440));
+    const A pdf = A(0.39894228040143267794) * dmath::exp(A(-0.5) * g * g);
+    act = g * cdf;
+    slope = cdf + g * pdf;
+  }
+}
+
+template <class T>
+__global__ void glu_forward_kernel(GluOp op, const T* gate, const T* up, T* out, std::int64_t n) {
+  using A = acc_t<T>;
+  for (std::int64_t i = global_thread(); i < n; i += grid_threads()) {
+    A act, slope;
+    act_and_slope(op, load(gate, i), act, slope);
+    store(out, i, act * load(up, i));
+  }
+}
+
+template <class T>
+__global__ void glu_backward_kernel(GluOp op, const T* gate, const T* up, const T* dout, T* dgate, T* dup,
+                                    std::int64_t n) {
+  using A = acc_t<T>;
+  for (std::int64_t i = global_thread(); i < n; i += grid_threads()) {
+    A act, slope;
+    act_and_slope(op, load(gate, i), act, slope);
+    const A d = load(dout, i);
+    if (dgate) store(dgate, i, d * load(up, i) * slope);
+    if (dup) store(dup, i, d * act);
+  }
+}
+
+template <class T>
+void glu_forward(GluOp op, const Tensor& gate, const Tensor& up, Tensor& out) {
+  check_dtype<T>("glu_forward", {{"gate", &gate}, {"up", &up}, {"out", &out}});
+  const std::int64_t n = out.numel();
+  if (n == 0) return;
+  DeviceGuard guard(out);
+  launch(glu_forward_kernel<T>, {grid_for(n), kThreads}, op, gate.data<T>(), up.data<T>(), out.data<T>(), n);
+}
+
+template <class T>
+void glu_backward(GluOp op, const Tensor& gate, const Tensor& up, const Tensor& dout, Tensor& dgate, Tensor& dup) {
+  check_dtype<T>("glu_backward", {{"gate", &gate}, {"up", &up}, {"dout", &dout}});
+  const std::int64_t n = gate.numel();
+  if (n == 0 || (!dgate.defined() && !dup.defined())) return;
+  DeviceGuard guard(gate);
+  launch(glu_backward_kernel<T>, {grid_for(n), kThreads}, op, gate.data<T>(), up.data<T>(), dout.data<T>(),
+         dgate.defined() ? dgate.data<T>() : nullptr, dup.defined() ? dup.data<T>() : nullptr, n);
+}
+
+DARK_REGISTER_KERNEL(glu_forward, cuda, f32, &glu_forward<float>);
+DARK_REGISTER_KERNEL(glu_forward, cuda, f64, &glu_forward<double>);
+DARK_REGISTER_KERNEL(glu_forward, cuda, bf16, &glu_forward<BFloat16>);
+DARK_REGISTER_KERNEL(glu_backward, cuda, f32, &glu_backward<float>);
+DARK_REGISTER_KERNEL(glu_backward, cuda, f64, &glu_backward<double>);
+DARK_REGISTER_KERNEL(glu_backward, cuda, bf16, &glu_backward<BFloat16>);
+
+}  // namespace
+}  // namespace dark::cuda

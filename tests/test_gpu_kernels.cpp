@@ -1,0 +1,160 @@
+// The CUDA kernels of the fused model ops (argmax, RMSNorm, RoPE, SwiGLU / GeGLU, cross
+// entropy, flash attention, linear attention and the fused random-feature attention) and of
+// the optimizer, against the CPU: forward values and input gradients in f32 (tolerance 1e-4
+// relative) and bf16 (inputs rounded to bf16 on both sides; 5e-2 elementwise and 2e-2 in
+// relative L2), the CPU computing in float64. Shapes cross tile and chunk boundaries, use
+// odd sizes, grouped-query heads, padded head dimensions, key masks (right, left, holes),
+// cached prefixes (T < S) and strided views. Runs on a GPU when there is one, and always in
+// test_gpu_kernels_emulated on the CUDA emulator.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "autograd/grad_mode.h"
+#include "autograd/ops.h"
+#include "core/kernels.h"
+#include "tests/gpu_compare.h"
+#include "test_util.h"
+
+namespace dark::testing {
+namespace {
+
+Tensor mask_on(const Tensor& like, Padding kind, std::int64_t batch, std::int64_t len) {
+  return mask_tensor(padding_mask(kind, batch, len), batch).to(like.device());
+}
+
+Tensor targets_on(const Tensor& like, std::int64_t rows, std::int64_t classes) {
+  std::vector<std::int64_t> t;
+  for (std::int64_t r = 0; r < rows; ++r) t.push_back(r % 5 == 3 ? -100 : (r * 7919 + 13) % classes);
+  return Tensor::from_vector(t, {rows}).to(like.device());
+}
+
+std::vector<OpCase> fused_cases() {
+  using S = InputSpec;
+  std::vector<OpCase> cases;
+  auto add = [&](std::string name, std::vector<InputSpec> inputs, std::function<Tensor(const std::vector<Tensor>&)> fn) {
+    cases.push_back({std::move(name), std::move(inputs), std::move(fn)});
+  };
+  add("rms_norm[5,33]", {{{5, 33}}, {{33}, S::positive}}, [](auto& x) { return rms_norm(x[0], x[1], 1e-5); });
+  add("rms_norm[3,7,256]", {{{3, 7, 256}}, {{256}, S::positive}}, [](auto& x) { return rms_norm(x[0], x[1], 1e-6); });
+  add("rms_norm[300,20]", {{{300, 20}}, {{20}, S::positive}}, [](auto& x) { return rms_norm(x[0], x[1], 1e-5); });
+  add("rope[2,9,3,16]", {{{2, 9, 3, 16}}}, [](auto& x) { return rope(x[0], 10000.0); });
+  add("rope[1,5,2,64]+7", {{{1, 5, 2, 64}}}, [](auto& x) { return rope(x[0], 500000.0, 7); });
+  add("swiglu[7,33]", {{{7, 33}}, {{7, 33}}}, [](auto& x) { return swiglu(x[0], x[1]); });
+  add("geglu[4,65]", {{{4, 65}}, {{4, 65}}}, [](auto& x) { return geglu(x[0], x[1]); });
+  add("cross_entropy[9,37]", {{{9, 37}}}, [](auto& x) { return cross_entropy(x[0], targets_on(x[0], 9, 37)); });
+  add("cross_entropy[3,5000]", {{{3, 5000}}}, [](auto& x) { return cross_entropy(x[0], targets_on(x[0], 3, 5000)); });
+  // flash attention: q (B, T, Hq, D), k, v (B, S, Hkv, D)
+  add("flash_causal_gqa[2,77,4/2,16]", {{{2, 77, 4, 16}}, {{2, 77, 2, 16}}, {{2, 77, 2, 16}}},
+      [](auto& x) { return flash_attention(x[0], x[1], x[2], true, 0.25); });
+  add("flash_masked[2,33/70,2,64]", {{{2, 33, 2, 64}}, {{2, 70, 2, 64}}, {{2, 70, 2, 64}}},
+      [](auto& x) { return flash_attention(x[0], x[1], x[2], false, 0.125, mask_on(x[0], Padding::holes, 2, 70)); });
+  add("flash_prefix[1,20/90,3,40]", {{{1, 20, 3, 40}}, {{1, 90, 3, 40}}, {{1, 90, 3, 40}}},
+      [](auto& x) { return flash_attention(x[0], x[1], x[2], true, 1.0 / std::sqrt(40.0)); });
+  add("flash_left_padding[2,50,2,32]", {{{2, 50, 2, 32}}, {{2, 50, 2, 32}}, {{2, 50, 2, 32}}},
+      [](auto& x) { return flash_attention(x[0], x[1], x[2], true, 0.2, mask_on(x[0], Padding::left, 2, 50)); });
+  add("flash_d128[1,65,2,128]", {{{1, 65, 2, 128}}, {{1, 65, 1, 128}}, {{1, 65, 1, 128}}},
+      [](auto& x) { return flash_attention(x[0], x[1], x[2], true, 1.0 / std::sqrt(128.0)); });
+  add("flash_d256[1,40,2,256]", {{{1, 40, 2, 256}}, {{1, 40, 1, 256}}, {{1, 40, 1, 256}}},
+      [](auto& x) { return flash_attention(x[0], x[1], x[2], true, 1.0 / 16.0); });
+  // a (B, H, T, D) tensor viewed as (B, T, H, D): head stride T D, sequence stride D
+  add("flash_strided[2,H,T,D]", {{{2, 3, 70, 16}}, {{2, 3, 70, 16}}, {{2, 3, 70, 16}}}, [](auto& x) {
+    auto view = [](const Tensor& t) { return permute(t, {0, 2, 1, 3}); };
+    return flash_attention(view(x[0]), view(x[1]), view(x[2]), true, 0.25);
+  });
+  return cases;
+}
+
+class GpuKernels : public ::testing::TestWithParam<std::tuple<OpCase, DType>> {};
+
+TEST_P(GpuKernels, MatchCpuFloat64) {
+  DARK_REQUIRE_GPU();
+  const auto& [c, dtype] = GetParam();
+  expect_case_matches_cpu(c, dtype, dtype == DType::f32 ? Tolerance{1e-4, 1e-5} : Tolerance{5e-2, 5e-2, 2e-2});
+}
+
+INSTANTIATE_TEST_SUITE_P(FusedOps, GpuKernels,
+                         ::testing::Combine(::testing::ValuesIn(fused_cases()), ::testing::Values(DType::f32, DType::bf16)),
+                         [](const auto& info) {
+                           return case_name(std::get<0>(info.param), std::get<1>(info.param), info.index);
+                         });
+
+// argmax is exact: the same index as the CPU, NaN and ties included.
+TEST(GpuArgmax, EqualsTheCpuIncludingNanAndTies) {
+  DARK_REQUIRE_GPU();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  std::vector<double> v;
+  const std::int64_t n = 700;
+  for (int r = 0; r < 6; ++r)
+    for (std::int64_t j = 0; j < n; ++j) v.push_back(std::sin(0.37 * static_cast<double>(j * (r + 1))));
+  v[0 * n + 0] = nan;                      // NaN first: index 0
+  v[1 * n + 5] = nan;                      // NaN later: never chosen
+  v[2 * n + 100] = 5, v[2 * n + 600] = 5;  // a tie: the first
+  for (std::int64_t j = 0; j < n; ++j) v[3 * n + j] = -1;  // all equal: 0
+  v[4 * n + n - 1] = 9;                    // the last element
+  for (DType dtype : {DType::f32, DType::f64, DType::bf16}) {
+    const Tensor x = Tensor::from_vector(v, {6, n}).to(dtype);
+    EXPECT_EQ(argmax(x.to(Device::cuda(0))).to_vector<std::int64_t>(), argmax(x).to_vector<std::int64_t>())
+        << dtype_name(dtype);
+  }
+}
+
+TEST(GpuCrossEntropy, AnOutOfRangeTargetIsTheCpuError) {
+  DARK_REQUIRE_GPU();
+  const Tensor logits = Tensor::randn({4, 6}, 1);
+  const Tensor targets = Tensor::from_vector<std::int64_t>({1, -100, 6, 2}, {4});
+  const std::string want = error_of([&] { cross_entropy(logits, targets); });
+  EXPECT_NE(want, "");
+  EXPECT_EQ(error_of([&] { cross_entropy(logits.to(Device::cuda(0)), targets.to(Device::cuda(0))); }), want);
+}
+
+// Flash attention's backward on the GPU is bitwise reproducible (no atomics).
+TEST(GpuFlashAttention, BackwardIsDeterministic) {
+  DARK_REQUIRE_GPU();
+  auto grads = [] {
+    const Device dev = Device::cuda(0);
+    Tensor q = Tensor::randn({2, 90, 4, 32}, 3, 0, DType::f32, dev).set_requires_grad(true);
+    Tensor k = Tensor::randn({2, 90, 2, 32}, 3, 1, DType::f32, dev).set_requires_grad(true);
+    Tensor v = Tensor::randn({2, 90, 2, 32}, 3, 2, DType::f32, dev).set_requires_grad(true);
+    backward(flash_attention(q, k, v, true, 0.2), Tensor::randn({2, 90, 4, 32}, 3, 3, DType::f32, dev));
+    return std::vector<std::vector<float>>{q.grad().to_vector<float>(), k.grad().to_vector<float>(),
+                                           v.grad().to_vector<float>()};
+  };
+  EXPECT_EQ(grads(), grads());
+}
+
+// The optimizer kernels over a flat buffer with decay ranges: the CUDA update equals the
+// CPU's (float32 elementwise arithmetic, a few ulps apart at most).
+TEST(GpuOptimizer, AdamWAndSgdOverDecayRangesMatchTheCpu) {
+  DARK_REQUIRE_GPU();
+  const std::int64_t n = 5000;
+  const Tensor ranges = Tensor::from_vector<std::int64_t>({0, 700, 1200, 1201, 3000, 4999}, {3, 2});
+  for (int sgd = 0; sgd < 2; ++sgd) {
+    std::vector<Tensor> cpu = {Tensor::randn({n}, 5, 0), Tensor::zeros({n}), Tensor::zeros({n})};
+    std::vector<Tensor> gpu = {cpu[0].to(Device::cuda(0)), cpu[1].to(Device::cuda(0)), cpu[2].to(Device::cuda(0))};
+    const Tensor ranges_gpu = ranges.to(Device::cuda(0));
+    for (int step = 1; step <= 3; ++step) {
+      const Tensor g = Tensor::randn({n}, 6, static_cast<std::uint64_t>(step));
+      const Tensor g_gpu = g.to(Device::cuda(0));
+      if (sgd) {
+        const SgdParams p{0.05, 0.9, 0.01};
+        kernels::sgd_step().get(DeviceType::cpu, DType::f32)(cpu[0], g, cpu[1], ranges, p);
+        kernels::sgd_step().get(DeviceType::cuda, DType::f32)(gpu[0], g_gpu, gpu[1], ranges_gpu, p);
+      } else {
+        AdamWParams p;
+        p.lr = 1e-2, p.weight_decay = 0.1, p.bias_correction1 = 1 - std::pow(0.9, step),
+        p.bias_correction2 = 1 - std::pow(0.999, step);
+        kernels::adamw_step().get(DeviceType::cpu, DType::f32)(cpu[0], g, cpu[1], cpu[2], ranges, p);
+        kernels::adamw_step().get(DeviceType::cuda, DType::f32)(gpu[0], g_gpu, gpu[1], gpu[2], ranges_gpu, p);
+      }
+    }
+    for (int i = 0; i < (sgd ? 2 : 3); ++i)
+      EXPECT_EQ(compare(gpu[i], cpu[i], {1e-6, 1e-7}), "") << (sgd ? "sgd" : "adamw") << " buffer " << i;
+  }
+}
+
+}  // namespace
+}  // namespace dark::testing
