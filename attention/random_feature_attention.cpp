@@ -103,8 +103,11 @@ Tensor RandomFeatureAttention::forward(const Tensor& q, const Tensor& k, const T
   }
   if (config_.mode == Mode::exact)
     return flash_attention(pad_to(qt, v.size(3)), pad_to(kt, v.size(3)), v, /*causal=*/true, 1.0, key_mask);
-  return linear_attention(feature_logits(qt), feature_logits(kt), v, /*causal=*/true, config_.eps, config_.chunk_size,
-                          key_mask);
+  // The logits are computed inside the op (random_feature_attention): a layer keeps O(T r)
+  // for its backward instead of the (B, T, H, m) logits.
+  const auto [omega, log_weight] = features(qt.dtype(), qt.device());
+  return random_feature_attention(qt, kt, v, omega, log_weight, /*causal=*/true, config_.eps, config_.chunk_size,
+                                  key_mask);
 }
 
 Tensor RandomFeatureAttention::decode(const Tensor& q, const Tensor& k, const Tensor& v,

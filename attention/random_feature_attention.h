@@ -2,7 +2,8 @@
 // scaled by d^(-1/4) (after RoPE), an optional per-head transform (DARKFormer's M), positive
 // random features in log space, phi(x) = exp(Omega x - |x|^2 / 2 - ln(m) / 2 [+ proposal
 // weight]), and the fused chunked linear-attention op (causal, offsets, normaliser in the same
-// pass). Key-side features are computed once per key/value head (grouped-query attention);
+// pass; the fused op random_feature_attention computes the logits inside its kernel). Key-side
+// features are computed once per key/value head (grouped-query attention);
 // the feature matrices are per key/value head, shared by the query heads that read it.
 //
 // Modes: linear (the random-feature estimate) or exact (the same kernel evaluated exactly:

@@ -152,6 +152,18 @@ Tensor geglu(const Tensor& gate, const Tensor& up);
 // strides (copied to contiguous).
 Tensor linear_attention(const Tensor& q_logits, const Tensor& k_logits, const Tensor& v, bool causal, double eps,
                         std::int64_t chunk = 64, const Tensor& key_mask = Tensor());
+// The random-feature attention of Performer / LFK / DARKFormer with its feature logits
+// computed inside the kernel: linear_attention(l_q, l_k, v, causal, eps, chunk, key_mask) with
+//   l[b, t, h, f] = omega[kv] [f] . x[b, t, h] - |x[b, t, h]|^2 / 2 - ln(m) / 2 (+ log_weight[kv, f]),
+// kv = h / (H / Hkv) for queries and kv = h for keys. x_q: (B, T, Hq, r) and x_k: (B, T, Hkv, r)
+// the transformed (scaled, and for DARKFormer projected by M) queries and keys, v: (B, T, Hkv,
+// Dv), omega: (Hkv, m, r), log_weight: undefined or (Hkv, m) (never differentiated). Only
+// x_q, x_k, v and omega are saved for the backward: the (B, T, H, m) logits and features of a
+// pass are never kept (CUDA: never written to memory), so its memory is O(T (r + Dv)), not
+// O(T m). Gradients reach x_q, x_k, v and omega (LFK trains omega).
+Tensor random_feature_attention(const Tensor& x_q, const Tensor& x_k, const Tensor& v, const Tensor& omega,
+                                const Tensor& log_weight, bool causal, double eps, std::int64_t chunk = 64,
+                                const Tensor& key_mask = Tensor());
 
 // ---- operators for readable model code ----
 inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }

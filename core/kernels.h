@@ -172,6 +172,24 @@ DARK_DECLARE_KERNEL(linear_attention_backward, void(const Tensor& q, const Tenso
                                                     const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv,
                                                     bool causal, std::int64_t chunk))
 
+// Random-feature attention with the feature logits computed inside the kernel
+// (autograd/ops.h, random_feature_attention): xq: (B, T, Hq, r), xk: (B, T, Hkv, r) the
+// transformed queries and keys, v: (B, T, Hkv, Dv), omega: (Hkv, m, r), log_weight: undefined
+// or (Hkv, m); key_mask, out, den, causal, eps and chunk as for linear_attention. The logits
+//   l[t, f] = omega[kv] [f] . x[t] - |x[t]|^2 / 2 - ln(m) / 2 (+ log_weight[kv, f])
+// (kv = the row's key/value head) are never stored for the whole sequence.
+DARK_DECLARE_KERNEL(random_feature_attention_forward,
+                    void(const Tensor& xq, const Tensor& xk, const Tensor& v, const Tensor& omega,
+                         const Tensor& log_weight, const Tensor& key_mask, Tensor& out, Tensor& den, bool causal,
+                         double eps, std::int64_t chunk))
+// dxq, dxk, dv written like linear_attention_backward's; domega: (Hkv, m, r) written when
+// defined (summed over batch, positions and the query heads of each group in a fixed order).
+DARK_DECLARE_KERNEL(random_feature_attention_backward,
+                    void(const Tensor& xq, const Tensor& xk, const Tensor& v, const Tensor& omega,
+                         const Tensor& log_weight, const Tensor& key_mask, const Tensor& out, const Tensor& den,
+                         const Tensor& dout, Tensor& dxq, Tensor& dxk, Tensor& dv, Tensor& domega, bool causal,
+                         std::int64_t chunk))
+
 // Optimizer updates over flat float32 buffers (param, grad and state contiguous, equal size
 // n), one kernel per step for the whole buffer. Weight decay applies to the elements inside
 // the ranges of decay_ranges, an (R, 2) i64 tensor of sorted, disjoint [begin, end) offsets

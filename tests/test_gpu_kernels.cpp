@@ -5,7 +5,8 @@
 // relative L2), the CPU computing in float64. Shapes cross tile and chunk boundaries, use
 // odd sizes, grouped-query heads, padded head dimensions, key masks (right, left, holes),
 // cached prefixes (T < S) and strided views. Runs on a GPU when there is one, and always in
-// test_gpu_kernels_emulated on the CUDA emulator.
+// test_gpu_kernels_emulated on the CUDA emulator (with 2 multiprocessors, so that the
+// linear-attention kernels cut sequences into several segments of several chunks).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -65,6 +66,30 @@ std::vector<OpCase> fused_cases() {
     auto view = [](const Tensor& t) { return permute(t, {0, 2, 1, 3}); };
     return flash_attention(view(x[0]), view(x[1]), view(x[2]), true, 0.25);
   });
+  // linear attention on feature logits: q (B, T, Hq, m), k (B, T, Hkv, m), v (B, T, Hkv, Dv)
+  add("linear_causal_gqa[2,150,4/2,16,8]", {{{2, 150, 4, 16}}, {{2, 150, 2, 16}}, {{2, 150, 2, 8}}},
+      [](auto& x) { return linear_attention(x[0], x[1], x[2], true, 1e-6, 16); });
+  add("linear_bidirectional_holes[2,70,2,8,6]", {{{2, 70, 2, 8}}, {{2, 70, 2, 8}}, {{2, 70, 2, 6}}}, [](auto& x) {
+    return linear_attention(x[0], x[1], x[2], false, 1e-6, 8, mask_on(x[0], Padding::holes, 2, 70));
+  });
+  add("linear_left_padding[2,90,2/1,12,5]", {{{2, 90, 2, 12}}, {{2, 90, 1, 12}}, {{2, 90, 1, 5}}}, [](auto& x) {
+    return linear_attention(x[0], x[1], x[2], true, 1e-6, 16, mask_on(x[0], Padding::left, 2, 90));
+  });
+  add("linear_long[1,400,1,8,4]", {{{1, 400, 1, 8}}, {{1, 400, 1, 8}}, {{1, 400, 1, 4}}},
+      [](auto& x) { return linear_attention(x[0], x[1], x[2], true, 1e-6, 64); });
+  // random-feature attention with in-kernel logits: x_q (B, T, Hq, r), x_k (B, T, Hkv, r),
+  // v (B, T, Hkv, Dv), omega (Hkv, m, r), log_weight (Hkv, m)
+  add("rfa_causal_gqa[2,130,4/2,r8,m16,6]",
+      {{{2, 130, 4, 8}}, {{2, 130, 2, 8}}, {{2, 130, 2, 6}}, {{2, 16, 8}}},
+      [](auto& x) { return random_feature_attention(x[0], x[1], x[2], x[3], Tensor(), true, 1e-6, 16); });
+  add("rfa_weighted_right[1,70,2,r6,m12,4]",
+      {{{1, 70, 2, 6}}, {{1, 70, 2, 6}}, {{1, 70, 2, 4}}, {{2, 12, 6}}, {{2, 12}, S::normal, false, false}},
+      [](auto& x) {
+        return random_feature_attention(x[0], x[1], x[2], x[3], mul_scalar(x[4], 0.3), true, 1e-6, 8,
+                                        mask_on(x[0], Padding::right, 1, 70));
+      });
+  add("rfa_bidirectional[2,40,2,r5,m8,3]", {{{2, 40, 2, 5}}, {{2, 40, 2, 5}}, {{2, 40, 2, 3}}, {{2, 8, 5}}},
+      [](auto& x) { return random_feature_attention(x[0], x[1], x[2], x[3], Tensor(), false, 1e-6, 8); });
   return cases;
 }
 

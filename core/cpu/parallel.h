@@ -69,6 +69,29 @@ void parallel_for(std::int64_t n, std::int64_t grain, Fn&& fn) {
   errors.rethrow();
 }
 
+// Runs task(i) for i in [0, n) on the OpenMP threads (dynamic schedule; each task writes
+// disjoint outputs, so timing never changes a result). Nested thread count 1 keeps oneDNN's
+// sgemm single-threaded inside a task (the same arithmetic whatever the team size). Returns
+// false if any task returned false; a task's exception is rethrown here, after the region.
+template <class Task>
+bool run_tasks(std::int64_t n, Task&& task) {
+  if (n <= 0) return true;
+  std::atomic<bool> ok{true};
+  RegionErrors errors;
+  const int threads = omp_in_parallel() ? 1 : static_cast<int>(std::min<std::int64_t>(omp_get_max_threads(), n));
+#pragma omp parallel num_threads(threads)
+  {
+    omp_set_num_threads(1);
+#pragma omp for schedule(dynamic, 1)
+    for (std::int64_t i = 0; i < n; ++i)
+      errors.run(i, [&] {
+        if (ok.load(std::memory_order_relaxed) && !task(i)) ok.store(false, std::memory_order_relaxed);
+      });
+  }
+  errors.rethrow();
+  return ok.load();
+}
+
 // Grain sizes: elementwise work per element is cheap; transcendental work is not.
 inline constexpr std::int64_t kGrainCheap = 1 << 15;
 inline constexpr std::int64_t kGrainHeavy = 1 << 12;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -142,13 +143,27 @@ void on_thread_exit(Block& b, EmuThread& t) {
 }
 
 std::string describe_deadlock(const Block& b) {
-  int at_block = 0, at_warp = 0;
-  for (const Warp& w : b.warps)
-    for (const WarpBarrier& wb : w.barriers) at_warp += std::popcount(wb.waiting);
-  at_block = b.block_waiting;
-  return str("block (", b.block_idx.x, ", ", b.block_idx.y, ", ", b.block_idx.z, ") cannot go on: ", at_block,
+  int at_warp = 0;
+  std::string warps;
+  for (std::size_t i = 0; i < b.warps.size(); ++i)
+    for (const WarpBarrier& wb : b.warps[i].barriers) {
+      at_warp += std::popcount(wb.waiting);
+      warps += str("; warp ", i, ": lanes 0x", std::hex, wb.waiting, " of mask 0x", wb.mask, std::dec, " wait");
+    }
+  return str("block (", b.block_idx.x, ", ", b.block_idx.y, ", ", b.block_idx.z, ") cannot go on: ", b.block_waiting,
              " thread(s) wait at __syncthreads and ", at_warp, " at warp-synchronous operations, with ", b.live,
-             " of ", b.threads.size(), " threads not exited (a barrier some threads never reach)");
+             " of ", b.threads.size(), " threads not exited (a barrier some threads never reach)", warps);
+}
+
+// DARK_CUDA_EMULATOR_ORDER=reverse runs a block's threads from the last to the first. Each
+// thread runs until it waits, so the first in order is always ahead of the others: a missing
+// barrier shows up as a wrong result in one order or the other (run the tests in both).
+bool reverse_order() {
+  static const bool reverse = [] {
+    const char* env = std::getenv("DARK_CUDA_EMULATOR_ORDER");
+    return env != nullptr && std::string(env) == "reverse";
+  }();
+  return reverse;
 }
 
 void run_block(Block& b, const std::function<void()>& body) {
@@ -171,9 +186,12 @@ void run_block(Block& b, const std::function<void()>& body) {
       running_thread = nullptr;
     }
   } cleanup{b};
+  const bool reverse = reverse_order();
+  const std::size_t count = b.threads.size();
   while (b.live > 0) {
     bool progressed = false;
-    for (EmuThread& t : b.threads) {
+    for (std::size_t k = 0; k < count; ++k) {
+      EmuThread& t = b.threads[reverse ? count - 1 - k : k];
       if (t.state != State::ready) continue;
       if (!t.fiber) t.fiber = std::make_unique<Fiber>(take_stack().release(), body);
       running_thread = &t;

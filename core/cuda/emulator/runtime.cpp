@@ -4,6 +4,7 @@
 // pointer passed as a device pointer fails here as it does on a GPU.
 #include "core/cuda/emulator/runtime.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -26,6 +27,16 @@ thread_local cudaError_t last_error = cudaSuccess;
 struct Counters {
   std::uint64_t launches = 0, to_host_copies = 0, to_host_bytes = 0;
 } counters;
+
+// 132 like an H100 / H200, or DARK_CUDA_EMULATOR_SMS (kernels that size their grids by the
+// multiprocessor count can so be tested with few, large work items).
+int multiprocessors() {
+  static const int sms = [] {
+    const char* env = std::getenv("DARK_CUDA_EMULATOR_SMS");
+    return env ? std::max(1, std::atoi(env)) : 132;
+  }();
+  return sms;
+}
 
 cudaError_t fail(cudaError_t e) {
   last_error = e;
@@ -86,7 +97,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   prop->maxThreadsPerBlock = 1024;
   prop->major = 9;
   prop->minor = 0;
-  prop->multiProcessorCount = 132;
+  prop->multiProcessorCount = multiprocessors();
   return cudaSuccess;
 }
 cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
