@@ -126,6 +126,13 @@ Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool c
 // gradient flows to logits only. The (N, V) softmax is never stored: backward rebuilds it
 // from the saved per-row logsumexp.
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, std::int64_t ignore_index = -100);
+// cross_entropy(hidden weight^T, targets) without the (N, V) logits: the LM head and the loss
+// fused over chunks of `chunk` vocabulary rows (0 = about 2^26 logits at a time). hidden:
+// (N, D), weight: (V, D) of one dtype; the loss is in grad_dtype of it (f32 for f32 and
+// bf16, whose logits are accumulated and kept in f32). Gradients reach hidden and weight; a
+// target that is not a class nor ignore_index is an error.
+Tensor linear_cross_entropy(const Tensor& hidden, const Tensor& weight, const Tensor& targets,
+                            std::int64_t ignore_index = -100, std::int64_t chunk = 0);
 // silu(gate) * up and gelu(gate) * up (exact gelu), elementwise on same-shape tensors.
 Tensor swiglu(const Tensor& gate, const Tensor& up);
 Tensor geglu(const Tensor& gate, const Tensor& up);

@@ -75,7 +75,9 @@ DARK_DECLARE_KERNEL(softmax_backward, void(const Tensor& y, const Tensor& dy, Te
 // chosen only when it comes first and nothing after compares larger).
 DARK_DECLARE_KERNEL(argmax, void(const Tensor& x, Tensor& out))
 
-// See GemmShape. a, b, out are the base tensors whose data() the strides index.
+// See GemmShape. a, b, out are the base tensors whose data() the strides index. Dispatched on
+// a's dtype; out has it too, except that bf16 operands may write an f32 out (CUDA), which
+// then holds the f32 accumulation unrounded.
 DARK_DECLARE_KERNEL(matmul, void(const Tensor& a, const Tensor& b, Tensor& out, const GemmShape& s))
 
 // x: (outer, n, inner), index: (k) of i32/i64 in [0, n) -> out: (outer, k, inner).

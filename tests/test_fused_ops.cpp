@@ -689,6 +689,44 @@ TEST(FusedCrossEntropy, OutOfRangeTargetNamesRowAndValue) {
   EXPECT_THROW(cross_entropy(logits, targets_tensor({0, 1, 2}, DType::i32)), Error);  // wrong N
 }
 
+// linear_cross_entropy: the LM head and the loss over vocabulary chunks, against
+// cross_entropy of the full logits.
+
+TEST(FusedLinearCrossEntropy, EqualsCrossEntropyOfTheFullLogits) {
+  for (DType dt : {DType::f64, DType::f32})
+    for (const auto& [n, d, v, chunk] : std::vector<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t>>{
+             {37, 9, 101, 0}, {37, 9, 101, 16}, {16, 24, 3000, 700}, {5, 4, 7, 1}}) {
+      const std::vector<std::int64_t> t = draw_targets(n, v, 4, -100);
+      const Tensor targets = targets_tensor(t, DType::i64);
+      expect_matches_naive(
+          [&](const std::vector<Tensor>& in) { return linear_cross_entropy(in[0], in[1], targets, -100, chunk); },
+          [&](const std::vector<Tensor>& in) { return cross_entropy(matmul(in[0], in[1], false, true), targets); },
+          {randn({n, d}, 3, dt), mul_scalar(randn({v, d}, 4, dt), 0.7)}, {},
+          "linear_cross_entropy[" + std::to_string(n) + "," + std::to_string(d) + "," + std::to_string(v) + "] chunk " +
+              std::to_string(chunk));
+    }
+}
+
+TEST(FusedLinearCrossEntropy, Gradcheck) {
+  const Tensor targets = targets_tensor(draw_targets(6, 13, 3, -100), DType::i32);
+  expect_gradcheck([&](const std::vector<Tensor>& in) { return linear_cross_entropy(in[0], in[1], targets, -100, 5); },
+                   {randn({6, 4}, 1, DType::f64), randn({13, 4}, 2, DType::f64)}, {true, true},
+                   "linear_cross_entropy[6,4,13]");
+}
+
+TEST(FusedLinearCrossEntropy, IgnoredRowsAndBadTargets) {
+  const Tensor h = randn({3, 4}, 1, DType::f32), w = randn({5, 4}, 2, DType::f32);
+  EXPECT_EQ(linear_cross_entropy(h, w, targets_tensor({-100, -100, -100}, DType::i64)).item(), 0.0);
+  try {
+    linear_cross_entropy(h, w, targets_tensor({0, 5, 1}, DType::i64));
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("linear_cross_entropy: a target is not a class of the 5-row weight"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 // ---------------------------------------------------------------------------------------
 // swiglu / geglu
 

@@ -1,4 +1,4 @@
-// matmul with cuBLAS for f32, f64 and bf16 (bf16 inputs and output, fp32 compute).
+// matmul with cuBLAS for f32, f64 and bf16 (bf16 inputs, bf16 or f32 output, fp32 compute).
 // GemmShape describes row-major matrices: out[b] (m, n) = alpha op(a[b]) (m, k) op(b[b]) (k, n)
 // + beta out[b]. cuBLAS is column-major, and a row-major (r, c) matrix with row stride ld
 // is the column-major (c, r) matrix with leading dimension ld, its transpose. So we ask
@@ -117,16 +117,20 @@ void matmul_f64(const Tensor& a, const Tensor& b, Tensor& out, const GemmShape& 
       &beta, out.data<double>(), g.ld_out, g.stride_out, g.batch));
 }
 
+// bf16 operands; out bf16, or f32 (kept unrounded: the LM head's logits chunks).
 void matmul_bf16(const Tensor& a, const Tensor& b, Tensor& out, const GemmShape& s) {
-  check_dtype<BFloat16>("matmul", {{"a", &a}, {"b", &b}, {"out", &out}});
+  check_dtype<BFloat16>("matmul", {{"a", &a}, {"b", &b}});
+  DARK_CHECK(out.dtype() == DType::bf16 || out.dtype() == DType::f32, "matmul: out ", out.describe(),
+             " must be bf16 or f32 for bf16 operands");
   if (empty_output(s)) return;
   const CublasGemm g = plan(a, b, out, s);
   DeviceGuard guard(out);
   const float alpha = s.alpha, beta = s.beta;  // CUBLAS_COMPUTE_32F takes float scalars
+  const bool f32_out = out.dtype() == DType::f32;
   DARK_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
       handle_for(out.device().index), g.op_first, g.op_second, g.m, g.n, g.k, &alpha,
       b.data<BFloat16>(), CUDA_R_16BF, g.ld_first, g.stride_first, a.data<BFloat16>(), CUDA_R_16BF,
-      g.ld_second, g.stride_second, &beta, out.data<BFloat16>(), CUDA_R_16BF, g.ld_out,
+      g.ld_second, g.stride_second, &beta, out.raw_data(), f32_out ? CUDA_R_32F : CUDA_R_16BF, g.ld_out,
       g.stride_out, g.batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 

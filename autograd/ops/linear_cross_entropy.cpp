@@ -1,0 +1,124 @@
+// The LM head and its cross entropy, fused over vocabulary chunks: the (N, V) logits of a
+// batch never exist at once. Forward: per chunk of `chunk` rows of the weight, logits
+// (N, Vc) = hidden W_c^T in the accumulation dtype (f32 for f32 and bf16, whose gemm writes
+// f32 directly), their row logsumexp merged into the running one; the target logits are
+// gathered rows of W dotted with hidden. Backward: per chunk the logits again, then
+// P = softmax * scale (scale = dloss / count on counted rows, 0 on ignored ones),
+// dhidden += P W_c and dW_c = P^T hidden; the one-hot part is one gather and one
+// deterministic scatter-add. Only hidden, W, the targets and the row logsumexp are saved.
+#include <algorithm>
+
+#include "autograd/grad_mode.h"
+#include "autograd/ops.h"
+#include "autograd/ops/op_util.h"
+
+namespace dark {
+namespace {
+
+// out = op(a) op(b) (+ beta out) for contiguous 2-D a, b and out (out may be f32 for bf16 a, b).
+void gemm_into(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& out, float beta) {
+  GemmShape s;
+  s.m = out.size(0);
+  s.n = out.size(1);
+  s.k = trans_a ? a.size(0) : a.size(1);
+  s.trans_a = trans_a;
+  s.trans_b = trans_b;
+  s.lda = a.size(1);
+  s.ldb = b.size(1);
+  s.ldc = out.size(1);
+  s.beta = beta;
+  kernels::matmul().get(a.device().type, a.dtype())(a, b, out, s);
+}
+
+// Rows per vocabulary chunk: about 2^26 logits (256 MiB in f32) at a time.
+std::int64_t chunk_rows(std::int64_t requested, std::int64_t rows, std::int64_t vocab) {
+  if (requested > 0) return std::min(requested, vocab);
+  return std::min(vocab, std::max<std::int64_t>(256, (std::int64_t{1} << 26) / std::max<std::int64_t>(rows, 1)));
+}
+
+Tensor logits_chunk(const Tensor& hidden, const Tensor& weight, std::int64_t v0, std::int64_t v1, DType acc) {
+  Tensor logits = Tensor::empty({hidden.size(0), v1 - v0}, acc, hidden.device());
+  gemm_into(hidden, false, core::slice(weight, 0, v0, v1), true, logits, 0.0f);
+  return logits;
+}
+
+// log(exp(a) + exp(b)), elementwise.
+Tensor logaddexp(const Tensor& a, const Tensor& b) {
+  const Tensor m = maximum(a, b);
+  return add(m, log(add(exp(sub(a, m)), exp(sub(b, m)))));
+}
+
+}  // namespace
+
+Tensor linear_cross_entropy(const Tensor& hidden_in, const Tensor& weight_in, const Tensor& targets_in,
+                            std::int64_t ignore_index, std::int64_t chunk) {
+  const char* name = "linear_cross_entropy";
+  ops_detail::check_floating(name, hidden_in);
+  ops_detail::check_same(name, hidden_in, weight_in);
+  ops_detail::check_index(name, targets_in);
+  DARK_CHECK(hidden_in.dim() == 2 && weight_in.dim() == 2 && hidden_in.size(1) == weight_in.size(1), name,
+             ": hidden must be (N, D) and weight (V, D), got ", hidden_in.describe(), " and ", weight_in.describe());
+  DARK_CHECK(targets_in.dim() == 1 && targets_in.size(0) == hidden_in.size(0) && targets_in.device() == hidden_in.device(),
+             name, ": targets must be (N) = (", hidden_in.size(0), ") on ", hidden_in.device().to_string(), ", got ",
+             targets_in.describe());
+  DARK_CHECK(weight_in.size(0) > 0, name, ": the weight has no classes: ", weight_in.describe());
+  DARK_CHECK(chunk >= 0, name, ": chunk must be >= 0 (0 = automatic), got ", chunk);
+  const Tensor hidden = hidden_in.contiguous(), weight = weight_in.contiguous(), targets = targets_in.contiguous();
+  const std::int64_t rows = hidden.size(0), vocab = weight.size(0);
+  const DType acc = grad_dtype(hidden.dtype());
+  const std::int64_t step = chunk_rows(chunk, rows, vocab);
+
+  Tensor loss, lse, counted, count, safe;
+  {
+    NoGradGuard no_grad;
+    const Tensor real = ne(targets, Tensor::full({}, static_cast<double>(ignore_index), targets.dtype(), targets.device()));
+    counted = real.to(acc);
+    count = maximum(sum(counted), Tensor::scalar(1.0, acc, hidden.device()));
+    safe = where(real, targets, Tensor::zeros({}, targets.dtype(), targets.device()));
+    for (std::int64_t v0 = 0; v0 < vocab; v0 += step) {
+      const Tensor lse_c = logsumexp(logits_chunk(hidden, weight, v0, std::min(vocab, v0 + step), acc), {1});
+      lse = v0 == 0 ? lse_c : logaddexp(lse, lse_c);
+    }
+    Tensor target_rows;
+    try {
+      target_rows = embedding(weight, safe);
+    } catch (const Error& e) {
+      throw Error(str(name, ": a target is not a class of the ", vocab, "-row weight nor ignore_index (", ignore_index,
+                      "): ", e.what()));
+    }
+    const Tensor target_logit = sum(mul(hidden.to(acc), target_rows.to(acc)), {1});
+    loss = div(sum(mul(sub(lse, target_logit), counted)), count);
+  }
+  if (should_record({&hidden_in, &weight_in})) {
+    record(name, {hidden_in, weight_in}, {&loss},
+           [hidden = hidden.detach(), weight = weight.detach(), safe, counted, count, lse, acc, step](BackwardContext& g) {
+             const std::int64_t n = hidden.size(0), v = weight.size(0), d = hidden.size(1);
+             const Tensor scale = mul(counted, div(g.out_grad().to(acc), count));  // (N)
+             const Tensor scale_col = reshape(scale, {n, 1});
+             Tensor dh = g.needs_grad(0) ? Tensor::zeros({n, d}, acc, hidden.device()) : Tensor();
+             Tensor dw = g.needs_grad(1) ? Tensor::empty({v, d}, acc, hidden.device()) : Tensor();
+             for (std::int64_t v0 = 0; v0 < v; v0 += step) {
+               const std::int64_t v1 = std::min(v, v0 + step);
+               const Tensor logits = logits_chunk(hidden, weight, v0, v1, acc);
+               const Tensor p = mul(exp(sub(logits, reshape(lse, {n, 1}))), scale_col).to(hidden.dtype());
+               if (dh.defined()) gemm_into(p, false, core::slice(weight, 0, v0, v1), false, dh, 1.0f);
+               if (dw.defined()) {
+                 Tensor rows_of_dw = core::slice(dw, 0, v0, v1);
+                 gemm_into(p, true, hidden, false, rows_of_dw, 0.0f);
+               }
+             }
+             // The one-hot part: -scale at each counted row's target.
+             if (dh.defined()) {
+               g.set_input_grad(0, sub(dh, mul(embedding(weight, safe).to(acc), scale_col)).to(hidden.dtype()));
+             }
+             if (dw.defined()) {
+               const Tensor minus = mul(hidden.to(acc), neg(scale_col));
+               kernels::scatter_add().get(dw.device().type, dw.dtype())(minus, safe, dw, 1, v, d);
+               g.set_input_grad(1, dw.to(weight.dtype()));
+             }
+           });
+  }
+  return loss;
+}
+
+}  // namespace dark
