@@ -43,7 +43,7 @@ bool DarkformerAttention::needs_calibration() const {
 }
 
 Tensor DarkformerAttention::apply_transform(const Tensor& x, double scale) const {
-  return per_head_project(x, mul_scalar(*matrix, scale), shape_.n_kv_heads);
+  return per_head_project(x, mul_scalar(to_compute(*matrix), scale), shape_.n_kv_heads);
 }
 
 std::vector<double> DarkformerAttention::transform_matrix(std::int64_t kv_head) const {

@@ -25,9 +25,10 @@ LfkAttention::LfkAttention(const nn::AttentionShape& shape, const AttentionConfi
 }
 
 std::pair<Tensor, Tensor> LfkAttention::features(DType dtype, Device device) {
-  DARK_CHECK(weight->dtype() == dtype && weight->device() == device, "attention kind lfk: W is ", weight->describe(),
+  const Tensor w = to_compute(*weight);
+  DARK_CHECK(w.dtype() == dtype && w.device() == device, "attention kind lfk: W is ", w.describe(),
              " but the queries are ", dtype_name(dtype), " on ", device.to_string());
-  return {*weight, Tensor()};
+  return {w, Tensor()};
 }
 
 }  // namespace dark::attention

@@ -17,4 +17,16 @@ class NoGradGuard {
   bool previous_;
 };
 
+// Records again inside a backward (activation checkpointing's recomputation).
+class EnableGradGuard {
+ public:
+  EnableGradGuard() : previous_(grad_enabled()) { set_grad_enabled(true); }
+  ~EnableGradGuard() { set_grad_enabled(previous_); }
+  EnableGradGuard(const EnableGradGuard&) = delete;
+  EnableGradGuard& operator=(const EnableGradGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
 }  // namespace dark

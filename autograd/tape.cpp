@@ -183,6 +183,13 @@ void record(const char* op, const std::vector<Tensor>& inputs, std::vector<Tenso
   tape.entries.push_back(std::move(entry));
 }
 
+struct TapeScope::Saved {
+  std::vector<TapeEntry> entries;
+};
+
+TapeScope::TapeScope() : saved_(std::make_unique<Saved>()) { std::swap(saved_->entries, tape.entries); }
+TapeScope::~TapeScope() { std::swap(saved_->entries, tape.entries); }
+
 std::size_t tape_size() { return tape.entries.size(); }
 void clear_tape() { tape.entries.clear(); }
 

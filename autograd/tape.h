@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
+#include <memory>
 #include <vector>
 
 #include "core/tensor.h"
@@ -57,6 +58,21 @@ inline void record_if_needed(const char* op, std::initializer_list<Tensor> input
 
 // Backpropagates from `output`. Without `grad`, output must hold one element.
 void backward(const Tensor& output, const Tensor& grad = Tensor());
+
+// While it exists, this thread records on a fresh, empty tape; the enclosing one comes back
+// when it ends. Activation checkpointing runs its recomputation and the backward through it
+// on one, inside the enclosing backward.
+class TapeScope {
+ public:
+  TapeScope();
+  ~TapeScope();
+  TapeScope(const TapeScope&) = delete;
+  TapeScope& operator=(const TapeScope&) = delete;
+
+ private:
+  struct Saved;
+  std::unique_ptr<Saved> saved_;
+};
 
 // Number of entries currently recorded on this thread's tape (for tests and leak checks).
 std::size_t tape_size();

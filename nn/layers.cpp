@@ -22,8 +22,8 @@ Linear::Linear(std::int64_t in_features, std::int64_t out_features, const Init& 
 Tensor Linear::forward(const Tensor& x) const {
   // (..., in) x (out, in)^T: one gemm over all leading axes.
   Shape flat_shape = {x.numel() / x.shape().back(), x.shape().back()};
-  Tensor y = matmul(reshape(x, flat_shape), *weight, false, true);
-  if (bias) y = add(y, *bias);
+  Tensor y = matmul(reshape(x, flat_shape), to_compute(*weight), false, true);
+  if (bias) y = add(y, to_compute(*bias));
   Shape out_shape = x.shape();
   out_shape.back() = weight->shape()[0];
   return reshape(y, out_shape);
@@ -33,13 +33,14 @@ Embedding::Embedding(std::int64_t num_embeddings, std::int64_t dim, const Init& 
   weight = &register_parameter("weight", normal_init({num_embeddings, dim}, init.with_name(init.name + ".weight")));
 }
 
-Tensor Embedding::forward(const Tensor& ids) const { return embedding(*weight, ids); }
+// Rows are gathered from the (master) table, then cast: cheaper than casting the table.
+Tensor Embedding::forward(const Tensor& ids) const { return to_compute(embedding(*weight, ids)); }
 
 RMSNorm::RMSNorm(std::int64_t dim, double eps_, DType dtype) : eps(eps_) {
   weight = &register_parameter("weight", Tensor::ones({dim}, dtype));
 }
 
-Tensor RMSNorm::forward(const Tensor& x) const { return rms_norm(x, *weight, eps); }
+Tensor RMSNorm::forward(const Tensor& x) const { return rms_norm(x, to_compute(*weight), eps); }
 
 GatedMlp::GatedMlp(std::int64_t dim, std::int64_t hidden, MlpKind kind_, const Init& init, const Init& out_init)
     : gate_proj(dim, hidden, init.with_name(init.name + ".gate_proj")),

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "autograd/checkpoint.h"
 #include "autograd/grad_mode.h"
 #include "autograd/ops.h"
 
@@ -137,19 +138,34 @@ std::vector<AttentionKernel*> CausalLM::attention_kernels() {
 
 Tensor CausalLM::logits_of(const Tensor& h) {
   const Tensor normed = model.norm.forward(h);
-  const Tensor& head = lm_head ? *lm_head->weight : *model.embed_tokens.weight;
+  const Tensor head = to_compute(lm_head ? *lm_head->weight : *model.embed_tokens.weight);
   const std::int64_t B = h.size(0), T = h.size(1);
   return reshape(matmul(reshape(normed, {B * T, config_.d_model}), head, false, true), {B, T, config_.vocab_size});
 }
 
-Tensor CausalLM::forward(const Tensor& ids, std::uint64_t step, const Tensor& key_mask) {
+Tensor CausalLM::hidden_states(const Tensor& ids, std::uint64_t step, const Tensor& key_mask) {
   DARK_CHECK(ids.dim() == 2, "CausalLM: token ids must be (batch, time), got ", ids.describe());
   DARK_CHECK(!key_mask.defined() || key_mask.shape() == ids.shape(), "CausalLM: key_mask ", key_mask.describe(),
              " must have the token ids' shape ", ids.describe());
   Tensor h = model.embed_tokens.forward(ids);
-  for (std::size_t i = 0; i < model.layers.size(); ++i)
-    h = model.layers[i]->forward(h, (step << 16) + 2 * i + 1, key_mask);  // distinct dropout stream per (step, layer, site)
-  return logits_of(h);
+  for (std::size_t i = 0; i < model.layers.size(); ++i) {
+    DecoderBlock& layer = *model.layers[i];
+    const std::uint64_t stream = (step << 16) + 2 * i + 1;  // distinct dropout stream per (step, layer, site)
+    if (!activation_checkpointing || !training()) {
+      h = layer.forward(h, stream, key_mask);
+      continue;
+    }
+    // Only the block's input is kept; backward recomputes the block (bit-identical results).
+    std::vector<Tensor*> params;
+    for (const auto& [name, p] : layer.named_parameters()) params.push_back(p);
+    h = checkpoint([&layer, stream, key_mask](const std::vector<Tensor>& in) { return layer.forward(in[0], stream, key_mask); },
+                   {h}, params);
+  }
+  return h;
+}
+
+Tensor CausalLM::forward(const Tensor& ids, std::uint64_t step, const Tensor& key_mask) {
+  return logits_of(hidden_states(ids, step, key_mask));
 }
 
 Tensor CausalLM::loss(const Tensor& tokens, std::uint64_t step, const Tensor& padding) {
@@ -168,8 +184,10 @@ Tensor CausalLM::loss(const Tensor& tokens, std::uint64_t step, const Tensor& pa
     const Tensor real = core::reshape(core::slice(padding, 1, 1, T + 1).contiguous(), {B * T});
     targets = where(real, targets, Tensor::full({}, -100, targets.dtype(), targets.device()));
   }
-  const Tensor logits = forward(inputs, step, key_mask);
-  return cross_entropy(reshape(logits, {B * T, config_.vocab_size}), targets);
+  // The head and the loss in vocabulary chunks: the (B T, V) logits never exist at once.
+  const Tensor normed = reshape(model.norm.forward(hidden_states(inputs, step, key_mask)), {B * T, config_.d_model});
+  const Tensor head = to_compute(lm_head ? *lm_head->weight : *model.embed_tokens.weight);
+  return linear_cross_entropy(normed, head, targets);
 }
 
 Tensor CausalLM::decode(const Tensor& ids, DecodeCache& cache) {

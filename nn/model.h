@@ -100,6 +100,9 @@ class CausalLM : public Module {
   // an O(1) recurrent state per layer.
   Tensor decode(const Tensor& ids, DecodeCache& cache);
   const ModelConfig& config() const { return config_; }
+  // Recompute each decoder block during backward instead of keeping its activations (in
+  // training mode; training.activation_checkpointing).
+  bool activation_checkpointing = false;
   // Every layer's attention kernel, by layer.
   std::vector<AttentionKernel*> attention_kernels();
 
@@ -119,6 +122,8 @@ class CausalLM : public Module {
   std::unique_ptr<Linear> lm_head;  // null when tied to model.embed_tokens
 
  private:
+  // The last decoder block's output (B, T, d_model).
+  Tensor hidden_states(const Tensor& ids, std::uint64_t step, const Tensor& key_mask);
   Tensor logits_of(const Tensor& hidden);  // final norm and LM head
 };
 

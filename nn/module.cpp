@@ -1,6 +1,8 @@
 // Module registration and traversal.
 #include "nn/module.h"
 
+#include "autograd/ops.h"
+
 namespace dark::nn {
 
 Tensor& Module::register_parameter(const std::string& name, Tensor value) {
@@ -46,6 +48,16 @@ Device Module::device() {
 void Module::train(bool on) {
   training_ = on;
   for (auto& [name, child] : children_) child->train(on);
+}
+
+void Module::set_compute_dtype(DType dtype) {
+  DARK_CHECK(is_floating(dtype), "Module::set_compute_dtype: ", dtype_name(dtype), " is not a floating-point dtype");
+  compute_dtype_ = dtype;
+  for (auto& [name, child] : children_) child->set_compute_dtype(dtype);
+}
+
+Tensor Module::to_compute(const Tensor& t) const {
+  return !compute_dtype_ || t.dtype() == *compute_dtype_ ? t : to_dtype(t, *compute_dtype_);
 }
 
 }  // namespace dark::nn

@@ -3,6 +3,7 @@
 // ("model.layers.3.self_attn.q_proj.weight"). Names drive checkpoints, freezing patterns
 // and optimizer groups.
 #pragma once
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -35,6 +36,15 @@ class Module {
   void to(Device device);
   // Where the parameters live (the first one's device; the CPU for a module without any).
   Device device();
+  // Mixed precision: the dtype activations and products run in below this module (by default
+  // the parameters' own; bf16 for training.precision bf16). Parameters keep their dtype (f32
+  // master weights); layers read them through to_compute.
+  void set_compute_dtype(DType dtype);
+  // t as the compute dtype: a differentiable cast (its gradient comes back in t's dtype), or t
+  // itself when the dtypes agree (then nothing is recorded and no bit changes).
+  Tensor to_compute(const Tensor& t) const;
+  // The dtype set by set_compute_dtype; empty while every layer computes in its parameters'.
+  std::optional<DType> compute_dtype() const { return compute_dtype_; }
 
  protected:
   // State of this module that is neither a parameter nor a child (cached feature matrices,
@@ -53,6 +63,7 @@ class Module {
   std::vector<std::pair<std::string, std::unique_ptr<Tensor>>> params_;
   std::vector<std::pair<std::string, Module*>> children_;
   bool training_ = true;
+  std::optional<DType> compute_dtype_;
 };
 
 }  // namespace dark::nn

@@ -440,7 +440,13 @@ std::vector<Field> make_schema() {
       text(DARK_CONFIG_MEMBER(training.generate_prompt), false, "prompt for that sample"),
       device(DARK_CONFIG_MEMBER(training.device),
              "where the model trains and runs: cpu; cuda or cuda:N (a GPU); auto (the first usable GPU, else "
-             "the CPU); GPU training is not available yet"),
+             "the CPU)"),
+      choice(DARK_CONFIG_MEMBER(training.precision),
+             "f32, or bf16 mixed precision on a GPU: bf16 activations and matrix products with f32 accumulation; "
+             "f32 master weights, gradients, optimizer state, norm / softmax / random-feature statistics and loss"),
+      boolean(DARK_CONFIG_MEMBER(training.activation_checkpointing),
+              "recompute each decoder block during backward instead of keeping its activations (less memory, "
+              "about one more forward pass of time); same losses and gradients"),
 
       choice(DARK_CONFIG_MEMBER(distributed.backend),
              "how the ranks of a run started by mpirun communicate: auto = nccl for GPUs, mpi for the CPU (single "

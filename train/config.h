@@ -29,11 +29,13 @@
 #include <cstdint>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <array>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "attention/config.h"
+#include "core/enum_names.h"
 #include "data/prepare.h"
 #include "nn/model.h"
 #include "nn/optim.h"
@@ -46,6 +48,10 @@ namespace dark::train {
 // ---- the sections owned by this layer (the others are nn::ModelConfig,
 // attention::AttentionConfig, data::DataConfig, nn::OptimizerConfig, nn::ScheduleConfig and
 // StabilityConfig in train/stability.h) ----
+// training.precision: what activations and products compute in. Master weights, gradient
+// buffers, optimizer state, statistics and the loss are f32 either way.
+enum class Precision { f32, bf16 };
+
 struct TrainingConfig {
   std::int64_t steps = 1000;               // optimizer steps
   int batch_size = 16;                     // sequences per micro-batch
@@ -59,6 +65,8 @@ struct TrainingConfig {
   int generate_tokens = 64;                // tokens sampled at the end of training; 0 = none
   std::string generate_prompt = "The";     // prompt for that sample
   std::string device = "cpu";              // cpu, cuda, cuda:N or auto (see train/device.h)
+  Precision precision = Precision::f32;    // bf16: mixed precision (GPUs)
+  bool activation_checkpointing = false;   // recompute each decoder block in backward (less memory)
 };
 
 // Finetuning: start from trained weights (ours or a GGUF model), possibly with another
@@ -149,3 +157,11 @@ std::string config_table(const RunConfig& config);
 std::string config_markdown_table();
 
 }  // namespace dark::train
+
+namespace dark {
+template <>
+struct EnumNames<train::Precision> {
+  static constexpr std::array<std::pair<train::Precision, std::string_view>, 2> table{
+      {{train::Precision::f32, "f32"}, {train::Precision::bf16, "bf16"}}};
+};
+}  // namespace dark

@@ -37,17 +37,19 @@ void check_source_tokenizer(const InitSource& source, const RunConfig& config, c
 }
 
 // A resumed run continues the run its checkpoint belongs to: only its length, its folder, the
-// device and ranks it runs on, and so grad_accum (to keep the global batch on another number
-// of ranks) may change.
+// device and ranks it runs on (so also grad_accum, to keep the global batch on another number
+// of ranks, and the precision and activation checkpointing, which depend on the device) may
+// change.
 void check_resumable(const RunConfig& theirs, const RunConfig& ours, const fs::path& checkpoint, const fs::path& run_dir) {
   json a = to_json(theirs), b = to_json(ours);
   for (json* j : {&a, &b}) {
-    for (const char* key : {"steps", "device", "grad_accum"}) (*j)["training"].erase(key);
+    for (const char* key : {"steps", "device", "grad_accum", "precision", "activation_checkpointing"})
+      (*j)["training"].erase(key);
     j->erase("output"), j->erase("distributed");
   }
   DARK_CHECK(a == b, "--resume: the config differs from the one checkpoint ", checkpoint.filename().string(),
-             " was trained with (only training.steps, training.device, training.grad_accum, distributed and output.dir "
-             "may change); see ",
+             " was trained with (only training.steps, training.device, training.grad_accum, training.precision, "
+             "training.activation_checkpointing, distributed and output.dir may change); see ",
              (run_dir / "config.json").string());
 }
 
@@ -165,10 +167,24 @@ void log_data_parallel(const TrainingRun& run) {
 
 }  // namespace
 
+namespace {
+// training.precision bf16 needs a GPU: every CUDA kernel has a bf16 twin, the CPU's are f32
+// and f64 only.
+void check_precision(Precision precision, Device device) {
+  if (precision == Precision::f32 || device.is_cuda()) return;
+  const bool bf16_cpu = __builtin_cpu_supports("avx512bf16");
+  throw Error(str("config: training.precision: bf16 mixed precision runs on a GPU (training.device cuda); the CPU "
+                  "kernels are f32 and f64 only",
+                  bf16_cpu ? " (this CPU has AVX512_BF16, which darkformer does not use yet)" : "",
+                  ": use training.precision f32 on ", device.to_string()));
+}
+}  // namespace
+
 TrainingRun start_run(RunConfig config, bool resume) {
   TrainingRun run;
   run.dir = config.output.dir;
   run.device = resolve_device(config.training.device);
+  check_precision(config.training.precision, run.device);
   run.comm = dist::make_communicator(config.distributed.backend, run.device, config.distributed.timeout_s);
   // Under mpirun (any backend but single, even with one rank) the run goes through data
   // parallelism, and a GPU run takes the GPU of its local rank.
@@ -220,6 +236,8 @@ TrainingRun start_run(RunConfig config, bool resume) {
   if (source) load_source_weights(*run.model, *source);
   source.reset();  // the model holds the weights now
   run.model->to(run.device);
+  run.model->activation_checkpointing = c.training.activation_checkpointing;
+  if (c.training.precision == Precision::bf16) run.model->set_compute_dtype(DType::bf16);
   const Freezing freezing = freeze_parameters(*run.model, c.finetune.trainable);
   log_freezing(freezing, c);
   run.params = std::make_unique<nn::ParameterBuffer>(freezing.trainable, run.world_size());
