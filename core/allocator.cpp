@@ -22,6 +22,16 @@ std::size_t CachingAllocator::round_size(std::size_t bytes) {
 
 CachingAllocator::~CachingAllocator() { empty_cache(); }
 
+std::string CachingAllocator::out_of_memory_message(std::size_t size) const {
+  constexpr double kMiB = 1024.0 * 1024.0;
+  const AllocatorStats s = stats();
+  const Device device{device_type_, device_index_};
+  std::string message = str(device.to_string(), ": out of memory: asked for ", size / kMiB, " MiB");
+  const auto [free_bytes, total_bytes] = backend_for(device_type_).memory_info(device_index_);
+  if (total_bytes > 0) message += str("; ", free_bytes / kMiB, " MiB free of ", total_bytes / kMiB, " MiB");
+  return message + str("; live tensors hold ", s.bytes_in_use / kMiB, " MiB (peak ", s.peak_bytes_in_use / kMiB, " MiB)");
+}
+
 void* CachingAllocator::allocate(std::size_t bytes) {
   if (bytes == 0) return nullptr;
   const std::size_t size = round_size(bytes);
@@ -44,7 +54,7 @@ void* CachingAllocator::allocate(std::size_t bytes) {
     empty_cache();
     ptr = raw_.allocate(size, device_index_);
   }
-  DARK_CHECK(ptr != nullptr, "out of memory allocating ", size, " bytes");
+  if (ptr == nullptr) throw OutOfMemory(out_of_memory_message(size));
   std::lock_guard lock(mutex_);
   ++stats_.system_allocs;
   stats_.bytes_in_use += size;
@@ -69,6 +79,11 @@ void CachingAllocator::empty_cache() {
   stats_.bytes_cached = 0;
 }
 
+void CachingAllocator::reset_peak() {
+  std::lock_guard lock(mutex_);
+  stats_.peak_bytes_in_use = stats_.bytes_in_use;
+}
+
 AllocatorStats CachingAllocator::stats() const {
   std::lock_guard lock(mutex_);
   return stats_;
@@ -83,7 +98,7 @@ CachingAllocator& allocator_for(Device device) {
              " out of range");
   std::lock_guard lock(mutex);
   auto& slot = (*allocators)[static_cast<int>(device.type)][device.index];
-  if (!slot) slot = std::make_unique<CachingAllocator>(backend_for(device.type).raw_allocator(), device.index);
+  if (!slot) slot = std::make_unique<CachingAllocator>(backend_for(device.type).raw_allocator(), device.type, device.index);
   return *slot;
 }
 

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <map>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "core/device.h"
@@ -28,22 +29,32 @@ struct RawAllocator {
 
 class CachingAllocator {
  public:
-  CachingAllocator(RawAllocator raw, int device_index) : raw_(raw), device_index_(device_index) {}
+  CachingAllocator(RawAllocator raw, DeviceType device_type, int device_index)
+      : raw_(raw), device_type_(device_type), device_index_(device_index) {}
   ~CachingAllocator();
   CachingAllocator(const CachingAllocator&) = delete;
   CachingAllocator& operator=(const CachingAllocator&) = delete;
 
   // Returns a block of at least `bytes` (64-byte aligned on the CPU); 0 bytes gives nullptr.
+  // When the device is full it returns its cache to the system and tries once more, then
+  // throws OutOfMemory naming the size asked, the device's free and total memory and what
+  // live tensors hold.
   void* allocate(std::size_t bytes);
   void release(void* ptr, std::size_t bytes);
   // Returns every cached block to the system (e.g. before measuring peak memory).
   void empty_cache();
   AllocatorStats stats() const;
+  // Starts a new peak: peak_bytes_in_use becomes what is in use now (the trainer measures
+  // each step's peak).
+  void reset_peak();
 
   static std::size_t round_size(std::size_t bytes);
 
  private:
+  std::string out_of_memory_message(std::size_t size) const;
+
   RawAllocator raw_;
+  DeviceType device_type_;
   int device_index_;
   mutable std::mutex mutex_;
   std::map<std::size_t, std::vector<void*>> free_blocks_;  // rounded size -> blocks

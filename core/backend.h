@@ -4,6 +4,7 @@
 // "no device" to queries and fails clearly on use.
 #pragma once
 #include <cstddef>
+#include <utility>
 
 #include "core/allocator.h"
 #include "core/device.h"
@@ -12,6 +13,7 @@ namespace dark {
 
 struct DeviceBackend {
   virtual ~DeviceBackend() = default;
+  // Its allocate returns nullptr when the device is out of memory (other failures throw).
   virtual RawAllocator raw_allocator() const = 0;
   // Number of usable devices; 0 when the runtime or driver is missing.
   virtual int device_count() const = 0;
@@ -19,6 +21,8 @@ struct DeviceBackend {
   virtual void copy(void* dst, Device dst_device, const void* src, Device src_device,
                     std::size_t bytes) const = 0;
   virtual void synchronize(int device_index) const = 0;
+  // Free and total bytes of the device's memory, when the backend can tell (0, 0 otherwise).
+  virtual std::pair<std::size_t, std::size_t> memory_info(int /*device_index*/) const { return {0, 0}; }
 };
 
 DeviceBackend& backend_for(DeviceType type);

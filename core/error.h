@@ -12,6 +12,13 @@ class Error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A device that cannot hold an allocation even after the caching allocator returned its
+// cache: the message says how much was asked and what the device had.
+class OutOfMemory : public Error {
+ public:
+  using Error::Error;
+};
+
 namespace detail {
 inline void append(std::ostringstream&) {}
 template <class T, class... Rest>

@@ -16,6 +16,7 @@
 
 #include "autograd/grad_mode.h"
 #include "autograd/ops.h"
+#include "core/deferred_checks.h"
 #include "core/kernels.h"
 #include "tests/gpu_compare.h"
 #include "test_util.h"
@@ -48,6 +49,8 @@ std::vector<OpCase> fused_cases() {
   add("geglu[4,65]", {{{4, 65}}, {{4, 65}}}, [](auto& x) { return geglu(x[0], x[1]); });
   add("cross_entropy[9,37]", {{{9, 37}}}, [](auto& x) { return cross_entropy(x[0], targets_on(x[0], 9, 37)); });
   add("cross_entropy[3,5000]", {{{3, 5000}}}, [](auto& x) { return cross_entropy(x[0], targets_on(x[0], 3, 5000)); });
+  add("linear_cross_entropy[33,24,1000]/300", {{{33, 24}}, {{1000, 24}}},
+      [](auto& x) { return linear_cross_entropy(x[0], x[1], targets_on(x[0], 33, 1000), -100, 300); });
   // flash attention: q (B, T, Hq, D), k, v (B, S, Hkv, D)
   add("flash_causal_gqa[2,77,4/2,16]", {{{2, 77, 4, 16}}, {{2, 77, 2, 16}}, {{2, 77, 2, 16}}},
       [](auto& x) { return flash_attention(x[0], x[1], x[2], true, 0.25); });
@@ -134,6 +137,27 @@ TEST(GpuCrossEntropy, AnOutOfRangeTargetIsTheCpuError) {
   const std::string want = error_of([&] { cross_entropy(logits, targets); });
   EXPECT_NE(want, "");
   EXPECT_EQ(error_of([&] { cross_entropy(logits.to(Device::cuda(0)), targets.to(Device::cuda(0))); }), want);
+}
+
+// Inside a DeferredChecks scope a bad index reads nothing back and touches nothing out of
+// bounds; the scope's verdicts, read back later, give the CPU's message for the first one.
+TEST(GpuDeferredChecks, ABadIndexIsReportedWhenTheVerdictsAreRead) {
+  DARK_REQUIRE_GPU();
+  const Tensor x = Tensor::randn({4, 3}, 1).to(Device::cuda(0));
+  const Tensor good = Tensor::from_vector<std::int64_t>({1, 2}, {2}).to(Device::cuda(0));
+  const Tensor bad = Tensor::from_vector<std::int32_t>({0, 3, 7, 9}, {4}).to(Device::cuda(0));
+  const DeferredChecks checks(Device::cuda(0));
+  index_select(x, 0, good);
+  const Tensor rows = index_select(x, 0, bad);
+  Tensor dx = Tensor::zeros({4, 3}, DType::f32, Device::cuda(0));
+  kernels::scatter_add().get(DeviceType::cuda, DType::f32)(Tensor::ones({4, 3}, DType::f32, Device::cuda(0)), bad, dx, 1,
+                                                           4, 3);
+  const std::vector<double> verdicts = checks.verdicts().to_vector<double>();
+  EXPECT_EQ(verdicts, (std::vector<double>{-1, 2, 2}));
+  EXPECT_EQ(error_of([&] { checks.raise(verdicts); }), "gather: index 7 at position 2 is out of range [0, 4)");
+  EXPECT_EQ(rows.to_vector<float>()[2 * 3], 0.0f) << "a bad index gathers 0";
+  const std::vector<float> d = dx.to_vector<float>();
+  EXPECT_EQ(d, (std::vector<float>{1, 1, 1, 0, 0, 0, 0, 0, 0, 1, 1, 1})) << "a bad index scatters nothing";
 }
 
 // Flash attention's backward on the GPU is bitwise reproducible (no atomics).

@@ -13,6 +13,7 @@
 #include "nn/generate.h"
 #include "train/args.h"
 #include "train/checkpoint.h"
+#include "train/device.h"
 #include "core/file_io.h"
 #include "train/mlp_demo.h"
 #include "train/model_builder.h"
@@ -40,16 +41,28 @@ struct LoadedRun {
   fs::path checkpoint_dir;
 };
 
-LoadedRun load_run(const std::string& path) {
+// --set on a command that runs a trained model: only where it runs may change.
+const FlagSpec kDeviceSet{"--set", "training.device=DEVICE", "",
+                          "run on cpu, cuda, cuda:N or auto (the checkpoint's other keys stay as trained)", true};
+
+LoadedRun load_run(const std::string& path, const std::vector<std::string>& overrides = {}) {
   const fs::path dir = find_checkpoint(path);
   CheckpointData ck = load_checkpoint(dir);
   LoadedRun run;
   run.step = ck.step;
   run.checkpoint_dir = dir;
-  run.config = parse_config(ck.state.at("config"));
+  nlohmann::json config = ck.state.at("config");
+  config["training"]["device"] = "cpu";  // where it trained does not matter here
+  for (const std::string& o : overrides) {
+    DARK_CHECK(o.rfind("training.device=", 0) == 0, "--set ", o, ": only training.device may be set here (the model "
+               "is the checkpoint's)");
+    apply_override(config, o);
+  }
+  run.config = parse_config(config);
   run.data = data::open_prepared(run.config.data.dir);
   run.model = build_model(run.config);
   load_trained_state(*run.model, ck, run.config, "checkpoint " + dir.string());
+  run.model->to(resolve_device(run.config.training.device));
   run.model->train(false);
   return run;
 }
@@ -83,14 +96,14 @@ int train_command(const CommandArgs& args) {
 }
 
 int eval_command(const CommandArgs& args) {
-  const std::vector<FlagSpec> specs = {kCheckpoint, {"--batches", "N", "0", "validation batches (0 = the config's data.val_windows)"}, kHelpFlag};
-  if (print_help_if_asked(args, "usage: darkformer eval --checkpoint PATH [--batches N]\n"
+  const std::vector<FlagSpec> specs = {kCheckpoint, {"--batches", "N", "0", "validation batches (0 = the config's data.val_windows)"}, kDeviceSet, kHelpFlag};
+  if (print_help_if_asked(args, "usage: darkformer eval --checkpoint PATH [--batches N] [--set training.device=cuda]\n"
                        "Validation loss, perplexity and next-token accuracy of a checkpoint.", specs))
     return 0;
   Args a(args, specs);
-  LoadedRun run = load_run(a.require("--checkpoint"));
+  LoadedRun run = load_run(a.require("--checkpoint"), a.all("--set"));
   const data::ValidationSet val(run.data.open_shard(data::Split::val), run.config.training.batch_size,
-                                run.config.data.seq_len, run.config.data.val_windows);
+                                run.config.data.seq_len, run.config.data.val_windows, run.model->device());
   const EvalMetrics m = evaluate(*run.model, val, a.integer("--batches", 0));
   std::printf("step %lld | val loss %.4f | perplexity %.2f | next-token accuracy %.4f | %lld tokens\n",
               static_cast<long long>(run.step), m.loss, m.perplexity, m.accuracy, static_cast<long long>(m.tokens));
@@ -104,10 +117,11 @@ int generate_command(const CommandArgs& args) {
                                        {"--temperature", "T", "0.8", "sampling temperature; 0 = greedy"},
                                        {"--top-k", "K", "40", "sample among the K most likely tokens; 0 = all"},
                                        {"--seed", "S", "0", "sampling seed"},
+                                       kDeviceSet,
                                        kHelpFlag};
   if (print_help_if_asked(args, "usage: darkformer generate --checkpoint PATH --prompt TEXT [options]", specs)) return 0;
   Args a(args, specs);
-  LoadedRun run = load_run(a.require("--checkpoint"));
+  LoadedRun run = load_run(a.require("--checkpoint"), a.all("--set"));
   nn::GenerateOptions g;
   g.max_tokens = static_cast<int>(a.integer("--max-tokens", 0, std::numeric_limits<int>::max()));
   g.temperature = a.number("--temperature");
@@ -151,6 +165,7 @@ int probe_command(const CommandArgs& args) {
       {"--redraws", "N", "8", "feature draws per (layer, m)"},
       {"--calibration-batches", "N", "2", "training batches for the whiten initialisation"},
       {"--json", "PATH", "", "write the full report (per layer and head) here; default <checkpoint>/probe.json"},
+      kDeviceSet,
       kHelpFlag};
   if (print_help_if_asked(args, "usage: darkformer probe --checkpoint PATH [--batches N] [--features 16,32,64,128,256]\n"
                        "Monte Carlo error (against the same kernel evaluated exactly) and swap error (against the\n"
@@ -164,7 +179,7 @@ int probe_command(const CommandArgs& args) {
   o.redraws = a.integer("--redraws", 1);
   o.calibration_batches = a.integer("--calibration-batches", 1);
   const std::string where = a.require("--checkpoint");
-  LoadedRun run = load_run(where);
+  LoadedRun run = load_run(where, a.all("--set"));
   const ProbeReport report = run_probe(*run.model, run.config, run.data, o);
   std::printf("probe of %s (step %lld): per-token relative errors |out - ref| / |ref|\n"
               "mc = against the same kernel evaluated exactly; swap = against the layer's softmax attention\n\n%s",

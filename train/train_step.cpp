@@ -7,13 +7,15 @@
 #include "autograd/grad_mode.h"
 #include "autograd/ops.h"
 #include "autograd/tape.h"
+#include "core/allocator.h"
+#include "core/deferred_checks.h"
 #include "nn/schedule.h"
 #include "train/attention_state.h"
 #include "train/data_parallel.h"
 
 namespace dark::train {
 
-StepScalars gradients_final(TrainingRun& run, const Tensor& loss_sum) {
+StepScalars gradients_final(TrainingRun& run, const Tensor& loss_sum, const DeferredChecks* checks) {
   NoGradGuard no_grad;
   StepScalars s;
   Tensor grad_sq;
@@ -24,8 +26,13 @@ StepScalars gradients_final(TrainingRun& run, const Tensor& loss_sum) {
   } else {
     grad_sq = run.params->grad_sq_norm();
   }
-  const std::vector<double> scalars =
-      concat({reshape(loss_sum, {1}), reshape(grad_sq.to(DType::f64), {1})}, 0).to_vector<double>();
+  // The one read-back of the step: loss, squared gradient norm and the verdicts of the index
+  // checks the step's kernels deferred.
+  std::vector<Tensor> parts = {reshape(loss_sum, {1}), reshape(grad_sq.to(DType::f64), {1})};
+  const Tensor verdicts = checks ? checks->verdicts() : Tensor();
+  if (verdicts.defined()) parts.push_back(verdicts);
+  const std::vector<double> scalars = concat(parts, 0).to_vector<double>();
+  if (checks) checks->raise(std::vector<double>(scalars.begin() + 2, scalars.end()));
   s.loss = scalars[0];
   s.grad_norm = std::sqrt(scalars[1]);
   return s;
@@ -36,6 +43,8 @@ StepResult train_step(TrainingRun& run) {
   const TrainingConfig& tc = c.training;
   set_feature_epochs(*run.model, run.redraw_intervals, run.step);  // redraws happen on optimizer steps, in training only
   const auto t0 = std::chrono::steady_clock::now();
+  CachingAllocator& memory = allocator_for(run.device);
+  memory.reset_peak();
   StepResult r;
   r.lr = nn::learning_rate_at(c.schedule, c.optimizer.lr, run.step, tc.steps);
   run.params->zero_grad();
@@ -43,6 +52,7 @@ StepResult train_step(TrainingRun& run) {
   // The gradients summed over the micro-batches of every rank are the mean over the global batch.
   const int parts = tc.grad_accum * world;
   Tensor loss_sum;
+  const DeferredChecks checks(run.device);  // index checks wait for the step's one read-back
   for (int micro = 0; micro < tc.grad_accum; ++micro) {
     // Keys the batch and the dropout masks (which so differ between ranks).
     const std::int64_t index = micro_batch_index(run.step, rank, world, tc.grad_accum, micro);
@@ -53,7 +63,7 @@ StepResult train_step(TrainingRun& run) {
     const Tensor value = loss.detach().to(DType::f64);
     loss_sum = loss_sum.defined() ? add(loss_sum, value) : value;
   }
-  const StepScalars s = gradients_final(run, loss_sum);
+  const StepScalars s = gradients_final(run, loss_sum, &checks);
   r.loss = s.loss;
   r.grad_norm = s.grad_norm;
   r.comm_wait_seconds = s.comm_wait_seconds;
@@ -68,6 +78,7 @@ StepResult train_step(TrainingRun& run) {
     ++run.consecutive_skips, ++run.skipped_total;
   }
   ++run.step;
+  r.peak_bytes = memory.stats().peak_bytes_in_use;
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }

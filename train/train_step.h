@@ -9,6 +9,7 @@
 #pragma once
 #include <cstdint>
 
+#include "core/deferred_checks.h"
 #include "core/tensor.h"
 #include "train/training_run.h"
 
@@ -21,6 +22,7 @@ struct StepResult {
   double seconds = 0;    // wall time of the step
   double comm_wait_seconds = 0;  // data parallelism: waiting for the gradients' reduction after backward
   bool applied = false;  // false when the loss or the gradient norm was not finite: no update
+  std::size_t peak_bytes = 0;  // the most memory live tensors held on the model's device during the step
 };
 
 // Runs optimizer step run.step (0-based), then counts it: run.step + 1, and the skip counters.
@@ -33,6 +35,8 @@ struct StepScalars {
 };
 // `loss_sum`: the float64 sum of the micro-batches' (scaled) losses, on the model's device.
 // With data parallelism it completes the gradients' reduction and sums the loss over ranks.
-StepScalars gradients_final(TrainingRun& run, const Tensor& loss_sum);
+// `checks`: the step's deferred index checks, read back with the scalars (their first
+// failure is thrown).
+StepScalars gradients_final(TrainingRun& run, const Tensor& loss_sum, const DeferredChecks* checks = nullptr);
 
 }  // namespace dark::train

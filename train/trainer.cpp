@@ -88,6 +88,7 @@ class RunLog {
                  {"elapsed_s", elapsed}};
     // Communication not hidden behind backward (rank 0's wait), with several ranks.
     if (run.parallel) line["comm_wait_ms"] = r.comm_wait_seconds * 1e3;
+    line["peak_mem_mib"] = static_cast<double>(r.peak_bytes) / (1024.0 * 1024.0);
     if (write(run, line)) return true;
     if (run.step % tc.log_interval == 0 || index == first_step_ || run.step == tc.steps) {
       const double eta =
@@ -161,7 +162,27 @@ EvalMetrics finish(TrainingRun& run, RunLog& log) {
 
 }  // namespace
 
+namespace {
+TrainResult train_unchecked(RunConfig config, const TrainOptions& options);
+}  // namespace
+
 TrainResult train(RunConfig config, const TrainOptions& options) {
+  const TrainingConfig t = config.training;
+  const std::int64_t seq_len = config.data.seq_len;
+  try {
+    return train_unchecked(std::move(config), options);
+  } catch (const OutOfMemory& e) {
+    // The device's numbers come from core; what shrinks a step's memory is the config's.
+    throw OutOfMemory(str(e.what(), ". Settings that shrink a step's memory: training.batch_size (now ", t.batch_size,
+                          "; training.grad_accum keeps the global batch), data.seq_len (now ", seq_len, ")",
+                          t.activation_checkpointing ? "" : ", training.activation_checkpointing true",
+                          t.precision == Precision::bf16 ? "" : ", training.precision bf16 (GPUs)",
+                          ", a smaller model (model.d_model, model.n_layers, model.vocab_size)"));
+  }
+}
+
+namespace {
+TrainResult train_unchecked(RunConfig config, const TrainOptions& options) {
   const auto t_start = Clock::now();
   TrainingRun run = start_run(std::move(config), options.resume);
   const TrainingConfig& tc = run.config.training;
@@ -205,5 +226,6 @@ TrainResult train(RunConfig config, const TrainOptions& options) {
                result.final_eval.loss, result.run_dir);
   return result;
 }
+}  // namespace
 
 }  // namespace dark::train

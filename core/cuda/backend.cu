@@ -1,9 +1,12 @@
 // The CUDA DeviceBackend: raw device memory (cudaMalloc / cudaFree on the given device),
 // copies between host and devices, synchronisation and device discovery. Registered for
 // DeviceType::cuda when the library loads. All work runs on the legacy default stream, so
-// a copy is ordered after every kernel launched before it on the same device.
+// a copy is ordered after every kernel launched before it on the same device; host-to-device
+// copies up to 64 MiB go through pinned staging buffers and do not make the host wait.
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 
 #include "core/backend.h"
 #include "core/cuda/cuda_check.h"
@@ -33,6 +36,10 @@ void* device_allocate(std::size_t bytes, int device_index) {
   DeviceGuard guard(device_index);
   void* ptr = nullptr;
   const cudaError_t status = cudaMalloc(&ptr, bytes);
+  if (status == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();
+    return nullptr;  // the caching allocator empties its cache and tries again
+  }
   if (status != cudaSuccess) {
     (void)cudaGetLastError();
     throw Error(str("cuda:", device_index, ": cudaMalloc of ", bytes, " bytes failed: ",
@@ -58,6 +65,56 @@ void device_release(void* ptr, int device_index) {
   }
 }
 
+// Host-to-device copies that do not make the host wait: the bytes go into one of a ring of
+// pinned staging buffers (the host waits only when that buffer's previous copy is still
+// running) and are copied from there with cudaMemcpyAsync on the legacy stream, so the copy
+// runs after the work already queued and before the work queued next, as a kernel would.
+// Copies above kMaxStaged bytes (checkpoint loads) are plain synchronous cudaMemcpy.
+class Staging {
+ public:
+  static constexpr std::size_t kMaxStaged = std::size_t{64} << 20;
+  static constexpr int kSlots = 8;
+
+  void copy(void* dst, const void* src, std::size_t bytes) {
+    std::lock_guard lock(mutex_);
+    Slot& slot = slots_[next_];
+    next_ = (next_ + 1) % kSlots;
+    if (slot.event) DARK_CUDA_CHECK(cudaEventSynchronize(slot.event));  // its previous copy is done
+    else DARK_CUDA_CHECK(cudaEventCreateWithFlags(&slot.event, cudaEventDisableTiming));
+    if (slot.capacity < bytes) {
+      if (slot.buffer) DARK_CUDA_CHECK(cudaFreeHost(slot.buffer));
+      slot.buffer = nullptr;
+      slot.capacity = std::max<std::size_t>(bytes, std::size_t{1} << 16);
+      DARK_CUDA_CHECK(cudaHostAlloc(&slot.buffer, slot.capacity, cudaHostAllocDefault));
+    }
+    std::memcpy(slot.buffer, src, bytes);
+    DARK_CUDA_CHECK(cudaMemcpyAsync(dst, slot.buffer, bytes, cudaMemcpyHostToDevice, cudaStreamLegacy));
+    DARK_CUDA_CHECK(cudaEventRecord(slot.event, cudaStreamLegacy));
+  }
+
+ private:
+  struct Slot {
+    void* buffer = nullptr;
+    std::size_t capacity = 0;
+    cudaEvent_t event = nullptr;
+  };
+  std::mutex mutex_;
+  Slot slots_[kSlots];
+  int next_ = 0;
+};
+
+// One per device, created on first use and kept (pinned memory outlives static destruction
+// of the runtime otherwise).
+Staging& staging_for(int device_index) {
+  constexpr int kMaxDevices = 64;
+  static std::mutex mutex;
+  static Staging* staging[kMaxDevices] = {};
+  DARK_CHECK(device_index >= 0 && device_index < kMaxDevices, "cuda:", device_index, ": device index out of range");
+  std::lock_guard lock(mutex);
+  if (!staging[device_index]) staging[device_index] = new Staging;
+  return *staging[device_index];
+}
+
 class CudaBackend final : public DeviceBackend {
  public:
   RawAllocator raw_allocator() const override { return {&device_allocate, &device_release}; }
@@ -71,7 +128,8 @@ class CudaBackend final : public DeviceBackend {
       std::memcpy(dst, src, bytes);
     } else if (src_device.is_cpu()) {
       DeviceGuard guard(dst_device.index);
-      DARK_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+      if (bytes <= Staging::kMaxStaged) staging_for(dst_device.index).copy(dst, src, bytes);
+      else DARK_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
     } else if (dst_device.is_cpu()) {
       DeviceGuard guard(src_device.index);
       DARK_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
@@ -89,6 +147,16 @@ class CudaBackend final : public DeviceBackend {
   void synchronize(int device_index) const override {
     DeviceGuard guard(device_index);
     DARK_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+
+  std::pair<std::size_t, std::size_t> memory_info(int device_index) const override {
+    DeviceGuard guard(device_index);
+    std::size_t free_bytes = 0, total_bytes = 0;
+    if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return {0, 0};
+    }
+    return {free_bytes, total_bytes};
   }
 };
 

@@ -9,7 +9,9 @@
 //                order, as a sequential CPU loop does.
 //   An index outside [0, n) is an error with the CPU's message, raised before anything is
 //   written (dx stays unchanged): a kernel over the k indices records the first bad
-//   position on the device (BadIndex) and the host reads it back before going on.
+//   position on the device (BadIndex) and the host reads it back before going on. Inside a
+//   DeferredChecks scope (core/deferred_checks.h) the position goes to the scope's word
+//   instead, nothing is read back, and a bad index gathers 0 / scatters nothing.
 //   cumsum       out: (outer, n, inner) inclusive prefix sums along n (reverse: from the
 //                end). inner == 1 with long rows: one block per row (CUB BlockScan over
 //                tiles, carrying the running total); otherwise one thread per (o, i) summing
@@ -18,6 +20,7 @@
 
 #include "core/cuda/cub.cuh"
 #include "core/cuda/device_check.cuh"
+#include "core/deferred_checks.h"
 #include "core/cuda/launch.cuh"
 #include "core/kernels.h"
 
@@ -70,7 +73,7 @@ __global__ void find_bad_index_kernel(const I* index, std::int64_t k, std::int64
   }
 }
 
-// Every index is in [0, n) (checked before the launch).
+// An index outside [0, n) gathers 0 (only reachable when its check is deferred).
 template <class T, class I>
 __global__ void gather_kernel(const T* x, const I* index, T* out, std::int64_t outer, std::int64_t n,
                               std::int64_t k, std::int64_t inner) {
@@ -80,17 +83,21 @@ __global__ void gather_kernel(const T* x, const I* index, T* out, std::int64_t o
     const std::int64_t j = (e / inner) % k;
     const std::int64_t o = e / (inner * k);
     const std::int64_t r = static_cast<std::int64_t>(index[j]);
-    out[e] = x[(o * n + r) * inner + i];
+    out[e] = (r >= 0 && r < n) ? x[(o * n + r) * inner + i] : convert<T>(0.0);
   }
 }
 
 template <class T, class I>
 void gather_typed(const Tensor& x, const Tensor& index, Tensor& out, std::int64_t outer, std::int64_t n,
                   std::int64_t k, std::int64_t inner) {
-  const BadIndex bad(out.device());
-  launch(find_bad_index_kernel<I>, {grid_for(k), kThreads}, index.data<I>(), k, n, bad.slot());
-  DARK_CUDA_CHECK_LAUNCH();
-  bad.check("gather", index, n);
+  if (std::int64_t* deferred = DeferredChecks::slot_for("gather", index, n)) {
+    launch(find_bad_index_kernel<I>, {grid_for(k), kThreads}, index.data<I>(), k, n,
+           reinterpret_cast<unsigned long long*>(deferred));
+  } else {
+    const BadIndex bad(out.device());
+    launch(find_bad_index_kernel<I>, {grid_for(k), kThreads}, index.data<I>(), k, n, bad.slot());
+    bad.check("gather", index, n);
+  }
   const std::int64_t total = outer * k * inner;
   if (total == 0) return;
   launch(gather_kernel<T, I>, {grid_for(total), kThreads}, x.data<T>(), index.data<I>(), out.data<T>(), outer, n, k,
@@ -121,8 +128,9 @@ __global__ void scatter_keys_kernel(const I* index, std::uint64_t* keys, std::in
                                     std::int64_t k, std::int64_t n, unsigned long long* bad) {
   for (std::int64_t j = global_thread(); j < k; j += grid_threads()) {
     const std::int64_t r = static_cast<std::int64_t>(index[j]);
-    if (r < 0 || r >= n) record_bad_index(bad, j);
-    keys[j] = static_cast<std::uint64_t>(r);
+    const bool good = r >= 0 && r < n;
+    if (!good) record_bad_index(bad, j);
+    keys[j] = static_cast<std::uint64_t>(good ? r : n);  // n: past every row, skipped by the sum
     positions[j] = j;
   }
 }
@@ -139,7 +147,7 @@ __global__ void scatter_sum_kernel(const T* dout, const std::uint64_t* keys,
     const std::int64_t p = (e / inner) % k;
     const std::int64_t o = e / (inner * k);
     const std::uint64_t key = keys[p];
-    if (p > 0 && keys[p - 1] == key) continue;
+    if ((p > 0 && keys[p - 1] == key) || key >= static_cast<std::uint64_t>(n)) continue;
     const std::int64_t r = static_cast<std::int64_t>(key);
     T* target = dx + (o * n + r) * inner + i;
     acc_t<T> acc = load(target, 0);
@@ -174,16 +182,17 @@ void scatter_add(const Tensor& dout, const Tensor& index, Tensor& dx, std::int64
   Tensor pos_in = Tensor::empty({k}, DType::i64, device), pos_out = Tensor::empty({k}, DType::i64, device);
   auto* keys_in_p = reinterpret_cast<std::uint64_t*>(keys_in.data<std::int64_t>());
   auto* keys_out_p = reinterpret_cast<std::uint64_t*>(keys_out.data<std::int64_t>());
+  std::int64_t* deferred = DeferredChecks::slot_for("scatter_add", index, n);
   const BadIndex bad(device);
+  unsigned long long* slot = deferred ? reinterpret_cast<unsigned long long*>(deferred) : bad.slot();
   if (index.dtype() == DType::i32) {
     launch(scatter_keys_kernel<std::int32_t>, {grid_for(k), kThreads},
-        index.data<std::int32_t>(), keys_in_p, pos_in.data<std::int64_t>(), k, n, bad.slot());
+        index.data<std::int32_t>(), keys_in_p, pos_in.data<std::int64_t>(), k, n, slot);
   } else {
     launch(scatter_keys_kernel<std::int64_t>, {grid_for(k), kThreads},
-        index.data<std::int64_t>(), keys_in_p, pos_in.data<std::int64_t>(), k, n, bad.slot());
+        index.data<std::int64_t>(), keys_in_p, pos_in.data<std::int64_t>(), k, n, slot);
   }
-  DARK_CUDA_CHECK_LAUNCH();
-  bad.check("scatter_add", index, n);  // every key is now in [0, n): bits_for(n) bits sort them
+  if (!deferred) bad.check("scatter_add", index, n);  // every key is in [0, n] now: bits_for(n) bits sort them
   if (outer * inner == 0) return;
 
   const int end_bit = bits_for(n);
