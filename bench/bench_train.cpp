@@ -13,6 +13,8 @@
 // Output: a human-readable summary on stderr and one JSON object on stdout (keys: side,
 // threads, steps, median_step_ms, min_step_ms, max_step_ms, tokens_per_s, peak_rss_mb,
 // base_rss_mb, alloc_peak_mb, phases_ms {forward, backward, grad_norm, optimizer}, ...).
+// --set training.device=cuda (and training.precision=bf16) times the same steps on a GPU
+// (scripts/bench_gpu.sh); alloc_peak_mb is then the device's caching allocator peak.
 // --print-model prints the resolved model/training shape as JSON and exits: the PyTorch
 // side reads it so that both sides train the same model.
 #include <omp.h>
@@ -38,6 +40,7 @@
 #include "nn/parameter_buffer.h"
 #include "nn/schedule.h"
 #include "train/config.h"
+#include "train/device.h"
 #include "train/model_builder.h"
 
 namespace {
@@ -169,6 +172,7 @@ int main(int argc, char** argv) {
     const auto& m = config.model;
     const std::int64_t B = config.training.batch_size, T = config.data.seq_len, V = m.vocab_size;
     json model_json = {{"vocab_size", V},
+                       {"precision", std::string(dark::enum_name(config.training.precision))},
                        {"d_model", m.d_model},
                        {"n_layers", m.n_layers},
                        {"n_heads", m.n_heads},
@@ -199,8 +203,14 @@ int main(int argc, char** argv) {
     const int threads = omp_get_max_threads();
     const double base_rss = rss_mb();
 
-    // ---- as trainer.cpp sets up a run ----
+    // ---- as trainer.cpp sets up a run (training.device, precision, activation checkpointing) ----
+    const Device device = train::resolve_device(config.training.device);
     std::unique_ptr<nn::CausalLM> model = train::build_model(config);
+    model->to(device);
+    model->activation_checkpointing = config.training.activation_checkpointing;
+    const bool bf16 = config.training.precision == train::Precision::bf16;
+    DARK_CHECK(!bf16 || device.is_cuda(), "training.precision bf16 needs training.device cuda");
+    if (bf16) model->set_compute_dtype(DType::bf16);
     nn::ParameterBuffer params(model->named_parameters());
     nn::Optimizer optimizer(params, config.optimizer);
     model->train(true);
@@ -213,7 +223,8 @@ int main(int argc, char** argv) {
       // Batches are made outside the timed region, like the loader's mmap read would be cheap.
       std::vector<Tensor> batches;
       for (int micro = 0; micro < accum; ++micro)
-        batches.push_back(random_batch(B, T + 1, V, config.seed + 12345, static_cast<std::uint64_t>(step * accum + micro)));
+        batches.push_back(
+            random_batch(B, T + 1, V, config.seed + 12345, static_cast<std::uint64_t>(step * accum + micro)).to(device));
       const auto t0 = Clock::now();
       const double lr = nn::learning_rate_at(config.schedule, config.optimizer.lr, step, config.training.steps);
       params.zero_grad();
@@ -224,7 +235,7 @@ int main(int argc, char** argv) {
         if (accum > 1) loss = mul_scalar(loss, 1.0 / accum);
         const auto f1 = Clock::now();
         backward(loss);
-        loss_value += loss.item();
+        loss_value += loss.item();  // on a GPU: waits for the micro-batch (the phase times are then real)
         const auto f2 = Clock::now();
         fwd += std::chrono::duration<double>(f1 - f0).count();
         bwd += std::chrono::duration<double>(f2 - f1).count();
@@ -251,8 +262,10 @@ int main(int argc, char** argv) {
 
     const double med = median(step_s);
     const double tok_s = static_cast<double>(B * T * accum) / med;
-    const AllocatorStats st = allocator_for(Device::cpu()).stats();
+    const AllocatorStats st = allocator_for(device).stats();
     json out = {{"side", "darkformer"},
+                {"device", device.to_string()},
+                {"precision", std::string(dark::enum_name(config.training.precision))},
                 {"threads", threads},
                 {"steps", args.steps},
                 {"warmup", args.warmup},

@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# GPU benchmarks against PyTorch on the same GPU in the same run (run by scripts/gpu-check.sh):
+#   1. training tokens/s and MFU of a GPT-2-small-sized Llama-style model (d_model 768, 12
+#      layers, 12 heads, seq 1024, vocabulary 50304, batch --batch) in bf16 with softmax
+#      attention: darkformer_bench_train against bench/torch_gpu.py (eager and torch.compile;
+#      SDPA, fused AdamW, bf16 autocast). MFU = 6 N + 6 n_layers T d_model FLOPs per token
+#      (N = parameters; the attention term is the causal half of 12 n_layers T d) over the
+#      dense bf16 peak (--peak-tflops, 989 for H100 / H200 SXM). Targets: >= 1.0x
+#      PyTorch + compile, >= 40% MFU.
+#   2. attention forward + backward against L for head dimensions 64 and 128: our flash
+#      kernel against PyTorch's scaled_dot_product_attention (TFLOP/s, target >= 0.7x at
+#      L >= 2048), the random-feature kinds at m = 64 and 256 (crossover length with our
+#      softmax, target: faster from L = 4096 at m = 64; linearity t(L_max) / t(2048)), and
+#      peak memory.
+# Writes train.jsonl, attention.jsonl, summary.json and the logs under --out; prints the
+# tables. Needs a CUDA build (BUILD_DIR, default build) with the bench targets, and python3
+# with torch for the peer. Exit 0 when both sides ran (missed targets are reported), 1 when
+# a side failed, 2 on a bad command line.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+build="${BUILD_DIR:-build}"
+out=""
+quick=0
+batch=16
+peak=989
+usage() {
+  cat << 'EOF'
+usage: scripts/bench_gpu.sh [--out DIR] [--quick] [--batch B] [--peak-tflops P]
+  --out DIR          where results and logs go (default cache/bench/gpu-<date>)
+  --quick            fewer steps and lengths (the gpu-check budget)
+  --batch B          training batch size (default 16 sequences of 1024 tokens)
+  --peak-tflops P    the GPU's dense bf16 peak for MFU (default 989, H100 / H200 SXM)
+Env: BUILD_DIR (default build), PYTHON (default python3).
+EOF
+}
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --out) out="${2:?--out needs a value}"; shift 2 ;;
+    --quick) quick=1; shift ;;
+    --batch) batch="${2:?--batch needs a value}"; shift 2 ;;
+    --peak-tflops) peak="${2:?--peak-tflops needs a value}"; shift 2 ;;
+    -h | --help) usage; exit 0 ;;
+    *) echo "bench_gpu.sh: unknown flag '$1'" >&2; usage >&2; exit 2 ;;
+  esac
+done
+out="${out:-cache/bench/gpu-$(date +%Y%m%d-%H%M%S)}"
+mkdir -p "$out"
+py="${PYTHON:-python3}"
+steps=20; warmup=5; lens="1024,2048,4096,8192,16384,32768,65536,131072"; reps=5
+if [[ $quick == 1 ]]; then steps=10; warmup=3; lens="1024,2048,4096,16384,65536,131072"; reps=3; fi
+bench_train="$build/bench/darkformer_bench_train"
+bench_attn="$build/bench/darkformer_bench_gpu_attention"
+for b in "$bench_train" "$bench_attn"; do
+  [[ -x "$b" ]] || { echo "bench_gpu.sh: $b is missing (build the bench targets with CUDA)" >&2; exit 1; }
+done
+failed=0
+
+echo "== training: GPT-2-small-sized model, bf16, batch $batch x 1024" | tee "$out/train.log"
+sets=(--set model.d_model=768 --set model.n_layers=12 --set model.n_heads=12 --set model.n_kv_heads=12
+      --set model.vocab_size=50304 --set data.vocab_size=50304 --set data.seq_len=1024
+      --set training.batch_size="$batch" --set training.device=cuda --set training.precision=bf16)
+model_json="$("$bench_train" "${sets[@]}" --print-model 2>> "$out/train.log")" || { echo "bench_gpu.sh: --print-model failed" >&2; exit 1; }
+: > "$out/train.jsonl"
+"$bench_train" "${sets[@]}" --steps "$steps" --warmup "$warmup" >> "$out/train.jsonl" 2>> "$out/train.log" || failed=1
+for mode in "" "--compile"; do
+  "$py" bench/torch_gpu.py train --model-json "$model_json" --steps "$steps" --warmup "$warmup" $mode \
+    >> "$out/train.jsonl" 2>> "$out/train.log" || { echo "torch train $mode failed (see train.log)"; failed=1; }
+done
+
+echo "== attention: forward + backward, bf16" | tee "$out/attention.log"
+: > "$out/attention.jsonl"
+"$bench_attn" --lens "$lens" --dims 64,128 --features 64,256 --reps "$reps" >> "$out/attention.jsonl" \
+  2>> "$out/attention.log" || failed=1
+"$py" bench/torch_gpu.py attention --lens "$lens" --dims 64,128 --reps "$reps" >> "$out/attention.jsonl" \
+  2>> "$out/attention.log" || { echo "torch attention failed (see attention.log)"; failed=1; }
+
+"$py" - "$out" "$peak" << 'EOF'
+import json, sys
+out, peak = sys.argv[1], float(sys.argv[2])
+def rows(name):
+    r = []
+    for line in open(f"{out}/{name}"):
+        line = line.strip()
+        if line.startswith("{"):
+            r.append(json.loads(line))
+    return r
+summary = {}
+train = rows("train.jsonl")
+ours = next((r for r in train if r.get("side") == "darkformer"), None)
+torch_rows = {r["mode"]: r for r in train if r.get("side") == "torch"}
+if ours:
+    m = ours["model"]
+    flops_per_token = 6 * ours["parameters"] + 6 * m["n_layers"] * m["seq_len"] * m["d_model"]
+    def mfu(tok_s): return tok_s * flops_per_token / (peak * 1e12)
+    print("\ntraining (median step)       tokens/s     MFU    peak MiB")
+    print(f"  darkformer bf16         {ours['tokens_per_s']:10.0f}  {100 * mfu(ours['tokens_per_s']):5.1f}%  {ours['alloc_peak_mb']:9.0f}")
+    for mode, r in torch_rows.items():
+        print(f"  torch {mode:8s} bf16     {r['tokens_per_s']:10.0f}  {100 * mfu(r['tokens_per_s']):5.1f}%  {r['peak_mem_mib']:9.0f}")
+    summary["train"] = {"darkformer_tokens_per_s": ours["tokens_per_s"], "darkformer_mfu": mfu(ours["tokens_per_s"]),
+                        "torch": {k: v["tokens_per_s"] for k, v in torch_rows.items()}}
+    if "compile" in torch_rows:
+        ratio = ours["tokens_per_s"] / torch_rows["compile"]["tokens_per_s"]
+        summary["train"]["vs_torch_compile"] = ratio
+        print(f"  darkformer / torch.compile: {ratio:.2f}x (target >= 1.0); MFU target >= 40%")
+attn = rows("attention.jsonl")
+ours_a = {(r["kind"], r["m"], r["d"], r["len"]): r for r in attn if "kind" in r and r.get("side") != "torch"}
+sdpa = {(r["d"], r["len"]): r for r in attn if r.get("side") == "torch" and "kind" in r}
+summary["attention"] = {"rows": attn}
+for d in sorted({k[2] for k in ours_a}):
+    print(f"\nattention d {d} (ms; softmax TFLOP/s)")
+    print("       L   ours   TF/s   sdpa   TF/s  ratio | perf64 lfk64 dark64 | perf256 lfk256 dark256")
+    for L in sorted({k[3] for k in ours_a if k[2] == d}):
+        s, t = ours_a.get(("softmax", 0, d, L)), sdpa.get((d, L))
+        cells = [f"{L:8d}", f"{s['ms']:6.2f}" if s else "     -", f"{s['tflops']:6.0f}" if s else "     -",
+                 f"{t['ms']:6.2f}" if t else "     -", f"{t['tflops']:6.0f}" if t else "     -",
+                 f"{s['tflops'] / t['tflops']:5.2f}x" if s and t else "     -"]
+        rf = [ours_a.get((k, m, d, L)) for m in (64, 256) for k in ("performer", "lfk", "darkformer")]
+        print(" ".join(cells[:6]) + " | " + " ".join(f"{r['ms']:6.2f}" if r else "     -" for r in rf))
+    for kind in ("performer", "lfk", "darkformer"):
+        for m in (64, 256):
+            lens = sorted(L for (k, mm, dd, L) in ours_a if (k, mm, dd) == (kind, m, d))
+            cross = next((L for L in lens if ("softmax", 0, d, L) in ours_a and
+                          ours_a[(kind, m, d, L)]["ms"] < ours_a[("softmax", 0, d, L)]["ms"]), None)
+            lin = None
+            if 2048 in lens and lens[-1] > 2048:
+                lin = (ours_a[(kind, m, d, lens[-1])]["ms"] / ours_a[(kind, m, d, 2048)]["ms"])
+            summary["attention"][f"{kind}_m{m}_d{d}"] = {"crossover_len": cross, "t_max_over_t2048": lin,
+                                                        "max_len": lens[-1] if lens else None}
+            print(f"  {kind} m {m}: faster than our softmax from L = {cross}; t({lens[-1] if lens else '-'}) / "
+                  f"t(2048) = {lin if lin is None else round(lin, 2)} (constant tokens per call: linear = 1.0)")
+json.dump(summary, open(f"{out}/summary.json", "w"), indent=1)
+print(f"\nwrote {out}/summary.json")
+EOF
+exit $failed
