@@ -150,6 +150,16 @@ DARK_DECLARE_KERNEL(cross_entropy_forward, void(const Tensor& logits, const Tens
 DARK_DECLARE_KERNEL(cross_entropy_backward, void(const Tensor& logits, const Tensor& targets, const Tensor& lse,
                                                  const Tensor& dloss, Tensor& dlogits, std::int64_t ignore_index))
 
+// lse[r] = log(sum_j exp(x[r, j])), max subtracted first, for x: (R, C) contiguous; lse: (R)
+// in x's dtype. The per-row part of cross_entropy_forward (linear_cross_entropy's chunks).
+DARK_DECLARE_KERNEL(row_logsumexp, void(const Tensor& x, Tensor& lse))
+// The gradient of one vocabulary chunk [v0, v0 + C) of the logits (linear_cross_entropy), in
+// place: x[n, j] = (exp(x[n, j] - lse[n]) - [targets[n] == v0 + j]) * scale[n]. x: (N, C)
+// contiguous, lse and scale: (N) of x's dtype (scale is 0 on ignored rows), targets: (N) i32 /
+// i64 (any values: only equality with v0 + j is read).
+DARK_DECLARE_KERNEL(cross_entropy_chunk_backward, void(Tensor& logits, const Tensor& lse, const Tensor& scale,
+                                                       const Tensor& targets, std::int64_t v0))
+
 // Gated activations of the feed-forward block: out = act(gate) * up, elementwise on
 // same-shape contiguous tensors (swiglu: act = silu; geglu: act = exact gelu).
 enum class GluOp : std::uint8_t { swiglu, geglu };

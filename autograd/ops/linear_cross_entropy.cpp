@@ -2,10 +2,11 @@
 // batch never exist at once. Forward: per chunk of `chunk` rows of the weight, logits
 // (N, Vc) = hidden W_c^T in the accumulation dtype (f32 for f32 and bf16, whose gemm writes
 // f32 directly), their row logsumexp merged into the running one; the target logits are
-// gathered rows of W dotted with hidden. Backward: per chunk the logits again, then
-// P = softmax * scale (scale = dloss / count on counted rows, 0 on ignored ones),
-// dhidden += P W_c and dW_c = P^T hidden; the one-hot part is one gather and one
-// deterministic scatter-add. Only hidden, W, the targets and the row logsumexp are saved.
+// gathered rows of W dotted with hidden. Backward: per chunk the logits (kept from the
+// forward when the whole vocabulary is one chunk: then nothing is recomputed and the memory is
+// what a separate head and cross_entropy would keep; recomputed otherwise), turned in place
+// into P = (softmax - onehot) * scale (scale = dloss / count on counted rows, 0 on ignored
+// ones; cross_entropy_chunk_backward), then dhidden += P W_c and dW_c = P^T hidden.
 #include <algorithm>
 
 #include "autograd/grad_mode.h"
@@ -68,7 +69,8 @@ Tensor linear_cross_entropy(const Tensor& hidden_in, const Tensor& weight_in, co
   const DType acc = grad_dtype(hidden.dtype());
   const std::int64_t step = chunk_rows(chunk, rows, vocab);
 
-  Tensor loss, lse, counted, count, safe;
+  Tensor loss, lse, counted, count, safe, kept_logits;
+  const bool one_chunk = step >= vocab;
   {
     NoGradGuard no_grad;
     const Tensor real = ne(targets, Tensor::full({}, static_cast<double>(ignore_index), targets.dtype(), targets.device()));
@@ -76,8 +78,11 @@ Tensor linear_cross_entropy(const Tensor& hidden_in, const Tensor& weight_in, co
     count = maximum(sum(counted), Tensor::scalar(1.0, acc, hidden.device()));
     safe = where(real, targets, Tensor::zeros({}, targets.dtype(), targets.device()));
     for (std::int64_t v0 = 0; v0 < vocab; v0 += step) {
-      const Tensor lse_c = logsumexp(logits_chunk(hidden, weight, v0, std::min(vocab, v0 + step), acc), {1});
+      const Tensor logits = logits_chunk(hidden, weight, v0, std::min(vocab, v0 + step), acc);
+      Tensor lse_c = Tensor::empty({rows}, acc, hidden.device());
+      kernels::row_logsumexp().get(logits.device().type, acc)(logits, lse_c);
       lse = v0 == 0 ? lse_c : logaddexp(lse, lse_c);
+      if (one_chunk) kept_logits = logits;
     }
     Tensor target_rows;
     try {
@@ -89,35 +94,29 @@ Tensor linear_cross_entropy(const Tensor& hidden_in, const Tensor& weight_in, co
     const Tensor target_logit = sum(mul(hidden.to(acc), target_rows.to(acc)), {1});
     loss = div(sum(mul(sub(lse, target_logit), counted)), count);
   }
-  if (should_record({&hidden_in, &weight_in})) {
-    record(name, {hidden_in, weight_in}, {&loss},
-           [hidden = hidden.detach(), weight = weight.detach(), safe, counted, count, lse, acc, step](BackwardContext& g) {
-             const std::int64_t n = hidden.size(0), v = weight.size(0), d = hidden.size(1);
-             const Tensor scale = mul(counted, div(g.out_grad().to(acc), count));  // (N)
-             const Tensor scale_col = reshape(scale, {n, 1});
-             Tensor dh = g.needs_grad(0) ? Tensor::zeros({n, d}, acc, hidden.device()) : Tensor();
-             Tensor dw = g.needs_grad(1) ? Tensor::empty({v, d}, acc, hidden.device()) : Tensor();
-             for (std::int64_t v0 = 0; v0 < v; v0 += step) {
-               const std::int64_t v1 = std::min(v, v0 + step);
-               const Tensor logits = logits_chunk(hidden, weight, v0, v1, acc);
-               const Tensor p = mul(exp(sub(logits, reshape(lse, {n, 1}))), scale_col).to(hidden.dtype());
-               if (dh.defined()) gemm_into(p, false, core::slice(weight, 0, v0, v1), false, dh, 1.0f);
-               if (dw.defined()) {
-                 Tensor rows_of_dw = core::slice(dw, 0, v0, v1);
-                 gemm_into(p, true, hidden, false, rows_of_dw, 0.0f);
-               }
-             }
-             // The one-hot part: -scale at each counted row's target.
-             if (dh.defined()) {
-               g.set_input_grad(0, sub(dh, mul(embedding(weight, safe).to(acc), scale_col)).to(hidden.dtype()));
-             }
+  if (!should_record({&hidden_in, &weight_in})) return loss;
+  record(name, {hidden_in, weight_in}, {&loss},
+         [hidden = hidden.detach(), weight = weight.detach(), targets, counted, count, lse, kept_logits, acc,
+          step](BackwardContext& g) mutable {
+           const std::int64_t n = hidden.size(0), v = weight.size(0), d = hidden.size(1);
+           const Tensor scale = mul(counted, div(g.out_grad().to(acc), count));  // (N)
+           Tensor dh = g.needs_grad(0) ? Tensor::zeros({n, d}, acc, hidden.device()) : Tensor();
+           Tensor dw = g.needs_grad(1) ? Tensor::empty({v, d}, acc, hidden.device()) : Tensor();
+           for (std::int64_t v0 = 0; v0 < v; v0 += step) {
+             const std::int64_t v1 = std::min(v, v0 + step);
+             Tensor p = kept_logits.defined() ? kept_logits : logits_chunk(hidden, weight, v0, v1, acc);
+             kept_logits = Tensor();  // p is overwritten in place
+             kernels::cross_entropy_chunk_backward().get(p.device().type, p.dtype())(p, lse, scale, targets, v0);
+             const Tensor pm = p.to(hidden.dtype());
+             if (dh.defined()) gemm_into(pm, false, core::slice(weight, 0, v0, v1), false, dh, 1.0f);
              if (dw.defined()) {
-               const Tensor minus = mul(hidden.to(acc), neg(scale_col));
-               kernels::scatter_add().get(dw.device().type, dw.dtype())(minus, safe, dw, 1, v, d);
-               g.set_input_grad(1, dw.to(weight.dtype()));
+               Tensor rows_of_dw = core::slice(dw, 0, v0, v1);
+               gemm_into(pm, true, hidden, false, rows_of_dw, 0.0f);
              }
-           });
-  }
+           }
+           if (dh.defined()) g.set_input_grad(0, dh.to(hidden.dtype()));
+           if (dw.defined()) g.set_input_grad(1, dw.to(weight.dtype()));
+         });
   return loss;
 }
 

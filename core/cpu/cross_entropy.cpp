@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "core/cpu/parallel.h"
@@ -133,6 +134,49 @@ void cross_entropy_backward_kernel(const Tensor& logits, const Tensor& targets, 
   backward_typed<T, std::int64_t>(logits, targets, lse, dloss, dlogits, ignore_index);
 }
 
+template <class T>
+void row_logsumexp_kernel(const Tensor& x, Tensor& lse) {
+  const std::int64_t rows = x.shape()[0], cols = x.shape()[1];
+  const T* px = x.data<T>();
+  T* pl = lse.data<T>();
+  parallel_for(rows, std::max<std::int64_t>(1, kGrainHeavy / std::max<std::int64_t>(cols, 1)),
+               [&](std::int64_t begin, std::int64_t end) {
+                 for (std::int64_t r = begin; r < end; ++r) pl[r] = logsumexp_of(px + r * cols, cols);
+               });
+}
+
+DARK_REGISTER_KERNEL(row_logsumexp, cpu, f32, row_logsumexp_kernel<float>);
+DARK_REGISTER_KERNEL(row_logsumexp, cpu, f64, row_logsumexp_kernel<double>);
+
+template <class T, class I>
+void chunk_backward_typed(Tensor& logits, const Tensor& lse, const Tensor& scale, const Tensor& targets,
+                          std::int64_t v0) {
+  const std::int64_t rows = logits.shape()[0], cols = logits.shape()[1];
+  T* px = logits.data<T>();
+  const T* plse = lse.data<T>();
+  const T* ps = scale.data<T>();
+  const I* pt = targets.data<I>();
+  parallel_for(rows, std::max<std::int64_t>(1, kGrainHeavy / std::max<std::int64_t>(cols, 1)),
+               [&](std::int64_t begin, std::int64_t end) {
+                 for (std::int64_t r = begin; r < end; ++r) {
+                   T* xr = px + r * cols;
+                   if constexpr (std::is_same_v<T, float>) row_softmax_scaled_f32(xr, xr, cols, plse[r], ps[r]);
+                   else row_softmax_scaled(xr, xr, cols, plse[r], ps[r]);
+                   const std::int64_t j = static_cast<std::int64_t>(pt[r]) - v0;
+                   if (j >= 0 && j < cols) xr[j] -= ps[r];
+                 }
+               });
+}
+
+template <class T>
+void cross_entropy_chunk_backward_kernel(Tensor& logits, const Tensor& lse, const Tensor& scale, const Tensor& targets,
+                                         std::int64_t v0) {
+  if (targets.dtype() == DType::i32) return chunk_backward_typed<T, std::int32_t>(logits, lse, scale, targets, v0);
+  chunk_backward_typed<T, std::int64_t>(logits, lse, scale, targets, v0);
+}
+
+DARK_REGISTER_KERNEL(cross_entropy_chunk_backward, cpu, f32, cross_entropy_chunk_backward_kernel<float>);
+DARK_REGISTER_KERNEL(cross_entropy_chunk_backward, cpu, f64, cross_entropy_chunk_backward_kernel<double>);
 DARK_REGISTER_KERNEL(cross_entropy_forward, cpu, f32, cross_entropy_forward_kernel<float>);
 DARK_REGISTER_KERNEL(cross_entropy_forward, cpu, f64, cross_entropy_forward_kernel<double>);
 DARK_REGISTER_KERNEL(cross_entropy_backward, cpu, f32, cross_entropy_backward_kernel<float>);

@@ -22,6 +22,38 @@ namespace {
 constexpr int kRowThreads = 256;
 constexpr int kSumThreads = 1024;
 
+// The stable logsumexp of a row, computed by the whole block (every thread gets it).
+template <class T>
+__device__ acc_t<T> block_logsumexp(const T* xr, std::int64_t classes) {
+  using A = acc_t<T>;
+  const BlockGroup g;
+  A m = MaxOp::identity<A>();
+  for (std::int64_t j = threadIdx.x; j < classes; j += blockDim.x) m = MaxOp{}(m, load(xr, j));
+  m = g.reduce(m, MaxOp{});
+  if (!finite(m)) return m;
+  A s = A(0);
+  for (std::int64_t j = threadIdx.x; j < classes; j += blockDim.x) s += dmath::exp(load(xr, j) - m);
+  s = g.reduce(s, SumOp{});
+  return m + dmath::log(s);
+}
+
+template <class T>
+__global__ void row_logsumexp_kernel(const T* x, T* lse, std::int64_t rows, std::int64_t cols) {
+  for (std::int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const acc_t<T> v = block_logsumexp(x + r * cols, cols);
+    if (threadIdx.x == 0) store(lse, r, v);
+  }
+}
+
+template <class T>
+void row_logsumexp(const Tensor& x, Tensor& lse) {
+  check_dtype<T>("row_logsumexp", {{"x", &x}, {"lse", &lse}});
+  const std::int64_t rows = x.shape()[0], cols = x.shape()[1];
+  if (rows == 0) return;
+  DeviceGuard guard(x);
+  launch(row_logsumexp_kernel<T>, {grid_for(rows, 1), kRowThreads}, x.data<T>(), lse.data<T>(), rows, cols);
+}
+
 template <class T, class I>
 __global__ void cross_entropy_rows_kernel(const T* x, const I* targets, acc_t<T>* lse, double* row_loss,
                                           double* counted, std::int64_t rows, std::int64_t classes,
@@ -39,17 +71,7 @@ __global__ void cross_entropy_rows_kernel(const T* x, const I* targets, acc_t<T>
       continue;  // uniform across the block: no barrier is skipped by part of it
     }
     const T* xr = x + r * classes;
-    const BlockGroup g;
-    A m = MaxOp::identity<A>();
-    for (std::int64_t j = threadIdx.x; j < classes; j += blockDim.x) m = MaxOp{}(m, load(xr, j));
-    m = g.reduce(m, MaxOp{});
-    A result = m;
-    if (finite(m)) {
-      A s = A(0);
-      for (std::int64_t j = threadIdx.x; j < classes; j += blockDim.x) s += dmath::exp(load(xr, j) - m);
-      s = g.reduce(s, SumOp{});
-      result = m + dmath::log(s);
-    }
+    const A result = block_logsumexp(xr, classes);
     if (threadIdx.x == 0) {
       lse[r] = result;
       row_loss[r] = static_cast<double>(static_cast<T>(result - load(xr, t)));  // rounded as the CPU's T
@@ -102,6 +124,35 @@ __global__ void cross_entropy_backward_kernel(const T* x, const I* targets, cons
       store(dxr, j, v);
     }
   }
+}
+
+template <class T, class I>
+__global__ void cross_entropy_chunk_backward_kernel(T* x, const T* lse, const T* scale, const I* targets,
+                                                    std::int64_t rows, std::int64_t cols, std::int64_t v0) {
+  using A = acc_t<T>;
+  const std::int64_t total = rows * cols;
+  for (std::int64_t e = global_thread(); e < total; e += grid_threads()) {
+    const std::int64_t r = e / cols, j = e % cols;
+    const A s = load(scale, r);
+    A v = dmath::exp(load(x, e) - load(lse, r)) * s;
+    if (static_cast<std::int64_t>(targets[r]) == v0 + j) v -= s;
+    store(x, e, v);
+  }
+}
+
+template <class T>
+void cross_entropy_chunk_backward(Tensor& logits, const Tensor& lse, const Tensor& scale, const Tensor& targets,
+                                  std::int64_t v0) {
+  check_dtype<T>("cross_entropy_chunk_backward", {{"logits", &logits}, {"lse", &lse}, {"scale", &scale}});
+  const std::int64_t rows = logits.shape()[0], cols = logits.shape()[1];
+  if (rows * cols == 0) return;
+  DeviceGuard guard(logits);
+  if (targets.dtype() == DType::i32)
+    launch(cross_entropy_chunk_backward_kernel<T, std::int32_t>, {grid_for(rows * cols), kThreads}, logits.data<T>(),
+           lse.data<T>(), scale.data<T>(), targets.data<std::int32_t>(), rows, cols, v0);
+  else
+    launch(cross_entropy_chunk_backward_kernel<T, std::int64_t>, {grid_for(rows * cols), kThreads}, logits.data<T>(),
+           lse.data<T>(), scale.data<T>(), targets.data<std::int64_t>(), rows, cols, v0);
 }
 
 void check_targets(const Tensor& logits, const Tensor& targets) {
@@ -167,6 +218,10 @@ DARK_REGISTER_KERNEL(cross_entropy_forward, cuda, bf16, &cross_entropy_forward<B
 DARK_REGISTER_KERNEL(cross_entropy_backward, cuda, f32, &cross_entropy_backward<float>);
 DARK_REGISTER_KERNEL(cross_entropy_backward, cuda, f64, &cross_entropy_backward<double>);
 DARK_REGISTER_KERNEL(cross_entropy_backward, cuda, bf16, &cross_entropy_backward<BFloat16>);
+DARK_REGISTER_KERNEL(cross_entropy_chunk_backward, cuda, f32, &cross_entropy_chunk_backward<float>);
+DARK_REGISTER_KERNEL(row_logsumexp, cuda, f32, &row_logsumexp<float>);
+DARK_REGISTER_KERNEL(row_logsumexp, cuda, f64, &row_logsumexp<double>);
+DARK_REGISTER_KERNEL(cross_entropy_chunk_backward, cuda, f64, &cross_entropy_chunk_backward<double>);
 
 }  // namespace
 }  // namespace dark::cuda

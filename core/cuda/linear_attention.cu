@@ -353,6 +353,31 @@ __device__ void logits_backward(const LaShape& g, const FeatureLogits<T>& src, c
   __syncthreads();
 }
 
+// Folds the loaded chunk (keys in s.e, s.vx; n rows) into the causal state st, which moves to
+// the chunk's last offset (rescaled by exp(at - o_new) <= 1); before the first real key the
+// state stays empty. Scales s.e in place.
+__device__ void fold_chunk(const LaShape& g, std::int64_t n, const ChunkSmem& s, float* st, float& at, bool& held) {
+  const float o_new = s.oc[n - 1];
+  if (o_new == kNegInf) return;
+  if (held) block_scale(st, g.m * g.w, expf(at - o_new));
+  for (std::int64_t idx = threadIdx.x; idx < n * g.m; idx += blockDim.x) {
+    const std::int64_t r = idx / g.m;
+    if (s.is_real[r]) s.e[idx] *= expf(s.oc[r] - o_new);
+  }
+  __syncthreads();
+  block_gemm<true>(st, g.w, g.m, g.w, n, mat(s.e, 1, g.m), mat(s.vx, g.w, 1));
+  __syncthreads();
+  at = o_new;
+  held = true;
+}
+
+// p (n x n, ld c) *= the decay weights of the chunk (build_decay).
+__device__ void apply_decay(float* p, std::int64_t n, std::int64_t c, const ChunkSmem& s) {
+  __syncthreads();
+  for (std::int64_t idx = threadIdx.x; idx < n * n; idx += blockDim.x) p[(idx / n) * c + idx % n] *= s.dec[(idx / n) * c + idx % n];
+  __syncthreads();
+}
+
 // ---------------------------------------------------------------- passes 2 and 3: states
 
 // Segment s's own state, held at o_end (its last offset): sum over real keys of
@@ -427,9 +452,7 @@ __global__ void __launch_bounds__(kLaThreads) la_forward_kernel(Src src, const T
       load_queries(g, src, b, h, c0, n, s);
       if (g.causal) {
         block_gemm<false>(s.p, c, n, n, g.m, mat(s.phi, g.m, 1), mat(s.e, 1, g.m));
-        __syncthreads();
-        for (std::int64_t idx = threadIdx.x; idx < n * n; idx += blockDim.x) s.p[(idx / n) * c + idx % n] *= s.dec[(idx / n) * c + idx % n];
-        __syncthreads();
+        apply_decay(s.p, n, c, s);
         block_gemm<false>(s.y, g.w, n, g.w, n, mat(s.p, c, 1), mat(s.vx, g.w, 1));
       } else {
         block_zero(s.y, n * g.w);
@@ -452,20 +475,7 @@ __global__ void __launch_bounds__(kLaThreads) la_forward_kernel(Src src, const T
       }
       __syncthreads();
     }
-    if (!g.causal) continue;
-    // Fold the chunk into the state, which moves to the chunk's last offset.
-    const float o_new = s.oc[n - 1];
-    if (o_new == kNegInf) continue;
-    if (held) block_scale(st, g.m * g.w, expf(at - o_new));
-    for (std::int64_t idx = threadIdx.x; idx < n * g.m; idx += blockDim.x) {
-      const std::int64_t r = idx / g.m;
-      if (s.is_real[r]) s.e[idx] *= expf(s.oc[r] - o_new);
-    }
-    __syncthreads();
-    block_gemm<true>(st, g.w, g.m, g.w, n, mat(s.e, 1, g.m), mat(s.vx, g.w, 1));
-    __syncthreads();
-    at = o_new;
-    held = true;
+    if (g.causal) fold_chunk(g, n, s, st, at, held);
   }
 }
 
@@ -496,9 +506,7 @@ __global__ void __launch_bounds__(kLaThreads) la_dq_kernel(Src src, const T* v, 
       load_grads(g, out, den, dout, b, h, c0, n, s);
       if (g.causal) {
         block_gemm<false>(s.p, c, n, n, g.w, mat(s.gm, g.w, 1), mat(s.vx, 1, g.w));
-        __syncthreads();
-        for (std::int64_t idx = threadIdx.x; idx < n * n; idx += blockDim.x) s.p[(idx / n) * c + idx % n] *= s.dec[(idx / n) * c + idx % n];
-        __syncthreads();
+        apply_decay(s.p, n, c, s);
         block_gemm<false>(s.dphi, g.m, n, g.m, n, mat(s.p, c, 1), mat(s.e, g.m, 1));
       } else {
         block_zero(s.dphi, n * g.m);
@@ -524,19 +532,7 @@ __global__ void __launch_bounds__(kLaThreads) la_dq_kernel(Src src, const T* v, 
         __syncthreads();
       }
     }
-    if (!g.causal) continue;
-    const float o_new = s.oc[n - 1];
-    if (o_new == kNegInf) continue;
-    if (held) block_scale(st, g.m * g.w, expf(at - o_new));
-    for (std::int64_t idx = threadIdx.x; idx < n * g.m; idx += blockDim.x) {
-      const std::int64_t r = idx / g.m;
-      if (s.is_real[r]) s.e[idx] *= expf(s.oc[r] - o_new);
-    }
-    __syncthreads();
-    block_gemm<true>(st, g.w, g.m, g.w, n, mat(s.e, 1, g.m), mat(s.vx, g.w, 1));
-    __syncthreads();
-    at = o_new;
-    held = true;
+    if (g.causal) fold_chunk(g, n, s, st, at, held);
   }
 }
 
@@ -658,15 +654,11 @@ __global__ void __launch_bounds__(kLaThreads) la_dkv_kernel(Src src, const T* v,
         load_grads(g, out, den, dout, b, h, c0, n, s);
         // M = G Vx^T o D;  dE += M^T Phi;  P = Phi E^T o D;  dVx += P^T G
         block_gemm<false>(s.p, c, n, n, g.w, mat(s.gm, g.w, 1), mat(s.vx, 1, g.w));
-        __syncthreads();
-        for (std::int64_t idx = threadIdx.x; idx < n * n; idx += blockDim.x) s.p[(idx / n) * c + idx % n] *= s.dec[(idx / n) * c + idx % n];
-        __syncthreads();
+        apply_decay(s.p, n, c, s);
         block_gemm<true>(s.de, g.m, n, g.m, n, mat(s.p, 1, c), mat(s.phi, g.m, 1));
         __syncthreads();
         block_gemm<false>(s.p, c, n, n, g.m, mat(s.phi, g.m, 1), mat(s.e, 1, g.m));
-        __syncthreads();
-        for (std::int64_t idx = threadIdx.x; idx < n * n; idx += blockDim.x) s.p[(idx / n) * c + idx % n] *= s.dec[(idx / n) * c + idx % n];
-        __syncthreads();
+        apply_decay(s.p, n, c, s);
         block_gemm<true>(s.dvx, g.w, n, g.w, n, mat(s.p, 1, c), mat(s.gm, g.w, 1));
         __syncthreads();
         if (fold) {
