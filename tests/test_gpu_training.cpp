@@ -9,8 +9,10 @@
 
 #include <cmath>
 
+#include "core/allocator.h"
 #include "test_util.h"
 #include "train/checkpoint.h"
+#include "train/commands.h"
 #include "train/config.h"
 #include "train/train_step.h"
 #include "train/trainer.h"
@@ -122,17 +124,40 @@ TEST(GpuTraining, AStepReadsBackOnlyItsScalars) {
 
 TEST(GpuTraining, OutOfMemorySaysHowMuchAndWhatShrinksIt) {
   TempDir tmp;
-  const auto config = parse_config(on(tiny_config(tmp, "x", 6), tmp, "run", "cuda"));
+  auto json_config = on(tiny_config(tmp, "x", 6), tmp, "run", "cuda");
+  json_config["model"]["d_model"] = 256;  // the embedding alone is 258 x 256 floats: more than the capacity
+  const auto config = parse_config(json_config);
   const std::size_t capacity = cuda_emu::memory_capacity();
-  cuda_emu::set_memory_capacity(std::size_t{1} << 20);
+  allocator_for(Device::cuda(0)).empty_cache();  // blocks earlier tests left cached count as used
+  cuda_emu::set_memory_capacity(std::size_t{1} << 18);
   const std::string e = error_of([&] { train(config, {}); });
   cuda_emu::set_memory_capacity(capacity);
-  for (const char* part : {"cuda:0: out of memory: asked for ", " MiB free of 1 MiB", "live tensors hold",
+  for (const char* part : {"cuda:0: out of memory: asked for ", " MiB free of 0.25 MiB", "live tensors hold",
                            "training.batch_size (now 8", "data.seq_len (now 32)", "training.activation_checkpointing true",
                            "training.precision bf16"})
     EXPECT_NE(e.find(part), std::string::npos) << part << " in: " << e;
 }
 #endif
+
+// The commands that run a trained model take --set training.device=cuda.
+TEST(GpuTraining, EvalGenerateAndProbeRunOnTheGpu) {
+  DARK_REQUIRE_GPU();
+  TempDir tmp;
+  train(parse_config(on(tiny_config(tmp, "x", 6), tmp, "run", "cpu")), {});
+  const std::string run = (tmp.path() / "run").string(), gpu = "training.device=cuda";
+  EXPECT_EQ(eval_command({"--checkpoint", run, "--set", gpu}), 0);
+  EXPECT_EQ(generate_command({"--checkpoint", run, "--prompt", "ka", "--max-tokens", "4", "--set", gpu}), 0);
+  EXPECT_EQ(probe_command({"--checkpoint", run, "--features", "4", "--redraws", "1", "--batches", "1",
+                           "--calibration-batches", "1", "--json", tmp / "probe.json", "--set", gpu}),
+            0);
+}
+
+TEST(GpuTraining, CommandsOnACheckpointSetOnlyTheDevice) {
+  TempDir tmp;
+  train(parse_config(on(tiny_config(tmp, "x", 6), tmp, "run", "cpu")), {});
+  EXPECT_EQ(error_of([&] { eval_command({"--checkpoint", (tmp.path() / "run").string(), "--set", "model.d_model=8"}); }),
+            "--set model.d_model=8: only training.device may be set here (the model is the checkpoint's)");
+}
 
 TEST(GpuTraining, Bf16OnTheCpuIsAClearError) {
   TempDir tmp;

@@ -139,7 +139,7 @@ void copy_parameter(Tensor& to, const Tensor& from) {
 
 std::vector<Estimator> estimators_for(const nn::AttentionShape& shape, const AttentionConfig& layer_settings,
                                       nn::AttentionKernel& trained, std::int64_t m, std::uint64_t seed,
-                                      const std::vector<RecordingKernel::Inputs>& calibration) {
+                                      const std::vector<RecordingKernel::Inputs>& calibration, Device device) {
   AttentionConfig base;
   base.num_features = static_cast<int>(m);
   base.seed = seed;
@@ -151,7 +151,9 @@ std::vector<Estimator> estimators_for(const nn::AttentionShape& shape, const Att
     c.kind = kind;
     c.mode = mode;
     adjust(c);
-    return attention::make_factory(c)(shape);
+    auto kernel = attention::make_factory(c)(shape);
+    kernel->to(device);  // beside the trained model's attention inputs
+    return kernel;
   };
   const auto none = [](AttentionConfig&) {};
   std::vector<Estimator> out;
@@ -248,7 +250,7 @@ ProbeReport run_probe(nn::CausalLM& model, const RunConfig& config, const data::
   NoGradGuard no_grad;
   model.train(false);
   const data::ValidationSet val(data.open_shard(data::Split::val), config.training.batch_size, config.data.seq_len,
-                                config.data.val_windows);
+                                config.data.val_windows, model.device());
   DARK_CHECK(val.num_batches() >= 1, "probe: the validation split has no batch of ", config.training.batch_size, " windows");
   std::vector<Tensor> val_batches, train_batches;
   for (std::int64_t b = 0; b < std::min(options.batches, val.num_batches()); ++b) val_batches.push_back(val.batch(b));
@@ -256,6 +258,7 @@ ProbeReport run_probe(nn::CausalLM& model, const RunConfig& config, const data::
   lo.batch_size = config.training.batch_size;
   lo.seq_len = config.data.seq_len;
   lo.seed = config.seed;
+  lo.device = model.device();
   const data::TrainLoader loader(data.open_shard(data::Split::train), lo);
   for (std::int64_t b = 0; b < options.calibration_batches; ++b) train_batches.push_back(loader.batch(b));
 
@@ -276,7 +279,7 @@ ProbeReport run_probe(nn::CausalLM& model, const RunConfig& config, const data::
     for (std::int64_t m : options.features) {
       spdlog::info("probe: layer {}/{}, m = {}", layer + 1, measured.size(), m);
       for (Estimator& e : estimators_for(shape, settings, *model.attention_kernels()[layer], m, config.seed,
-                                         calibration[layer])) {
+                                         calibration[layer], model.device())) {
         Accumulator acc(mc.n_heads);
         Accumulator& all = pooled.try_emplace({e.name, m}, mc.n_heads).first->second;
         std::vector<Tensor> exact_out;
