@@ -6,27 +6,27 @@ namespace dark {
 bool grad_enabled();
 void set_grad_enabled(bool enabled);
 
-class NoGradGuard {
+// Sets grad mode for a scope and restores the previous one.
+class GradModeGuard {
  public:
-  NoGradGuard() : previous_(grad_enabled()) { set_grad_enabled(false); }
-  ~NoGradGuard() { set_grad_enabled(previous_); }
-  NoGradGuard(const NoGradGuard&) = delete;
-  NoGradGuard& operator=(const NoGradGuard&) = delete;
+  explicit GradModeGuard(bool enabled) : previous_(grad_enabled()) { set_grad_enabled(enabled); }
+  ~GradModeGuard() { set_grad_enabled(previous_); }
+  GradModeGuard(const GradModeGuard&) = delete;
+  GradModeGuard& operator=(const GradModeGuard&) = delete;
 
  private:
   bool previous_;
 };
 
-// Records again inside a backward (activation checkpointing's recomputation).
-class EnableGradGuard {
+class NoGradGuard : public GradModeGuard {
  public:
-  EnableGradGuard() : previous_(grad_enabled()) { set_grad_enabled(true); }
-  ~EnableGradGuard() { set_grad_enabled(previous_); }
-  EnableGradGuard(const EnableGradGuard&) = delete;
-  EnableGradGuard& operator=(const EnableGradGuard&) = delete;
+  NoGradGuard() : GradModeGuard(false) {}
+};
 
- private:
-  bool previous_;
+// Records again inside a backward (activation checkpointing's recomputation).
+class EnableGradGuard : public GradModeGuard {
+ public:
+  EnableGradGuard() : GradModeGuard(true) {}
 };
 
 }  // namespace dark

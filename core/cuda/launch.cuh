@@ -13,9 +13,6 @@
 
 #include "core/bfloat16.h"
 #include "core/cuda/cuda_check.h"
-#if defined(DARK_CUDA_EMULATOR)
-#include "core/cuda/emulator/control.h"
-#endif
 #include "core/saturating_cast.h"
 
 namespace dark::cuda {
@@ -35,7 +32,6 @@ void launch(void (*kernel)(Params...), const LaunchShape& shape, Args&&... args)
   static_assert(sizeof...(Params) == sizeof...(Args), "launch: the argument count differs from the kernel's");
   std::tuple<std::decay_t<Params>...> values(std::forward<Args>(args)...);
 #if defined(DARK_CUDA_EMULATOR)
-  ::dark::cuda_emu::count_launch();
   const auto status = ::dark::cuda_emu::run_grid(reinterpret_cast<const void*>(kernel), ::dark::cuda_emu::as_dim3(shape.grid),
                                                  ::dark::cuda_emu::as_dim3(shape.block), shape.shared_bytes,
                                                  [&] { std::apply(kernel, values); });

@@ -1,6 +1,6 @@
 // What tests may ask of the CUDA emulator (libdarkformer_cuda_emulator.so): whether it is
-// the CUDA backend of this process, its capacity, and counters that let a test check how
-// the host drives the device (kernels launched, device-to-host copies). Exported from the
+// the CUDA backend of this process, its capacity, and how many device-to-host copies the
+// host has made (a test checks that a training step reads back once). Exported from the
 // library, whose other symbols are hidden.
 #pragma once
 #include <cstddef>
@@ -14,11 +14,7 @@ namespace dark::cuda_emu {
 DARK_EMULATOR_API bool active();
 DARK_EMULATOR_API void set_memory_capacity(std::size_t bytes);
 DARK_EMULATOR_API std::size_t memory_capacity();
-// Since the process started.
-DARK_EMULATOR_API std::uint64_t kernel_launches();
+// Device-to-host copies since the process started.
 DARK_EMULATOR_API std::uint64_t copies_to_host();
-DARK_EMULATOR_API std::uint64_t bytes_to_host();
-
-void count_launch();
 
 }  // namespace dark::cuda_emu

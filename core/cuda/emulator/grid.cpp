@@ -214,7 +214,6 @@ void run_block(Block& b, const std::function<void()>& body) {
 }  // namespace
 
 const ThreadContext& current() { return self().ctx; }
-bool inside_kernel() { return running_thread != nullptr; }
 
 void device_fault(const std::string& what) { throw Error(str("CUDA emulator: ", where(), ": ", what)); }
 

@@ -34,7 +34,6 @@ struct ThreadContext {
   int lane = 0, warp = 0;
 };
 DARK_EMULATOR_API const ThreadContext& current();
-DARK_EMULATOR_API bool inside_kernel();
 
 // The block barrier (__syncthreads).
 DARK_EMULATOR_API void sync_threads();

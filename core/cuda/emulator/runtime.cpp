@@ -24,9 +24,7 @@ constexpr int kDevices = 1;
 thread_local int current_device = 0;
 thread_local cudaError_t last_error = cudaSuccess;
 
-struct Counters {
-  std::uint64_t launches = 0, to_host_copies = 0, to_host_bytes = 0;
-} counters;
+std::uint64_t to_host_copies = 0;
 
 // 132 like an H100 / H200, or DARK_CUDA_EMULATOR_SMS (kernels that size their grids by the
 // multiprocessor count can so be tested with few, large work items).
@@ -64,10 +62,7 @@ struct Stream {};
 }  // namespace
 
 namespace dark::cuda_emu {
-std::uint64_t kernel_launches() { return counters.launches; }
-std::uint64_t copies_to_host() { return counters.to_host_copies; }
-std::uint64_t bytes_to_host() { return counters.to_host_bytes; }
-void count_launch() { ++counters.launches; }
+std::uint64_t copies_to_host() { return to_host_copies; }
 bool active() { return true; }
 void set_memory_capacity(std::size_t bytes) { set_device_capacity(bytes); }
 std::size_t memory_capacity() { return device_capacity(); }
@@ -152,7 +147,7 @@ cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cudaMemcpy
   if (!valid_kind(dst, src, kind)) return fail(cudaErrorInvalidMemcpyDirection);
   DeviceAccess access;
   std::memcpy(dst, src, bytes);
-  if (!is_device_pointer(dst) && is_device_pointer(src)) ++counters.to_host_copies, counters.to_host_bytes += bytes;
+  if (!is_device_pointer(dst) && is_device_pointer(src)) ++to_host_copies;
   return cudaSuccess;
 }
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind, cudaStream_t) {

@@ -27,7 +27,6 @@
 #define __shared__ static  // one block runs at a time: a function static is the block's memory
 #define __launch_bounds__(...)
 #define __align__(n) alignas(n)
-#define DARK_CUDA_EMULATED 1
 
 // Dynamic shared memory: `DARK_DYNAMIC_SHARED(float, smem);` declares `float* smem`.
 #define DARK_DYNAMIC_SHARED(TYPE, NAME) TYPE* NAME = static_cast<TYPE*>(::dark::cuda_emu::dynamic_shared_memory())
