@@ -495,6 +495,8 @@ BpeTokenizer::BpeTokenizer(BpeVocab vocab) : impl_(std::make_unique<Impl>()) {
 
 BpeTokenizer::~BpeTokenizer() = default;
 
+const BpeVocab& BpeTokenizer::vocab() const { return impl_->v; }
+
 std::vector<std::int32_t> BpeTokenizer::encode(std::string_view text) const {
   const Impl& m = *impl_;
   std::vector<std::int32_t> out;

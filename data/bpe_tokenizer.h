@@ -97,6 +97,9 @@ class BpeTokenizer final : public Tokenizer {
   const std::vector<unsigned char>& missing_bytes() const;
   // Id of a piece given in vocabulary form ("Ġthe"), -1 when absent.
   std::int32_t token_id(std::string_view piece) const;
+  // The data this tokenizer was built from (token_types filled in): enough to rebuild it
+  // with the same hash, or to write it in another format.
+  const BpeVocab& vocab() const;
 
   // Pre-tokenizer pieces of `text` (no special-token matching), as views into `text`.
   // Exposed for tests.
