@@ -120,6 +120,21 @@ void fsync_directory(const fs::path& dir) {
   if (rc != 0) detail::throw_io_error("fsync", dir, error, __FILE__, __LINE__);
 }
 
+// ---------------------------------------------------------------- scratch directories
+ScratchDirectory::ScratchDirectory(const std::string& purpose) {
+  std::error_code ec;
+  const fs::path base = fs::temp_directory_path(ec);
+  DARK_CHECK(!ec, "temp_directory_path: ", ec.message());
+  std::string pattern = (base / ("darkformer-" + purpose + "-XXXXXX")).string();
+  DARK_IO_CHECK(::mkdtemp(pattern.data()) != nullptr, "mkdtemp", fs::path(pattern));
+  path_ = pattern;
+}
+
+ScratchDirectory::~ScratchDirectory() {
+  std::error_code ignored;  // a destructor must not throw; a leftover folder in /tmp is harmless
+  fs::remove_all(path_, ignored);
+}
+
 // ---------------------------------------------------------------- memory maps
 MappedFile::MappedFile(const fs::path& path) : path_(path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);

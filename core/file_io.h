@@ -62,6 +62,20 @@ std::string read_file(const std::filesystem::path& path);
 // fsync on a directory: makes renames and creations inside it durable.
 void fsync_directory(const std::filesystem::path& dir);
 
+// A fresh directory under the system's temporary directory ($TMPDIR or /tmp), removed with
+// its contents when the object is destroyed. `purpose` becomes part of its name.
+class ScratchDirectory {
+ public:
+  explicit ScratchDirectory(const std::string& purpose);
+  ~ScratchDirectory();
+  ScratchDirectory(const ScratchDirectory&) = delete;
+  ScratchDirectory& operator=(const ScratchDirectory&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
 // A read-only private mapping of a whole file (empty files map to size 0, data nullptr).
 class MappedFile {
  public:

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
@@ -97,6 +98,17 @@ void publish(const fs::path& staged, const fs::path& final_path) {
   remove_tree(aside);
 }
 
+// A file name CheckpointData::files may use: plain, and none of the checkpoint's own.
+void check_extra_file_name(const std::string& label, const std::string& name) {
+  const bool plain = !name.empty() && name[0] != '.' &&
+                     std::all_of(name.begin(), name.end(), [](char c) {
+                       return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
+                     });
+  DARK_CHECK(plain, label, ": file name \"", name, "\" is not a plain file name");
+  for (const char* own : {kModelFile, kOptimizerFile, kAttentionFile, kStateFile})
+    DARK_CHECK(name != own, label, ": file name \"", name, "\" is the checkpoint's own");
+}
+
 json file_record(const fs::path& path) {
   std::error_code ec;
   const auto bytes = fs::file_size(path, ec);
@@ -183,6 +195,11 @@ fs::path save_checkpoint(const fs::path& run_dir, const CheckpointData& data, in
     save_safetensors(staged / kAttentionFile, data.attention);
     state["files"][kAttentionFile] = file_record(staged / kAttentionFile);
   }
+  for (const auto& [file, bytes] : data.files) {
+    check_extra_file_name("checkpoint " + name, file);
+    write_file_atomic(staged / file, bytes);
+    state["files"][file] = file_record(staged / file);
+  }
   std::string state_text;
   try {
     state_text = state.dump(2) + "\n";
@@ -227,9 +244,15 @@ CheckpointData load_checkpoint(const fs::path& checkpoint_dir) {
   // Map and verify every file before parsing any.
   std::vector<std::unique_ptr<MappedFile>> mapped;
   const bool has_attention = files.contains(kAttentionFile);
-  std::vector<const char*> names = {kModelFile, kOptimizerFile};
+  std::vector<std::string> names = {kModelFile, kOptimizerFile};
   if (has_attention) names.push_back(kAttentionFile);
-  for (const char* file : names) {
+  for (const auto& entry : files.items()) {
+    const std::string& file = entry.key();
+    if (std::find(names.begin(), names.end(), file) != names.end()) continue;
+    check_extra_file_name(label, file);
+    names.push_back(file);
+  }
+  for (const std::string& file : names) {
     const json& record = files.contains(file) ? files[file] : json();
     DARK_CHECK(record.is_object() && record.contains("sha256") && record["sha256"].is_string() &&
                    record.contains("bytes") && record["bytes"].is_number_unsigned(),
@@ -251,6 +274,9 @@ CheckpointData load_checkpoint(const fs::path& checkpoint_dir) {
       parse_safetensors(mapped[1]->data(), mapped[1]->size(), (dir / kOptimizerFile).string()).tensors;
   if (has_attention)
     out.attention = parse_safetensors(mapped[2]->data(), mapped[2]->size(), (dir / kAttentionFile).string()).tensors;
+  for (std::size_t i = has_attention ? 3 : 2; i < names.size(); ++i)
+    out.files[names[i]] = mapped[i]->size() ? std::string(reinterpret_cast<const char*>(mapped[i]->data()), mapped[i]->size())
+                                            : std::string();
   for (const char* key : kReservedKeys) state.erase(key);
   out.state = std::move(state);
   return out;

@@ -3,6 +3,7 @@
 //   optimizer.safetensors  optimizer state tensors by name ("exp_avg.<parameter name>", ...)
 //   attention.safetensors  only when non-empty: attention state that is not trained (the
 //                          variance-optimal proposal), "<layer prefix>.feature_map.<name>"
+//   <other files>          CheckpointData::files, e.g. the tokenizer (train/run_files.h)
 //   state.json             {"format": "darkformer-checkpoint", "format_version": 1, "step": N,
 //                           "files": {"<file>": {"bytes": B, "sha256": "<hex>"}, ...},
 //                           ...the trainer's own keys: resolved config, RNG, data position}
@@ -14,6 +15,7 @@
 #pragma once
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -30,6 +32,9 @@ struct CheckpointData {
   TensorMap model;                                  // parameters by hierarchical name
   TensorMap optimizer;                              // optimizer state by name
   TensorMap attention;                              // untrained attention state (may be empty)
+  // Other files stored beside the tensors, plain name -> bytes, sized and checksummed in
+  // state.json like them (names: letters, digits, '.', '_', '-'; not the names above).
+  std::map<std::string, std::string> files;
   nlohmann::json state = nlohmann::json::object();  // trainer state; may not use the keys
                                                     // format, format_version, step, files
 };

@@ -10,6 +10,7 @@
 #include <iostream>
 #include <limits>
 
+#include "data/text_data.h"
 #include "nn/generate.h"
 #include "train/args.h"
 #include "train/checkpoint.h"
@@ -18,6 +19,7 @@
 #include "train/mlp_demo.h"
 #include "train/model_builder.h"
 #include "train/probe.h"
+#include "train/run_files.h"
 #include "train/safetensors.h"
 #include "train/trainer.h"
 
@@ -32,25 +34,32 @@ const FlagSpec kCheckpoint{"--checkpoint", "PATH", "", "a checkpoint directory, 
 
 RunConfig config_from(const Args& a) { return load_config(a.require("--config"), a.all("--set")); }
 
-// A trained model ready for inference: its resolved config, weights and tokenizer.
+// A trained model ready for inference: its resolved config, weights and tokenizer, all from
+// the checkpoint (train/run_files.h), so that it works from any directory.
 struct LoadedRun {
   RunConfig config;
   std::unique_ptr<nn::CausalLM> model;
-  data::PreparedData data;
+  std::shared_ptr<const data::Tokenizer> tokenizer;
+  CheckpointData checkpoint;  // its state.json and files (the tensors are in the model)
   std::int64_t step = 0;
   fs::path checkpoint_dir;
+  std::string label;  // "checkpoint <dir>", for errors
 };
 
 // --set on a command that runs a trained model: only where it runs may change.
 const FlagSpec kDeviceSet{"--set", "training.device=DEVICE", "",
                           "run on cpu, cuda, cuda:N or auto (the checkpoint's other keys stay as trained)", true};
+const FlagSpec kData{"--data", "DIR", "", "prepared data folder to evaluate on (default: the one the run trained on)"};
+const FlagSpec kText{"--text", "FILE", "", "evaluate on this text file instead of prepared data"};
 
 LoadedRun load_run(const std::string& path, const std::vector<std::string>& overrides = {}) {
   const fs::path dir = find_checkpoint(path);
-  CheckpointData ck = load_checkpoint(dir);
   LoadedRun run;
+  run.checkpoint = load_checkpoint(dir);
+  CheckpointData& ck = run.checkpoint;
   run.step = ck.step;
   run.checkpoint_dir = dir;
+  run.label = "checkpoint " + dir.string();
   nlohmann::json config = ck.state.at("config");
   config["training"]["device"] = "cpu";  // where it trained does not matter here
   for (const std::string& o : overrides) {
@@ -59,12 +68,25 @@ LoadedRun load_run(const std::string& path, const std::vector<std::string>& over
     apply_override(config, o);
   }
   run.config = parse_config(config);
-  run.data = data::open_prepared(run.config.data.dir);
+  run.tokenizer = checkpoint_tokenizer(ck, run.config, run.label);
   run.model = build_model(run.config);
-  load_trained_state(*run.model, ck, run.config, "checkpoint " + dir.string());
+  load_trained_state(*run.model, ck, run.config, run.label);
+  ck.model.clear(), ck.optimizer.clear(), ck.attention.clear();  // now in the model, or not needed
   run.model->to(resolve_device(run.config.training.device));
   run.model->train(false);
   return run;
+}
+
+// The data eval and probe read: --text FILE, else prepared data by the rule of run_files.h.
+// `text` keeps the scratch shard of --text alive.
+data::PreparedData run_data(const LoadedRun& run, const Args& a, data::TextData& text) {
+  DARK_CHECK(!(a.has("--text") && a.has("--data")), "--text and --data exclude each other");
+  if (!a.has("--text")) return checkpoint_data(run.checkpoint, run.config, *run.tokenizer, a.get("--data"), run.label);
+  text = data::text_as_data(a.get("--text"), run.tokenizer);
+  const std::int64_t needed = run.config.data.seq_len + 1;
+  DARK_CHECK(text.data.val_tokens >= needed, "--text ", a.get("--text"), ": ", text.data.val_tokens,
+             " tokens, fewer than one window of data.seq_len + 1 = ", needed);
+  return text.data;
 }
 
 }  // namespace
@@ -96,17 +118,25 @@ int train_command(const CommandArgs& args) {
 }
 
 int eval_command(const CommandArgs& args) {
-  const std::vector<FlagSpec> specs = {kCheckpoint, {"--batches", "N", "0", "validation batches (0 = the config's data.val_windows)"}, kDeviceSet, kHelpFlag};
-  if (print_help_if_asked(args, "usage: darkformer eval --checkpoint PATH [--batches N] [--set training.device=cuda]\n"
-                       "Validation loss, perplexity and next-token accuracy of a checkpoint.", specs))
+  const std::vector<FlagSpec> specs = {kCheckpoint, {"--batches", "N", "0", "validation batches (0 = all of them)"},
+                                       kData, kText, kDeviceSet, kHelpFlag};
+  if (print_help_if_asked(args, "usage: darkformer eval --checkpoint PATH [--data DIR | --text FILE] [--batches N] "
+                       "[--set training.device=cuda]\n"
+                       "Validation loss, perplexity and next-token accuracy of a checkpoint: on the validation split of\n"
+                       "the data it trained on (data.val_windows windows), of --data DIR, or on every window of a text file.",
+                       specs))
     return 0;
   Args a(args, specs);
   LoadedRun run = load_run(a.require("--checkpoint"), a.all("--set"));
-  const data::ValidationSet val(run.data.open_shard(data::Split::val), run.config.training.batch_size,
-                                run.config.data.seq_len, run.config.data.val_windows, run.model->device());
+  data::TextData text;
+  const data::PreparedData d = run_data(run, a, text);
+  const std::int64_t windows = a.has("--text") ? 0 : run.config.data.val_windows;  // 0: every window
+  const data::ValidationSet val(d.open_shard(data::Split::val), run.config.training.batch_size, run.config.data.seq_len,
+                                windows, run.model->device());
   const EvalMetrics m = evaluate(*run.model, val, a.integer("--batches", 0));
-  std::printf("step %lld | val loss %.4f | perplexity %.2f | next-token accuracy %.4f | %lld tokens\n",
-              static_cast<long long>(run.step), m.loss, m.perplexity, m.accuracy, static_cast<long long>(m.tokens));
+  std::printf("step %lld | val loss %.4f | perplexity %.2f | next-token accuracy %.4f | %lld tokens%s%s\n",
+              static_cast<long long>(run.step), m.loss, m.perplexity, m.accuracy, static_cast<long long>(m.tokens),
+              a.has("--text") ? " of " : "", a.has("--text") ? a.get("--text").c_str() : "");
   return 0;
 }
 
@@ -130,10 +160,10 @@ int generate_command(const CommandArgs& args) {
   g.context = run.config.data.seq_len;
   DARK_CHECK(g.temperature >= 0, "generate: --temperature must be >= 0, got ", g.temperature);
   const std::string prompt = a.require("--prompt");
-  std::vector<std::int32_t> ids = run.data.tokenizer->encode(prompt);
-  if (ids.empty()) ids.push_back(run.data.tokenizer->eos_id());
+  std::vector<std::int32_t> ids = run.tokenizer->encode(prompt);
+  if (ids.empty()) ids.push_back(run.tokenizer->eos_id());
   std::cout << prompt << std::flush;
-  nn::generate(*run.model, ids, g, [&](std::int32_t id) { std::cout << run.data.tokenizer->decode(std::vector<std::int32_t>{id}) << std::flush; });
+  nn::generate(*run.model, ids, g, [&](std::int32_t id) { std::cout << run.tokenizer->decode(std::vector<std::int32_t>{id}) << std::flush; });
   std::cout << std::endl;
   return 0;
 }
@@ -165,6 +195,8 @@ int probe_command(const CommandArgs& args) {
       {"--redraws", "N", "8", "feature draws per (layer, m)"},
       {"--calibration-batches", "N", "2", "training batches for the whiten initialisation"},
       {"--json", "PATH", "", "write the full report (per layer and head) here; default <checkpoint>/probe.json"},
+      kData,
+      {"--text", "FILE", "", "measure and calibrate on windows of this text file instead of prepared data"},
       kDeviceSet,
       kHelpFlag};
   if (print_help_if_asked(args, "usage: darkformer probe --checkpoint PATH [--batches N] [--features 16,32,64,128,256]\n"
@@ -180,7 +212,8 @@ int probe_command(const CommandArgs& args) {
   o.calibration_batches = a.integer("--calibration-batches", 1);
   const std::string where = a.require("--checkpoint");
   LoadedRun run = load_run(where, a.all("--set"));
-  const ProbeReport report = run_probe(*run.model, run.config, run.data, o);
+  data::TextData text;
+  const ProbeReport report = run_probe(*run.model, run.config, run_data(run, a, text), o);
   std::printf("probe of %s (step %lld): per-token relative errors |out - ref| / |ref|\n"
               "mc = against the same kernel evaluated exactly; swap = against the layer's softmax attention\n\n%s",
               where.c_str(), static_cast<long long>(run.step), report.table().c_str());
@@ -222,8 +255,8 @@ int export_hf_command(const CommandArgs& args) {
       {"tie_word_embeddings", c.model.tie_embeddings},
       {"attention_bias", false},
       {"mlp_bias", false},
-      {"bos_token_id", run.data.tokenizer->bos_id()},
-      {"eos_token_id", run.data.tokenizer->eos_id()},
+      {"bos_token_id", run.tokenizer->bos_id()},
+      {"eos_token_id", run.tokenizer->eos_id()},
       {"torch_dtype", "float32"}};
   write_file_atomic(out / "config.json", hf.dump(2) + "\n");
   TensorMap tensors;

@@ -12,6 +12,7 @@
 #include "nn/optim.h"
 #include "train/checkpoint.h"
 #include "train/gguf_import.h"
+#include "train/run_files.h"
 
 namespace dark::train {
 namespace fs = std::filesystem;
@@ -32,6 +33,7 @@ InitSource load_checkpoint_source(const std::string& path) {
   source.model = trained.model;
   source.parameters = std::move(ck.model);
   source.data_dir = trained.data.dir;
+  source.tokenizer_hash = checkpoint_tokenizer_hash(ck);
   return source;
 }
 

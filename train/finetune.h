@@ -30,6 +30,7 @@ struct InitSource {
   nn::ModelConfig model;         // the architecture keys (vocab_size, d_model, ..., tie_embeddings)
   std::map<std::string, Tensor> parameters;  // by our parameter names, float32 on the CPU
   std::string data_dir;      // our checkpoints: the data folder it was trained on ("" for GGUF)
+  std::string tokenizer_hash;  // our checkpoints: the tokenizer it was trained with ("" if unrecorded)
 };
 
 // Reads a .gguf model (llama architecture) or a checkpoint / run folder of ours.

@@ -11,6 +11,7 @@
 #include "train/device.h"
 #include "train/finetune.h"
 #include "train/model_builder.h"
+#include "train/run_files.h"
 
 namespace dark::train {
 namespace fs = std::filesystem;
@@ -25,12 +26,15 @@ void check_source_tokenizer(const InitSource& source, const RunConfig& config, c
                source.path, ") reads the ids of its own tokenizer: use \"gguf\" (the default with a .gguf init_from)");
     return;
   }
-  if (!fs::exists(fs::path(source.data_dir) / "meta.json")) {
-    spdlog::warn("init_from: {} was trained on {}, which no longer exists; cannot check that the tokenizers agree",
-                 source.description, source.data_dir);
-    return;
+  std::string theirs = source.tokenizer_hash;  // recorded in the checkpoint
+  if (theirs.empty()) {  // an older checkpoint: ask its data folder
+    if (!fs::exists(fs::path(source.data_dir) / "meta.json")) {
+      spdlog::warn("init_from: {} was trained on {}, which no longer exists; cannot check that the tokenizers agree",
+                   source.description, source.data_dir);
+      return;
+    }
+    theirs = data::open_prepared(source.data_dir).tokenizer->hash();
   }
-  const std::string theirs = data::open_prepared(source.data_dir).tokenizer->hash();
   DARK_CHECK(theirs == data.tokenizer->hash(), "init_from: ", source.description, " was trained with tokenizer ", theirs,
              " (", source.data_dir, "), this run's data uses ", data.tokenizer->hash(), " (", config.data.dir,
              "): the token ids would not mean the same");
@@ -296,6 +300,7 @@ void save_run(TrainingRun& run) {
   ck.model = parameters_on_cpu(*run.model);
   ck.attention = attention_state_map(*run.model);
   ck.state = trainer_state(run);
+  record_run_files(ck, *run.data.tokenizer, run.data.dir);  // usable without the data folder
   const fs::path where = save_checkpoint(run.dir, ck, run.config.training.keep_checkpoints);
   spdlog::info("checkpoint {}", where.string());
 }

@@ -1,0 +1,85 @@
+// Tokenizers saved as single files and rebuilt from them (see tokenizer_file.h).
+#include "data/tokenizer_file.h"
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "data/bpe_tokenizer.h"
+#include "data/sentencepiece_tokenizer.h"
+
+namespace dark::data {
+namespace {
+
+constexpr const char* kBpeFormat = "darkformer-bpe-tokenizer";
+constexpr int kBpeFormatVersion = 1;
+
+std::string bpe_file_bytes(const BpeVocab& v) {
+  const nlohmann::json j = {{"format", kBpeFormat},  {"format_version", kBpeFormatVersion},
+                            {"pre", v.pre},          {"tokens", v.tokens},
+                            {"token_types", v.token_types}, {"merges", v.merges},
+                            {"bos_id", v.bos_id},    {"eos_id", v.eos_id},
+                            {"unk_id", v.unk_id},    {"pad_id", v.pad_id},
+                            {"add_bos", v.add_bos}};
+  return j.dump() + "\n";
+}
+
+template <class T>
+T field(const nlohmann::json& j, const char* key, const std::string& origin) {
+  DARK_CHECK(j.contains(key), origin, ": \"", key, "\" is missing");
+  try {
+    return j.at(key).get<T>();
+  } catch (const nlohmann::json::exception&) {
+    throw Error(str(origin, ": \"", key, "\" has the wrong type (", j.at(key).type_name(), ")"));
+  }
+}
+
+std::unique_ptr<Tokenizer> bpe_from_file(const std::string& bytes, const std::string& origin) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(bytes);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw Error(str(origin, ": not valid JSON: ", e.what()));
+  }
+  DARK_CHECK(j.is_object() && j.value("format", "") == kBpeFormat, origin, ": not a ", kBpeFormat, " file");
+  DARK_CHECK(j.value("format_version", -1) == kBpeFormatVersion, origin, ": format version ",
+             j.value("format_version", nlohmann::json()).dump(), " is not supported (this build reads version ",
+             kBpeFormatVersion, ")");
+  BpeVocab v;
+  v.pre = field<std::string>(j, "pre", origin);
+  v.tokens = field<std::vector<std::string>>(j, "tokens", origin);
+  v.token_types = field<std::vector<std::int32_t>>(j, "token_types", origin);
+  v.merges = field<std::vector<std::string>>(j, "merges", origin);
+  v.bos_id = field<std::int32_t>(j, "bos_id", origin);
+  v.eos_id = field<std::int32_t>(j, "eos_id", origin);
+  v.unk_id = field<std::int32_t>(j, "unk_id", origin);
+  v.pad_id = field<std::int32_t>(j, "pad_id", origin);
+  v.add_bos = field<bool>(j, "add_bos", origin);
+  try {
+    return std::make_unique<BpeTokenizer>(std::move(v));
+  } catch (const Error& e) {
+    throw Error(str(origin, ": ", e.what()));
+  }
+}
+
+}  // namespace
+
+std::optional<TokenizerFile> tokenizer_file(const Tokenizer& tokenizer) {
+  if (const auto* sp = dynamic_cast<const SentencePieceTokenizer*>(&tokenizer))
+    return TokenizerFile{"tokenizer.model", sp->model_bytes()};
+  if (const auto* bpe = dynamic_cast<const BpeTokenizer*>(&tokenizer))
+    return TokenizerFile{"tokenizer.bpe.json", bpe_file_bytes(bpe->vocab())};
+  DARK_CHECK(dynamic_cast<const ByteTokenizer*>(&tokenizer) != nullptr, "tokenizer: cannot save a ", tokenizer.kind(),
+             " tokenizer to a file");
+  return std::nullopt;
+}
+
+std::unique_ptr<Tokenizer> tokenizer_from_file(const std::string& kind, std::string bytes, const std::string& origin) {
+  switch (parse_enum<TokenizerKind>(kind, origin + ": tokenizer kind")) {
+    case TokenizerKind::byte: return std::make_unique<ByteTokenizer>();
+    case TokenizerKind::sentencepiece: return SentencePieceTokenizer::from_model_bytes(std::move(bytes), origin);
+    case TokenizerKind::gguf: return bpe_from_file(bytes, origin);
+  }
+  throw Error(str(origin, ": unknown tokenizer kind"));
+}
+
+}  // namespace dark::data
