@@ -1,7 +1,8 @@
 // Preemption-safe stops (train/stop_signal.h):
 //  - the first SIGTERM or SIGINT is a request, a repeat within a second is the same request,
 //    a later one ends the process at once; a signal the process was started ignoring stays
-//    ignored (forked children, so that the default action can be seen);
+//    ignored; the mask and handlers are restored (forked children, so that the default
+//    action can be seen);
 //  - `darkformer train` sent SIGTERM in the middle of a run finishes its step, checkpoints it,
 //    says so and exits 75; --resume then reproduces the uninterrupted run bit for bit (every
 //    metrics line and the final weights and optimizer state, byte for byte).
@@ -34,16 +35,26 @@ int in_child(Body body) {
   return status;
 }
 
+// Sends `sig` to this process (as kill(1) does) and waits up to a second for the watcher to
+// record a signal.
+bool send_and_wait(int sig) {
+  ::kill(::getpid(), sig);
+  for (int i = 0; i < 200 && StopSignals::received() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  return StopSignals::received() != 0;
+}
+
 TEST(StopSignals, TheFirstSignalIsARequestAndALaterOneEndsTheProcess) {
   const int status = in_child([] {
+    ::signal(SIGINT, SIG_DFL);  // a background job of a script starts with SIGINT ignored
     const StopSignals signals;
     if (StopSignals::received() != 0) return 10;
-    ::raise(SIGTERM);
-    if (StopSignals::received() != SIGTERM) return 11;
-    ::raise(SIGINT);  // within the second: the same request (a scheduler and a sweep both sent it)
+    if (!send_and_wait(SIGTERM) || StopSignals::received() != SIGTERM) return 11;
+    ::kill(::getpid(), SIGINT);  // within the second: the same request (a scheduler and a sweep both sent it)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
     if (StopSignals::received() != SIGTERM) return 12;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1200));
-    ::raise(SIGINT);  // a second request: the default action
+    std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+    ::kill(::getpid(), SIGINT);  // a second request: the default action
+    std::this_thread::sleep_for(std::chrono::milliseconds(2000));
     return 0;
   });
   ASSERT_TRUE(WIFSIGNALED(status)) << "the child exited with " << WEXITSTATUS(status);
@@ -55,14 +66,16 @@ TEST(StopSignals, AnIgnoredSignalStaysIgnoredAndHandlersAreRestored) {
     ::signal(SIGINT, SIG_IGN);
     {
       const StopSignals signals;
-      ::raise(SIGINT);
-      if (StopSignals::received() != 0) return 10;
+      if (send_and_wait(SIGINT)) return 10;
     }
     struct sigaction now {};
     ::sigaction(SIGTERM, nullptr, &now);
     if (now.sa_handler != SIG_DFL) return 11;
     ::sigaction(SIGINT, nullptr, &now);
     if (now.sa_handler != SIG_IGN) return 12;
+    sigset_t mask;
+    ::pthread_sigmask(SIG_SETMASK, nullptr, &mask);
+    if (sigismember(&mask, SIGTERM)) return 13;
     return 0;
   });
   ASSERT_TRUE(WIFEXITED(status));

@@ -268,6 +268,9 @@ pid_t spawn(const std::vector<std::string>& argv, const fs::path& log, const std
   const pid_t pid = ::fork();
   if (pid == 0) {
     ::setpgid(0, 0);
+    sigset_t none;  // the sweep blocks SIGTERM and SIGINT (StopSignals); exec would keep them blocked
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
     // The sweep may have died before prctl: then no signal would ever come.
     if (::prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || ::getppid() != parent) ::_exit(127);
     ::dup2(in, STDIN_FILENO);
