@@ -1,15 +1,22 @@
 // `darkformer sweep` and `darkformer report` end to end on a tiny model: a 2x2 grid (attention
 // kind x learning rate) whose huge-lr points diverge and stop early while the others finish;
 // re-running skips finished points and resumes an interrupted one from its checkpoint; the
-// report's tables come from the summary. Also: point names and sweep-file errors.
+// report's tables come from the summary. Also: point names and sweep-file errors. A sweep
+// stopped by SIGTERM records its points as interrupted and exits 75; a sweep killed with
+// SIGKILL leaves no point running (each saves its step and exits), and re-runs resume every
+// point to the losses of an uninterrupted run, no metrics line written twice.
 #include <gtest/gtest.h>
+
+#include <sys/prctl.h>
 
 #include <fstream>
 
+#include "child_process.h"
 #include "test_util.h"
 #include "train/checkpoint.h"
 #include "train/report.h"
 #include "train/stability.h"
+#include "train/stop_signal.h"
 #include "train/sweep.h"
 #include "train_test_util.h"
 
@@ -158,6 +165,100 @@ TEST(Sweep, ALauncherTrainsEachPointOnSeveralRanks) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("launcher: expected a command"), std::string::npos) << e.what();
   }
+}
+
+// Two points of 150 steps (checkpoints every 20) that a test can catch running.
+fs::path write_long_sweep(const TempDir& tmp) {
+  json base = tiny_config(tmp, "unused", 150);
+  base.erase("output");
+  base["training"].update({{"generate_tokens", 0}, {"checkpoint_interval", 20}, {"eval_interval", 50}});
+  dark::testing::write_text(tmp / "base.json", base.dump(2));
+  const json sweep = {{"base", "../base.json"}, {"axes", {{"optimizer.lr", {0.01, 0.02}}}}, {"output", tmp / "out"}};
+  dark::testing::write_text(tmp / "sweeps/long.json", sweep.dump(2));
+  return tmp.path() / "sweeps/long.json";
+}
+
+// Every point finished with its steps logged once each, in order.
+void expect_points_complete(const TempDir& tmp, const json& summary) {
+  for (const json& row : summary["points"]) {
+    const fs::path dir = row["dir"].get<std::string>();
+    EXPECT_EQ(row["status"], "done") << read(dir / "train.log");
+    std::vector<std::int64_t> want(150);
+    for (int i = 0; i < 150; ++i) want[i] = i + 1;
+    EXPECT_EQ(dark::testing::logged_steps(dir), want) << row["name"];
+  }
+  EXPECT_EQ(dark::testing::read_all(tmp / "out/.lock"), "");
+}
+
+TEST(Sweep, ASigtermStopsThePointsRecordsThemAndARerunResumesThem) {
+  TempDir tmp;
+  const fs::path file = write_long_sweep(tmp);
+  const std::vector<std::string> sweep = {DARKFORMER_EXE, "sweep", "--config", file.string(), "--jobs", "1"};
+  const pid_t pid = dark::testing::start_child(sweep, tmp / "sweep.log");
+  ASSERT_TRUE(dark::testing::wait_for_steps(tmp / "out/lr0.01", 5)) << read(tmp / "sweep.log");
+  ::kill(pid, SIGTERM);
+  ASSERT_EQ(dark::testing::wait_child(pid, std::chrono::seconds(60)), kStoppedBySignal) << read(tmp / "sweep.log");
+  const json summary = json::parse(read(tmp / "out/summary.json"));
+  EXPECT_EQ(summary["stopped_by_signal"], "SIGTERM");
+  EXPECT_EQ(summary["points"][0]["status"], "interrupted") << read(tmp / "out/lr0.01/train.log");
+  EXPECT_EQ(summary["points"][1]["status"], "not run");
+  EXPECT_EQ(json::parse(read(tmp / "out/lr0.01/status.json"))["exit_code"], kStoppedBySignal);
+  const std::int64_t at = dark::testing::logged_steps(tmp.path() / "out/lr0.01").back();
+  ASSERT_LT(at, 150);
+  EXPECT_TRUE(fs::exists(tmp.path() / "out/lr0.01/checkpoints" / checkpoint_name(at)));
+  EXPECT_NE(read(tmp / "out/sweep.log").find("sweep stopped by signal: 0 done, 0 diverged, 0 failed, 1 interrupted, 1 not run"),
+            std::string::npos)
+      << read(tmp / "out/sweep.log");
+
+  ASSERT_EQ(dark::testing::run_child({DARKFORMER_EXE, "sweep", "--config", file.string(), "--jobs", "2"}, tmp / "again.log"), 0)
+      << read(tmp / "again.log");
+  EXPECT_NE(read(tmp / "out/lr0.01/train.log").find("==== sweep: resuming from " + checkpoint_name(at)), std::string::npos);
+  expect_points_complete(tmp, json::parse(read(tmp / "out/summary.json")));
+}
+
+TEST(Sweep, AKilledSweepLeavesNoPointRunningAndARerunResumesEveryPoint) {
+  TempDir tmp;
+  const fs::path file = write_long_sweep(tmp);
+  // Orphans are re-parented to this process, which can then see how they ended.
+  ASSERT_EQ(::prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+  const std::vector<std::string> sweep = {DARKFORMER_EXE, "sweep", "--config", file.string(), "--jobs", "2"};
+  const pid_t pid = dark::testing::start_child(sweep, tmp / "sweep.log");
+  for (const char* point : {"lr0.01", "lr0.02"})
+    ASSERT_TRUE(dark::testing::wait_for_steps(tmp.path() / "out" / point, 5)) << read(tmp / "sweep.log");
+  const std::vector<pid_t> points = dark::testing::children_of(pid);
+  ASSERT_EQ(points.size(), 2u);
+  for (const pid_t point : points) {
+    // Under the program's real path, as ps and top show it.
+    const std::vector<std::string> words = dark::testing::command_line(point);
+    ASSERT_GE(words.size(), 2u);
+    EXPECT_EQ(words[0], fs::canonical(DARKFORMER_EXE).string());
+    EXPECT_EQ(words[1], "train");
+  }
+  ::kill(pid, SIGKILL);
+  ASSERT_EQ(dark::testing::wait_child(pid, std::chrono::seconds(30)), 128 + SIGKILL);
+  for (const pid_t point : points) {
+    // The parent-death signal: each point saves its step and ends (75) instead of living on.
+    EXPECT_EQ(dark::testing::wait_child(point, std::chrono::seconds(60)), kStoppedBySignal) << "point process " << point;
+    EXPECT_NE(::kill(point, 0), 0) << "point process " << point << " survived the sweep";
+  }
+  ASSERT_EQ(::prctl(PR_SET_CHILD_SUBREAPER, 0), 0);
+
+  ASSERT_EQ(dark::testing::run_child(sweep, tmp / "again.log"), 0) << read(tmp / "again.log");
+  EXPECT_NE(read(tmp / "again.log").find("sweep folder " + (tmp / "out") + ": taking over the lock left by process " +
+                                         std::to_string(pid)),
+            std::string::npos)
+      << read(tmp / "again.log");
+  const json summary = json::parse(read(tmp / "out/summary.json"));
+  expect_points_complete(tmp, summary);
+  // The point trained in two pieces has the losses of one trained at once.
+  const fs::path point = tmp.path() / "out/lr0.01";
+  EXPECT_NE(read(point / "train.log").find("==== sweep: resuming from step_"), std::string::npos);
+  ASSERT_EQ(dark::testing::run_child({DARKFORMER_EXE, "train", "--config", (point / "point_config.json").string(), "--set",
+                                      "output.dir=" + (tmp / "whole")},
+                                     tmp / "whole.log"),
+            0)
+      << read(tmp / "whole.log");
+  EXPECT_EQ(losses(point), losses(tmp.path() / "whole"));
 }
 
 }  // namespace

@@ -21,6 +21,7 @@
 #include "train/probe.h"
 #include "train/run_files.h"
 #include "train/safetensors.h"
+#include "train/stop_signal.h"
 #include "train/trainer.h"
 
 namespace dark::train {
@@ -108,13 +109,14 @@ int prepare_data_command(const CommandArgs& args) {
 int train_command(const CommandArgs& args) {
   const std::vector<FlagSpec> specs = {kConfig, kSet, {"--resume", "", "", "continue the run folder's latest checkpoint"}, kHelpFlag};
   if (print_help_if_asked(args, "usage: darkformer train --config FILE [--set KEY=VALUE ...] [--resume]\n"
-                       "Trains a model; see README.md for the run folder and every config key.", specs))
+                       "Trains a model; see README.md for the run folder and every config key.\n"
+                       "SIGTERM or SIGINT: finish the step, checkpoint it, exit with code 75 (continue with --resume);\n"
+                       "a second signal ends it at once. Exit codes: 0 done, 1 error, 75 stopped by a signal, 128+N killed by signal N.", specs))
     return 0;
   Args a(args, specs);
   TrainOptions options;
   options.resume = a.has("--resume");
-  train(config_from(a), options);
-  return 0;
+  return train(config_from(a), options).stopped_by_signal ? kStoppedBySignal : 0;
 }
 
 int eval_command(const CommandArgs& args) {

@@ -32,6 +32,9 @@ commands:
 options:
   --help        show this message
   --version     print the version and the backends this build has
+
+exit codes: 0 done, 1 error, 2 unknown command, 75 train or sweep stopped by SIGTERM/SIGINT after
+saving its state (continue with --resume; re-run the sweep), 128+N killed by signal N.
 )";
 
 int usage_error(const std::string& message) {

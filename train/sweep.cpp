@@ -3,7 +3,8 @@
 #include "train/sweep.h"
 
 #include <fcntl.h>
-#include <spawn.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -27,7 +28,9 @@
 #include "train/checkpoint.h"
 #include "train/config.h"
 #include "train/progress.h"
+#include "train/run_lock.h"
 #include "train/stability.h"
+#include "train/stop_signal.h"
 
 extern char** environ;
 
@@ -229,23 +232,70 @@ std::vector<std::string> last_lines(const fs::path& path, std::size_t count) {
   return lines;
 }
 
-// Starts `argv` with stdout and stderr appended to `log`; returns its pid.
+// `program` as execve needs it: a name without a slash ("mpirun") is looked up on PATH.
+std::string program_path(const std::string& program) {
+  if (program.find('/') != std::string::npos) return program;
+  const char* path = std::getenv("PATH");
+  std::istringstream dirs(path ? path : "/usr/local/bin:/usr/bin:/bin");
+  for (std::string dir; std::getline(dirs, dir, ':');) {
+    const fs::path candidate = fs::path(dir.empty() ? "." : dir) / program;
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate.string();
+  }
+  throw Error(str("sweep: cannot start ", program, ": not found on PATH"));
+}
+
+// Starts `argv` with stdout and stderr appended to `log`; returns its pid. The child ends
+// with the sweep however the sweep ends: it gets SIGTERM when the sweep dies
+// (PR_SET_PDEATHSIG; a training point then saves its step and exits, a launcher passes it
+// to its ranks). It runs in a process group of its own, so a terminal's Ctrl-C reaches it
+// once, forwarded by the sweep, not also directly. fork + exec rather than posix_spawn: the
+// child has to set these itself; between fork and exec it only makes async-signal-safe calls.
 pid_t spawn(const std::vector<std::string>& argv, const fs::path& log, const std::vector<std::string>& env) {
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+  const std::string program = program_path(argv[0]);
   std::vector<char*> args, envp;
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   for (const std::string& e : env) envp.push_back(const_cast<char*>(e.c_str()));
   envp.push_back(nullptr);
-  pid_t pid = 0;
-  // posix_spawnp: a launcher ("mpirun") is found on PATH.
-  const int rc = posix_spawnp(&pid, argv[0].c_str(), &actions, nullptr, args.data(), envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  DARK_CHECK(rc == 0, "sweep: cannot start ", argv[0], ": ", std::strerror(rc));
+  const int in = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  DARK_IO_CHECK(in >= 0, "open", "/dev/null");
+  const int out = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (out < 0) ::close(in);
+  DARK_IO_CHECK(out >= 0, "open", log);
+  int report[2];  // the child writes errno here when exec fails; closed on exec otherwise
+  DARK_CHECK(::pipe2(report, O_CLOEXEC) == 0, "sweep: pipe2: ", std::strerror(errno));
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    sigset_t none;  // the sweep blocks SIGTERM and SIGINT (StopSignals); exec would keep them blocked
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    // The sweep may have died before prctl: then no signal would ever come.
+    if (::prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || ::getppid() != parent) ::_exit(127);
+    ::dup2(in, STDIN_FILENO);
+    ::dup2(out, STDOUT_FILENO);
+    ::dup2(out, STDERR_FILENO);
+    ::execve(program.c_str(), args.data(), envp.data());
+    const int error = errno;
+    (void)!::write(report[1], &error, sizeof error);
+    ::_exit(127);
+  }
+  const int fork_error = errno;
+  ::close(in), ::close(out), ::close(report[1]);
+  if (pid < 0) {
+    ::close(report[0]);
+    throw Error(str("sweep: cannot start ", argv[0], ": fork: ", std::strerror(fork_error)));
+  }
+  int exec_error = 0;
+  ssize_t n;
+  while ((n = ::read(report[0], &exec_error, sizeof exec_error)) < 0 && errno == EINTR) {
+  }
+  ::close(report[0]);
+  if (n == static_cast<ssize_t>(sizeof exec_error)) {
+    ::waitpid(pid, nullptr, 0);
+    throw Error(str("sweep: cannot start ", program, ": ", std::strerror(exec_error)));
+  }
   return pid;
 }
 
@@ -287,8 +337,10 @@ StabilityReport point_stability(const SweepPoint& point) {
 
 // A diverged run may still exit 0 (stability.stop_on_divergence) or not
 // (training.max_consecutive_skips); either way it is a result of the sweep, not a failure.
-std::string point_status(const StabilityReport& s, int exit_code) {
-  return s.diverged ? "diverged" : exit_code == 0 ? "done" : "failed";
+// An interrupted one was stopped by a signal (it saved its step and exited with
+// kStoppedBySignal, or ended after the sweep passed a signal on to it) and resumes on a re-run.
+std::string point_status(const StabilityReport& s, int exit_code, bool interrupted) {
+  return s.diverged ? "diverged" : exit_code == 0 ? "done" : interrupted || exit_code == kStoppedBySignal ? "interrupted" : "failed";
 }
 
 json summary_row(const SweepPoint& point, const json& status) {
@@ -303,9 +355,10 @@ json summary_row(const SweepPoint& point, const json& status) {
           {"values", values},
           // Re-derived from the metrics with the current rules, so a summary never keeps a label
           // an older rule gave.
-          {"status", !has_status                         ? "not run"
-                     : status.value("exit_code", json()).is_number_integer() ? point_status(s, status["exit_code"].get<int>())
-                                                                             : status.value("status", "failed")},
+          {"status", !has_status ? "not run"
+                     : status.value("exit_code", json()).is_number_integer()
+                         ? point_status(s, status["exit_code"].get<int>(), status.value("status", "") == "interrupted")
+                         : status.value("status", "failed")},
           {"exit_code", has_status ? status.value("exit_code", json(nullptr)) : json(nullptr)},
           {"wall_s", has_status ? status.value("wall_s", json(nullptr)) : json(nullptr)},
           {"steps", s.steps},
@@ -378,18 +431,37 @@ class SweepLog {
   std::ofstream out_;
 };
 
+// Waits until one of `children` (pid -> the signal already passed on to it, 0 for none) ends;
+// returns its pid and wait status. A stop signal the sweep receives meanwhile is passed on to
+// every child, once.
+std::pair<pid_t, int> wait_any(std::map<pid_t, int>& children) {
+  for (;;) {
+    if (const int sig = StopSignals::received()) {
+      for (auto& [pid, sent] : children)
+        if (!sent) ::kill(pid, sig), sent = sig;
+    }
+    int status = 0;
+    const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    DARK_CHECK(pid >= 0 || errno == EINTR, "sweep: waitpid: ", std::strerror(errno));
+    if (pid > 0 && children.contains(pid)) return {pid, status};
+    if (pid <= 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polled: a signal never waits on a blocked call
+  }
+}
+
 // Runs `darkformer prepare-data` once per distinct data folder, before the points: children
-// running at once must not build the same token shards side by side.
-void prepare_data(const SweepPlan& plan, const SweepOptions& options, const std::vector<std::string>& env, SweepLog& log) {
+// running at once must not build the same token shards side by side. False when a stop
+// signal came first.
+bool prepare_data(const SweepPlan& plan, const std::string& executable, const std::vector<std::string>& env, SweepLog& log) {
   std::set<std::string> done;
   for (const SweepPoint& p : plan.points) {
     if (!done.insert(parse_config(p.config).data.dir).second) continue;
     fs::create_directories(p.dir);
     write_file_atomic(p.dir / "point_config.json", p.config.dump(2) + "\n");
     const fs::path log_path = plan.dir / "prepare-data.log";
-    int status = 0;
-    const pid_t pid = spawn({options.executable, "prepare-data", "--config", (p.dir / "point_config.json").string()}, log_path, env);
-    DARK_CHECK(::waitpid(pid, &status, 0) == pid, "sweep: waitpid: ", std::strerror(errno));
+    const pid_t pid = spawn({executable, "prepare-data", "--config", (p.dir / "point_config.json").string()}, log_path, env);
+    std::map<pid_t, int> children = {{pid, 0}};
+    const int status = wait_any(children).second;
+    if (StopSignals::received()) return false;
     if (exit_code_of(status) != 0) {
       std::string tail;
       for (const std::string& l : last_lines(log_path, 5)) tail += "\n  " + l;
@@ -398,6 +470,7 @@ void prepare_data(const SweepPlan& plan, const SweepOptions& options, const std:
     }
     log.line(str("data ready: ", parse_config(p.config).data.dir));
   }
+  return true;
 }
 
 }  // namespace
@@ -419,14 +492,15 @@ std::string describe_plan(const SweepPlan& plan) {
 }
 
 json run_sweep(const SweepPlan& plan, const SweepOptions& options) {
-  fs::create_directories(plan.dir);
+  const RunLock lock(plan.dir, "sweep folder");  // one sweep per folder; its points lock their own
+  const StopSignals signals;                     // SIGTERM / SIGINT: stop the points, record them
   SweepLog log(plan.dir / "sweep.log");
   const std::vector<std::string> launcher =
       options.launcher.empty() ? plan.launcher : launcher_words(options.launcher);
   const std::vector<std::string> env = child_environment(options.jobs, !launcher.empty());
-  // Under a launcher the program is named by its real path: "/proc/self/exe" would be the launcher.
-  const std::string executable =
-      launcher.empty() ? options.executable : fs::canonical(options.executable).string();
+  // The children run the program under its real path, so that ps and top show `darkformer
+  // train` (and a launcher, which cannot run "/proc/self/exe" of its own, finds it).
+  const std::string executable = fs::canonical(options.executable).string();
   log.line(str("sweep ", plan.file.string(), ": ", plan.points.size(), " point(s), ", options.jobs, " at a time, in ",
                plan.dir.string(), launcher.empty() ? "" : ", each under: " + join_words(launcher)));
 
@@ -442,16 +516,18 @@ json run_sweep(const SweepPlan& plan, const SweepOptions& options) {
     log.line(str("[", completed, "/", plan.points.size(), "] ", plan.points[i].name, ": already ",
                  status.value("status", ""), ", skipped"));
   }
-  if (!unfinished.empty()) prepare_data(plan, options, env, log);
+  if (!unfinished.empty() && !prepare_data(plan, executable, env, log)) unfinished.clear();
 
   struct Running {
     std::size_t index;
     Clock::time_point start;
   };
   std::map<pid_t, Running> running;
+  std::map<pid_t, int> children;  // the same pids, with the signal passed on to each
   std::size_t next = 0;
   while (next < unfinished.size() || !running.empty()) {
-    while (next < unfinished.size() && running.size() < static_cast<std::size_t>(std::max(1, options.jobs))) {
+    while (!StopSignals::received() && next < unfinished.size() &&
+           running.size() < static_cast<std::size_t>(std::max(1, options.jobs))) {
       const std::size_t index = unfinished[next++];
       const SweepPoint& p = plan.points[index];
       fs::create_directories(p.dir);
@@ -464,26 +540,30 @@ json run_sweep(const SweepPlan& plan, const SweepOptions& options) {
       if (checkpoint) argv.push_back("--resume");
       std::ofstream(p.dir / "train.log", std::ios::app) << "==== sweep: " << (checkpoint ? "resuming from " + checkpoint->filename().string() : "starting")
                                                         << " ====\n";
-      running[spawn(argv, p.dir / "train.log", env)] = {index, Clock::now()};
+      const pid_t pid = spawn(argv, p.dir / "train.log", env);
+      running[pid] = {index, Clock::now()};
+      children[pid] = 0;
       log.line(str("start ", p.name, checkpoint ? " (resuming from " + checkpoint->filename().string() + ")" : ""));
     }
-    int wait_status = 0;
-    const pid_t pid = ::waitpid(-1, &wait_status, 0);
-    if (pid < 0 && errno == EINTR) continue;
-    DARK_CHECK(pid > 0, "sweep: waitpid: ", std::strerror(errno));
+    if (running.empty()) break;  // stopped before the next point
+    const auto [pid, wait_status] = wait_any(children);
     const auto it = running.find(pid);
-    if (it == running.end()) continue;  // not one of ours
     const SweepPoint& p = plan.points[it->second.index];
     const double seconds = std::chrono::duration<double>(Clock::now() - it->second.start).count();
+    const int forwarded = children[pid];
     running.erase(it);
+    children.erase(pid);
 
     const int exit_code = exit_code_of(wait_status);
-    const std::string status = point_status(point_stability(p), exit_code);
+    // Whatever a point that was passed a signal exits with, the signal ended it: mpirun, for
+    // one, exits 1 after stopping its ranks.
+    const std::string status = point_status(point_stability(p), exit_code, forwarded != 0);
     json record = {{"status", status}, {"exit_code", exit_code}, {"wall_s", seconds}};
     if (exit_code != 0) record["log_tail"] = last_lines(p.dir / "train.log", 10);
     write_file_atomic(p.dir / "status.json", record.dump(2) + "\n");
-    ++completed;
-    std::string line = str("[", completed, "/", plan.points.size(), "] ", p.name, ": ", outcome_text(summary_row(p, record), seconds));
+    if (status != "interrupted") ++completed;
+    const std::string counter = status == "interrupted" ? "" : str("[", completed, "/", plan.points.size(), "] ");
+    std::string line = str(counter, p.name, ": ", outcome_text(summary_row(p, record), seconds));
     if (status == "failed") {
       line += str(" (exit code ", exit_code, "; see ", (p.dir / "train.log").string(), ")");
       for (const std::string& l : last_lines(p.dir / "train.log", 3)) line += "\n    " + l;
@@ -493,13 +573,18 @@ json run_sweep(const SweepPlan& plan, const SweepOptions& options) {
 
   json rows = json::array();
   for (const SweepPoint& p : plan.points) rows.push_back(summary_row(p, read_json_file(p.dir / "status.json")));
-  const json summary = {{"sweep_file", plan.file.string()}, {"axes", plan.axes}, {"points", rows}};
+  const int stop = StopSignals::received();
+  json summary = {{"sweep_file", plan.file.string()}, {"axes", plan.axes}, {"points", rows}};
+  if (stop) summary["stopped_by_signal"] = stop == SIGINT ? "SIGINT" : "SIGTERM";
   write_file_atomic(plan.dir / "summary.json", summary.dump(2) + "\n");
   write_file_atomic(plan.dir / "summary.csv", summary_csv(plan.axes, rows));
-  std::size_t counts[3] = {0, 0, 0};
-  for (const json& r : rows) counts[r["status"] == "done" ? 0 : r["status"] == "diverged" ? 1 : 2]++;
-  log.line(str("sweep finished: ", counts[0], " done, ", counts[1], " diverged, ", counts[2], " failed; summary in ",
-               (plan.dir / "summary.csv").string()));
+  std::map<std::string, int> counts;
+  for (const json& r : rows) counts[r["status"].get<std::string>()]++;
+  std::string tally = str(counts["done"], " done, ", counts["diverged"], " diverged, ", counts["failed"], " failed");
+  for (const char* other : {"interrupted", "not run"})
+    if (counts[other]) tally += str(", ", counts[other], " ", other);
+  log.line(str(stop ? "sweep stopped by signal: " : "sweep finished: ", tally, "; summary in ",
+               (plan.dir / "summary.csv").string(), stop ? "; run the sweep again to resume" : ""));
   return summary;
 }
 

@@ -29,8 +29,9 @@
 //   summary.json, summary.csv      one row per point (written at the end of every invocation)
 //   <point>/point_config.json      the point's config document (base + set + axis values)
 //   <point>/train.log              the child's stdout and stderr
+//   .lock                          the running sweep's "pid host" (train/run_lock.h)
 //   <point>/status.json            written when the child ends: {"status": "done" | "diverged"
-//                                  | "failed", "exit_code", "wall_s", "log_tail"}; a point whose
+//                                  | "failed" | "interrupted", "exit_code", "wall_s", "log_tail"}; a point whose
 //                                  status is done or diverged is finished and skipped when the
 //                                  sweep runs again; failed and interrupted points run again,
 //                                  resumed (--resume) from their latest checkpoint when they have one
@@ -68,7 +69,7 @@ std::string short_number(double value);
 
 struct SweepOptions {
   int jobs = 1;                              // points trained at once
-  std::string executable = "/proc/self/exe";  // the darkformer binary the children run
+  std::string executable = "/proc/self/exe";  // the darkformer binary the children run (under its real path)
   std::string launcher;                      // overrides the plan's launcher when not empty
 };
 
@@ -77,7 +78,14 @@ std::vector<std::string> launcher_words(const std::string& text);
 
 // Trains the unfinished points (progress lines on stdout and in sweep.log), then writes
 // summary.json and summary.csv; returns the summary. Throws only when the sweep itself cannot
-// go on (data preparation fails, a folder cannot be written); a point that fails is recorded.
+// go on (its folder is in use by another sweep, data preparation fails, a folder cannot be
+// written); a point that fails is recorded.
+// The sweep holds its folder's lock (train/run_lock.h) while it runs; each point's train
+// process holds the point's. The points end with the sweep however it ends (they get SIGTERM
+// when it dies: a point saves its step and exits 75). On SIGTERM or SIGINT the sweep starts
+// no more points, passes the signal on to the running ones, waits for them, records them as
+// interrupted and returns a summary with "stopped_by_signal" (`darkformer sweep` exits 75);
+// running the sweep again resumes them.
 nlohmann::json run_sweep(const SweepPlan& plan, const SweepOptions& options);
 
 // The plan as text for --dry-run: each point's name, values, folder and what a run would do.

@@ -5,6 +5,7 @@
 #include "train/args.h"
 #include "train/commands.h"
 #include "train/report.h"
+#include "train/stop_signal.h"
 #include "train/sweep.h"
 
 namespace dark::train {
@@ -19,7 +20,9 @@ int sweep_command(const CommandArgs& args) {
       kHelpFlag};
   if (print_help_if_asked(args, "usage: darkformer sweep --config FILE [--jobs N] [--launcher COMMAND] [--dry-run]\n"
                            "Trains every point of a grid of config overrides as its own `darkformer train` process;\n"
-                           "finished points are skipped and interrupted ones resumed when run again. See README.md.",
+                           "finished points are skipped and interrupted ones resumed when run again. SIGTERM or SIGINT\n"
+                           "stops the running points (each saves its step), records them as interrupted and exits 75.\n"
+                           "See README.md.",
                      specs))
     return 0;
   Args a(args, specs);
@@ -34,6 +37,7 @@ int sweep_command(const CommandArgs& args) {
   options.jobs = static_cast<int>(jobs);
   if (a.has("--launcher")) options.launcher = a.require("--launcher");
   const nlohmann::json summary = run_sweep(plan, options);
+  if (summary.contains("stopped_by_signal")) return kStoppedBySignal;  // re-run to resume
   for (const auto& point : summary["points"])
     if (point["status"] == "failed") return 1;
   return 0;

@@ -6,6 +6,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <csignal>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -17,6 +18,7 @@
 #include "train/metrics_log.h"
 #include "train/progress.h"
 #include "train/stability.h"
+#include "train/stop_signal.h"
 #include "train/train_step.h"
 
 namespace dark::train {
@@ -149,6 +151,26 @@ void write_sample(TrainingRun& run) {
   spdlog::info("sample (temperature {}, top-k {}):\n{}", g.temperature, g.top_k, text);
 }
 
+// Whether a stop signal reached this process or, under mpirun, any rank: every rank calls
+// this at the same point of every step and gets the same answer.
+bool stop_requested(const TrainingRun& run) {
+  const bool here = StopSignals::received() != 0;
+  if (run.comm->backend() == dist::BackendKind::single) return here;
+  const Tensor flag = Tensor::full({1}, here ? 1.0 : 0.0, DType::i32, run.comm->device());
+  run.comm->all_reduce(flag, dist::ReduceOp::max);
+  return flag.to_vector<std::int32_t>()[0] != 0;
+}
+
+// A stop signal ended the run between two steps: checkpoint the step reached (unless that
+// checkpoint exists) so that --resume continues exactly where it stopped.
+void stop_by_signal(TrainingRun& run, std::int64_t saved_step) {
+  if (saved_step != run.step) save_run(run);
+  const int sig = StopSignals::received();
+  spdlog::info("stopped by signal at step {}; continue with --resume ({}; checkpoint in {})", run.step,
+               sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : "another rank received a signal",
+               (run.dir / "checkpoints" / checkpoint_name(run.step)).string());
+}
+
 // The end of a run that reached training.steps: final evaluation and checkpoint,
 // stability.json, a sample.
 EvalMetrics finish(TrainingRun& run, RunLog& log) {
@@ -169,6 +191,7 @@ TrainResult train_unchecked(RunConfig config, const TrainOptions& options);
 TrainResult train(RunConfig config, const TrainOptions& options) {
   const TrainingConfig t = config.training;
   const std::int64_t seq_len = config.data.seq_len;
+  const StopSignals signals;  // from here a signal waits for the end of a step
   try {
     return train_unchecked(std::move(config), options);
   } catch (const OutOfMemory& e) {
@@ -191,9 +214,14 @@ TrainResult train_unchecked(RunConfig config, const TrainOptions& options) {
   // attention (the cost of the swap before any training).
   if (run.finetuning && !run.resumed) log.eval(run);
 
-  bool diverged = false;
+  bool diverged = false, stopped = false;
+  std::int64_t saved_step = run.resumed ? run.step : -1;  // the latest checkpoint's step
   run.model->train(true);
   while (run.step < tc.steps) {
+    if (stop_requested(run)) {
+      stopped = true;
+      break;
+    }
     if (options.before_step) {
       NoGradGuard no_grad;
       options.before_step(run.step, *run.model);
@@ -209,7 +237,10 @@ TrainResult train_unchecked(RunConfig config, const TrainOptions& options) {
     }
     const bool last = run.step == tc.steps;  // the final evaluation and checkpoint come in finish()
     if (run.step % tc.eval_interval == 0 && !last) log.eval(run);
-    if (tc.checkpoint_interval > 0 && run.step % tc.checkpoint_interval == 0 && !last) save_run(run);
+    if (tc.checkpoint_interval > 0 && run.step % tc.checkpoint_interval == 0 && !last) {
+      save_run(run);
+      saved_step = run.step;
+    }
   }
 
   TrainResult result;
@@ -218,6 +249,11 @@ TrainResult train_unchecked(RunConfig config, const TrainOptions& options) {
   result.run_dir = run.dir.string();
   if (diverged) {
     stop_diverged(run, log);
+    return result;
+  }
+  if (stopped) {
+    stop_by_signal(run, saved_step);
+    result.stopped_by_signal = true;
     return result;
   }
   result.final_eval = finish(run, log);

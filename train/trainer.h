@@ -9,6 +9,14 @@
 //   checkpoints/       step_NNNNNNNN/ (model.safetensors, optimizer.safetensors, state.json)
 //   sample.txt         the text generated at the end
 //   stability.json     loss spikes, divergence, final/best validation (train/stability.h)
+//   .lock              the writer's "pid host" while a run writes the folder (train/run_lock.h)
+//
+// SIGTERM and SIGINT stop a run between two steps (train/stop_signal.h): it finishes the step
+// it is in (and the evaluation or checkpoint due after it), checkpoints that step, logs
+// "stopped by signal at step N; continue with --resume" and returns with stopped_by_signal;
+// `darkformer train` then exits with kStoppedBySignal (75). Under mpirun the ranks agree on
+// the stop each step (the flag is reduced with max), so a signal that reached one rank
+// stops them all at the same step.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -33,9 +41,10 @@ struct TrainResult {
   double final_train_loss = 0;
   EvalMetrics final_eval;
   std::string run_dir;
+  bool stopped_by_signal = false;  // SIGTERM/SIGINT: checkpointed at `steps`, not finished
 };
 
-// Runs a whole training run. Throws dark::Error on bad config, data, or checkpoints; a
+// Runs a whole training run (or up to a stop signal). Throws dark::Error on bad config, data, or checkpoints; a
 // fresh run refuses to start in a run folder that already holds checkpoints.
 TrainResult train(RunConfig config, const TrainOptions& options);
 

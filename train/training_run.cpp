@@ -195,6 +195,8 @@ TrainingRun start_run(RunConfig config, bool resume) {
   const bool communicates = run.comm->backend() != dist::BackendKind::single;
   if (run.device.is_cuda() && communicates) run.device = run.comm->device();
   log_as_rank(*run.comm);
+  // One writer per run folder, before anything reads or writes its state.
+  if (run.writes()) run.lock.emplace(run.dir);
   run.finetuning = !config.finetune.init_from.empty();
 
   // ---- where the weights come from: the latest checkpoint, a finetuning source, or nowhere ----

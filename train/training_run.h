@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,10 +21,12 @@
 #include "train/config.h"
 #include "train/data_parallel.h"
 #include "train/dist/communicator.h"
+#include "train/run_lock.h"
 
 namespace dark::train {
 
 struct TrainingRun {
+  std::optional<RunLock> lock;               // rank 0: the run folder's writer lock (released last)
   RunConfig config;                          // resolved; model.vocab_size set from the tokenizer
   std::filesystem::path dir;                 // output.dir
   Device device;                             // training.device, resolved (cuda:<local rank> on several GPUs)
@@ -46,7 +49,7 @@ struct TrainingRun {
   bool writes() const { return comm->rank() == 0; }
 };
 
-// Sets up a run from its config: validates it, prepares the data, builds the model (loading
+// Sets up a run from its config: takes the run folder's lock (rank 0), validates it, prepares the data, builds the model (loading
 // the finetuning source's weights or, with `resume`, the latest checkpoint's state), moves it
 // to its device, freezes what finetune.trainable leaves out and writes config.json. A fresh
 // run refuses a run folder that already holds checkpoints; a resumed one refuses a config
