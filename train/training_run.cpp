@@ -10,6 +10,7 @@
 #include "train/attention_state.h"
 #include "train/device.h"
 #include "train/finetune.h"
+#include "train/memory_estimate.h"
 #include "train/model_builder.h"
 
 namespace dark::train {
@@ -43,7 +44,7 @@ void check_source_tokenizer(const InitSource& source, const RunConfig& config, c
 void check_resumable(const RunConfig& theirs, const RunConfig& ours, const fs::path& checkpoint, const fs::path& run_dir) {
   json a = to_json(theirs), b = to_json(ours);
   for (json* j : {&a, &b}) {
-    for (const char* key : {"steps", "device", "grad_accum", "precision", "activation_checkpointing"})
+    for (const char* key : {"steps", "device", "grad_accum", "precision", "activation_checkpointing", "memory_check"})
       (*j)["training"].erase(key);
     j->erase("output"), j->erase("distributed");
   }
@@ -232,6 +233,7 @@ TrainingRun start_run(RunConfig config, bool resume) {
   const RunConfig& c = run.config;
 
   // ---- model on its device, trainable parameters, optimizer ----
+  run.memory = memory_preflight(c, run.world_size(), run.device, run.data);
   run.model = build_model(c);
   if (source) load_source_weights(*run.model, *source);
   source.reset();  // the model holds the weights now
