@@ -148,7 +148,7 @@ std::int64_t fixed_overhead_bytes(Device device) {
   // OpenMP threads' stacks, oneDNN's JIT code and scratch, code paged in after start-up and
   // the allocator's blocks cached by size; on a GPU cuBLAS's workspaces and the allocator's
   // cache beside the context that the free memory already excludes.
-  return device.is_cuda() ? std::int64_t{256} << 20 : std::int64_t{48} << 20;
+  return device.is_cuda() ? std::int64_t{256} << 20 : std::int64_t{24} << 20;
 }
 
 MemoryEstimate estimate_memory(const RunConfig& config, const EstimateContext& ctx) {
@@ -207,12 +207,14 @@ MemoryEstimate estimate_memory(const RunConfig& config, const EstimateContext& c
     e.backward = std::max(head_backward, block_backward);
   }
 
-  // The gradient norm squares the flat gradients in f64, a pass of up to 1024 x 4096
-  // elements at a time (nn/parameter_buffer.cpp): two f64 temporaries of a pass's size, in
-  // blocks of their own beside the activations' cached ones.
+  // After backward (in blocks of their own, beside the activations' cached ones): the
+  // gradient norm squares the flat gradients in f64, a pass of up to 1024 x 4096
+  // elements at a time (nn/parameter_buffer.cpp): two f64 temporaries of a pass's size.
   const std::int64_t pass = std::int64_t{1024} * nn::ParameterBuffer::kNormChunk;
   const std::int64_t norm_shard = config.distributed.zero_stage == 1 && world > 1 ? flat / world : flat;
   e.backward += blocks(2, std::min(norm_shard, pass), 8) + (norm_shard > pass ? blocks(2, norm_shard % pass, 8) : 0);
+  // Clipping scales the gradients through a temporary of the flat buffer's size.
+  if (config.optimizer.grad_clip > 0) e.backward += blocks(1, flat, kF32);
 
   // ---- data and the process itself ----
   e.data = ctx.data_bytes + blocks(1, s.B * (s.T + 1), kIndex);
