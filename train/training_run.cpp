@@ -50,7 +50,7 @@ void check_resumable(const RunConfig& theirs, const RunConfig& ours, const fs::p
   }
   DARK_CHECK(a == b, "--resume: the config differs from the one checkpoint ", checkpoint.filename().string(),
              " was trained with (only training.steps, training.device, training.grad_accum, training.precision, "
-             "training.activation_checkpointing, distributed and output.dir may change); see ",
+             "training.activation_checkpointing, training.memory_check, distributed and output.dir may change); see ",
              (run_dir / "config.json").string());
 }
 
