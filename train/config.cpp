@@ -447,6 +447,9 @@ std::vector<Field> make_schema() {
       boolean(DARK_CONFIG_MEMBER(training.activation_checkpointing),
               "recompute each decoder block during backward instead of keeping its activations (less memory, "
               "about one more forward pass of time); same losses and gradients"),
+      choice(DARK_CONFIG_MEMBER(training.memory_check),
+             "when the estimated peak memory (logged at start-up) exceeds what the machine allows: error = refuse "
+             "the run before allocating the model, warn = log a warning and go on, off = do not check"),
 
       choice(DARK_CONFIG_MEMBER(distributed.backend),
              "how the ranks of a run started by mpirun communicate: auto = nccl for GPUs, mpi for the CPU (single "

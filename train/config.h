@@ -51,6 +51,9 @@ namespace dark::train {
 // training.precision: what activations and products compute in. Master weights, gradient
 // buffers, optimizer state, statistics and the loss are f32 either way.
 enum class Precision { f32, bf16 };
+// training.memory_check: what the memory pre-flight (train/memory_estimate.h) does when the
+// estimated peak exceeds what the machine allows.
+enum class MemoryCheck { error, warn, off };
 
 struct TrainingConfig {
   std::int64_t steps = 1000;               // optimizer steps
@@ -67,6 +70,7 @@ struct TrainingConfig {
   std::string device = "cpu";              // cpu, cuda, cuda:N or auto (see train/device.h)
   Precision precision = Precision::f32;    // bf16: mixed precision (GPUs)
   bool activation_checkpointing = false;   // recompute each decoder block in backward (less memory)
+  MemoryCheck memory_check = MemoryCheck::error;  // above the machine's memory: refuse, warn or do not check
 };
 
 // Finetuning: start from trained weights (ours or a GGUF model), possibly with another
@@ -159,6 +163,11 @@ std::string config_markdown_table();
 }  // namespace dark::train
 
 namespace dark {
+template <>
+struct EnumNames<train::MemoryCheck> {
+  static constexpr std::array<std::pair<train::MemoryCheck, std::string_view>, 3> table{
+      {{train::MemoryCheck::error, "error"}, {train::MemoryCheck::warn, "warn"}, {train::MemoryCheck::off, "off"}}};
+};
 template <>
 struct EnumNames<train::Precision> {
   static constexpr std::array<std::pair<train::Precision, std::string_view>, 2> table{

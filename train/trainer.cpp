@@ -260,6 +260,7 @@ TrainResult train_unchecked(RunConfig config, const TrainOptions& options) {
   spdlog::info("done: {} steps in {}, final train loss {:.4f}, val loss {:.4f}, run folder {}", run.step,
                duration_text(std::chrono::duration<double>(Clock::now() - t_start).count()), result.final_train_loss,
                result.final_eval.loss, result.run_dir);
+  log_memory_peak(run.memory);
   return result;
 }
 }  // namespace

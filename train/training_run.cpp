@@ -10,6 +10,7 @@
 #include "train/attention_state.h"
 #include "train/device.h"
 #include "train/finetune.h"
+#include "train/memory_estimate.h"
 #include "train/model_builder.h"
 #include "train/run_files.h"
 
@@ -47,13 +48,13 @@ void check_source_tokenizer(const InitSource& source, const RunConfig& config, c
 void check_resumable(const RunConfig& theirs, const RunConfig& ours, const fs::path& checkpoint, const fs::path& run_dir) {
   json a = to_json(theirs), b = to_json(ours);
   for (json* j : {&a, &b}) {
-    for (const char* key : {"steps", "device", "grad_accum", "precision", "activation_checkpointing"})
+    for (const char* key : {"steps", "device", "grad_accum", "precision", "activation_checkpointing", "memory_check"})
       (*j)["training"].erase(key);
     j->erase("output"), j->erase("distributed");
   }
   DARK_CHECK(a == b, "--resume: the config differs from the one checkpoint ", checkpoint.filename().string(),
              " was trained with (only training.steps, training.device, training.grad_accum, training.precision, "
-             "training.activation_checkpointing, distributed and output.dir may change); see ",
+             "training.activation_checkpointing, training.memory_check, distributed and output.dir may change); see ",
              (run_dir / "config.json").string());
 }
 
@@ -238,6 +239,7 @@ TrainingRun start_run(RunConfig config, bool resume) {
   const RunConfig& c = run.config;
 
   // ---- model on its device, trainable parameters, optimizer ----
+  run.memory = memory_preflight(c, run.world_size(), run.device, run.data);
   run.model = build_model(c);
   if (source) load_source_weights(*run.model, *source);
   source.reset();  // the model holds the weights now

@@ -21,6 +21,7 @@
 #include "train/config.h"
 #include "train/data_parallel.h"
 #include "train/dist/communicator.h"
+#include "train/memory_estimate.h"
 #include "train/run_lock.h"
 
 namespace dark::train {
@@ -43,6 +44,7 @@ struct TrainingRun {
   std::int64_t consecutive_skips = 0, skipped_total = 0;  // non-finite steps
   bool resumed = false;                         // continued from a checkpoint
   bool finetuning = false;                      // finetune.init_from is set
+  MemoryEstimate memory;                        // the pre-flight's estimate of the peak (train/memory_estimate.h)
 
   int world_size() const { return comm->world_size(); }
   // Rank 0 alone writes the run folder (config, metrics, checkpoints, stability, samples).

@@ -1,0 +1,297 @@
+// The memory pre-flight's estimate and check (see memory_estimate.h). The activation model
+// follows what the ops record (autograd/ops/*.cpp, nn/model.cpp, attention/*.cpp): the tape
+// keeps every recorded op's output until backward replays it, plus what the op saves.
+#include "train/memory_estimate.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "core/allocator.h"
+#include "nn/optim.h"
+#include "nn/parameter_buffer.h"
+#include "train/finetune.h"
+
+namespace dark::train {
+namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+constexpr std::int64_t kF32 = 4, kIndex = 4;  // f32 statistics and gradients; i32 token ids
+
+double mib(std::int64_t bytes) { return static_cast<double>(bytes) / kMiB; }
+
+// Bytes the caching allocator hands out for `count` tensors of `elements` x `element_bytes`.
+std::int64_t blocks(std::int64_t count, std::int64_t elements, std::int64_t element_bytes) {
+  if (count <= 0 || elements <= 0) return 0;
+  return count * static_cast<std::int64_t>(CachingAllocator::round_size(static_cast<std::size_t>(elements * element_bytes)));
+}
+
+// The shape of one run's tensors, in elements.
+struct Dims {
+  std::int64_t B, T, N, d, f, H, kvH, hd, V;
+  std::int64_t act;  // bytes per activation element: 2 in bf16 mixed precision, else 4
+};
+
+// The attention kind's tensors kept for backward by one layer (forward), and its largest
+// backward temporaries.
+struct AttentionMemory {
+  std::int64_t kept = 0, backward = 0;
+};
+
+AttentionMemory attention_memory(const attention::AttentionConfig& a, const Dims& s) {
+  using attention::Kind;
+  AttentionMemory out;
+  const std::int64_t q = s.N * s.H * s.hd, kv = s.N * s.kvH * s.hd;
+  if (a.kind == Kind::softmax) {
+    // flash_attention saves q, k, v (the RoPE outputs, counted by the block), its output and
+    // the per-row log-sum-exp; backward makes dq, dk, dv and a contiguous dout.
+    out.kept = blocks(1, q, s.act) + blocks(1, s.N * s.H, kF32);
+    out.backward = blocks(2, q, s.act) + blocks(2, kv, s.act);
+    return out;
+  }
+  // The transformed queries and keys: performer and lfk scale them (width hd); darkformer
+  // projects them with M (width r), one gemm per kv head between two copies when M is per
+  // head of several kv heads.
+  const std::int64_t r = a.kind == Kind::darkformer && a.darkformer.rank > 0 ? a.darkformer.rank : s.hd;
+  const std::int64_t qt = s.N * s.H * r, kt = s.N * s.kvH * r;
+  out.kept = blocks(1, qt, s.act) + blocks(1, kt, s.act);
+  if (a.kind == Kind::darkformer && a.darkformer.scope == attention::MatrixScope::head && s.kvH > 1)
+    out.kept += blocks(1, q, s.act) + blocks(1, kv, s.act) + blocks(1, qt, s.act) + blocks(1, kt, s.act);
+  if (a.mode == attention::Mode::exact) {
+    // flash attention on the transformed (zero-padded to hd) queries and keys.
+    if (r != s.hd) out.kept += blocks(1, q, s.act) + blocks(1, kv, s.act);
+    out.kept += blocks(1, q, s.act) + blocks(1, s.N * s.H, kF32);
+    out.backward = blocks(2, q, s.act) + blocks(2, kv, s.act);
+    return out;
+  }
+  // random_feature_attention keeps its output and the denominator; its backward recomputes
+  // the (N, H, m) feature logits of queries and keys and their gradients.
+  const std::int64_t m = a.num_features;
+  out.kept += blocks(1, q, s.act) + blocks(1, s.N * s.H, s.act);
+  out.backward = blocks(2, s.N * s.H * m, s.act) + blocks(2, s.N * s.kvH * m, s.act) + blocks(1, q, s.act) +
+                 blocks(1, qt, s.act) + blocks(1, kt, s.act) + blocks(1, kv, s.act);
+  return out;
+}
+
+// One decoder block's tensors kept for backward, and its largest backward temporaries.
+struct BlockMemory {
+  std::int64_t kept = 0, backward = 0;
+};
+
+BlockMemory block_memory(const RunConfig& config, int layer, const Dims& s) {
+  const std::int64_t Nd = s.N * s.d, Nkv = s.N * s.kvH * s.hd, Nf = s.N * s.f;
+  BlockMemory b;
+  // Of width d: two RMSNorm outputs, q and its RoPE, o_proj, two residual adds, down; of the
+  // kv width: k and its RoPE, v; of d_ff: gate, up, the GLU; the norms' per-row rstd.
+  b.kept = blocks(8, Nd, s.act) + blocks(3, Nkv, s.act) + blocks(3, Nf, s.act) + blocks(2, s.N, kF32);
+  if (config.model.dropout > 0) b.kept += blocks(4, Nd, s.act);  // mask and output at both sites
+  const AttentionMemory a = attention_memory(attention_for_layer(config, layer), s);
+  b.kept += a.kept;
+  // Backward of the MLP: the incoming gradient, d(glu), d(gate), d(up), an input gradient and
+  // a weight gradient before it is added into the flat buffer; the attention's likewise.
+  const std::int64_t mlp = blocks(2, Nd, kF32) + blocks(3, Nf, kF32) + blocks(1, s.f * s.d, kF32);
+  b.backward = std::max(mlp, blocks(2, Nd, kF32) + a.backward + blocks(1, s.d * s.d, kF32));
+  return b;
+}
+
+// Rows per vocabulary chunk of linear_cross_entropy (autograd/ops/linear_cross_entropy.cpp).
+std::int64_t vocab_chunk(std::int64_t rows, std::int64_t vocab) {
+  return std::min(vocab, std::max<std::int64_t>(256, (std::int64_t{1} << 26) / std::max<std::int64_t>(rows, 1)));
+}
+
+// Elements of the flat parameter buffer: 64-byte aligned segments, padded to a multiple of
+// shards x kNormChunk (nn/parameter_buffer.h).
+std::int64_t flat_numel(const std::vector<std::int64_t>& segments, int shards) {
+  std::int64_t n = 0;
+  for (const std::int64_t s : segments) n += (s + 15) / 16 * 16;
+  const std::int64_t unit = static_cast<std::int64_t>(shards) * nn::ParameterBuffer::kNormChunk;
+  return (n + unit - 1) / unit * unit;
+}
+
+std::string mib_text(std::int64_t bytes) {
+  if (bytes >= std::int64_t{10} << 30) return fmt::format("{:.1f} GiB", mib(bytes) / 1024.0);
+  return fmt::format("{:.1f} MiB", mib(bytes));
+}
+
+}  // namespace
+
+std::vector<ParameterShape> parameter_shapes(const RunConfig& config) {
+  const nn::ModelConfig m = config.model.resolved();
+  DARK_CHECK(m.vocab_size > 0, "memory estimate: model.vocab_size is not set yet");
+  const std::int64_t d = m.d_model, hd = m.head_dim(), kv = static_cast<std::int64_t>(m.n_kv_heads) * hd, f = m.d_ff;
+  std::vector<ParameterShape> out = {{"model.embed_tokens.weight", static_cast<std::int64_t>(m.vocab_size) * d}};
+  for (int i = 0; i < m.n_layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    out.push_back({p + "input_layernorm.weight", d});
+    for (const auto& [name, rows] : {std::pair{"q_proj", d}, {"k_proj", kv}, {"v_proj", kv}, {"o_proj", d}})
+      out.push_back({p + "self_attn." + name + ".weight", rows * d});
+    const attention::AttentionConfig a = attention_for_layer(config, i);
+    if (a.kind == attention::Kind::darkformer) {
+      const std::int64_t count = a.darkformer.scope == attention::MatrixScope::head ? m.n_kv_heads : 1;
+      out.push_back({p + "self_attn.feature_map.M", count * (a.darkformer.rank > 0 ? a.darkformer.rank : hd) * hd});
+    } else if (a.kind == attention::Kind::lfk) {
+      out.push_back({p + "self_attn.feature_map.W", m.n_kv_heads * a.num_features * hd});
+    }
+    out.push_back({p + "post_attention_layernorm.weight", d});
+    out.push_back({p + "mlp.gate_proj.weight", f * d});
+    out.push_back({p + "mlp.up_proj.weight", f * d});
+    out.push_back({p + "mlp.down_proj.weight", d * f});
+  }
+  out.push_back({"model.norm.weight", d});
+  if (!m.tie_embeddings) out.push_back({"lm_head.weight", static_cast<std::int64_t>(m.vocab_size) * d});
+  return out;
+}
+
+std::int64_t fixed_overhead_bytes(Device device) {
+  // Measured by scripts/bench_memory.sh (see README "Memory pre-flight"): on the CPU the
+  // OpenMP threads' stacks, oneDNN's JIT code and scratch, code paged in after start-up and
+  // the allocator's blocks cached by size; on a GPU cuBLAS's workspaces and the allocator's
+  // cache beside the context that the free memory already excludes.
+  return device.is_cuda() ? std::int64_t{256} << 20 : std::int64_t{24} << 20;
+}
+
+MemoryEstimate estimate_memory(const RunConfig& config, const EstimateContext& ctx) {
+  const nn::ModelConfig m = config.model.resolved();
+  const TrainingConfig& t = config.training;
+  MemoryEstimate e;
+  e.device = ctx.device;
+  const bool bf16 = t.precision == Precision::bf16;
+  Dims s{t.batch_size, config.data.seq_len, 0, m.d_model, m.d_ff, m.n_heads, m.n_kv_heads, m.head_dim(),
+         m.vocab_size, bf16 ? 2 : 4};
+  s.N = s.B * s.T;
+
+  // ---- parameters, gradients, optimizer state ----
+  const std::vector<std::string> globs = trainable_globs(config.finetune.trainable);
+  std::vector<std::int64_t> trainable;
+  for (const ParameterShape& p : parameter_shapes(config)) {
+    e.numel += p.numel;
+    e.parameters += blocks(1, p.numel, kF32);  // as built; a trainable one's block then stays cached
+    if (bf16 && p.numel > s.d) e.parameters += blocks(1, p.numel, 2);  // to_compute's bf16 copy on the tape
+    if (!nn::matches_any(p.name, globs)) continue;
+    trainable.push_back(p.numel);
+    e.trainable_numel += p.numel;
+  }
+  const int world = std::max(1, ctx.world_size);
+  const std::int64_t flat = flat_numel(trainable, world);
+  e.parameters += blocks(1, flat, kF32);
+  e.gradients = blocks(1, flat, kF32);
+  const std::int64_t shard = config.distributed.zero_stage == 1 && world > 1 ? flat / world : flat;
+  // The trainer's SGD keeps a momentum buffer even at momentum 0 (nn/optim.cpp).
+  e.optimizer = blocks(config.optimizer.name == nn::OptimizerKind::adamw ? 2 : 1, shard, kF32);
+
+  // ---- activations of one micro-batch and the backward's temporaries ----
+  std::int64_t blocks_kept = 0, block_backward = 0, largest_block = 0;
+  for (int i = 0; i < m.n_layers; ++i) {
+    const BlockMemory b = block_memory(config, i, s);
+    blocks_kept += b.kept;
+    block_backward = std::max(block_backward, b.backward);
+    largest_block = std::max(largest_block, b.kept + b.backward);
+  }
+  const std::int64_t Nd = s.N * s.d;
+  // Token ids and targets, the embedding output, the final norm, the loss's per-row vectors.
+  std::int64_t outside = blocks(2, s.N, kIndex) + blocks(2, Nd, s.act) + blocks(4, s.N, kF32);
+  const std::int64_t chunk = vocab_chunk(s.N, s.V);
+  const bool one_chunk = chunk >= s.V;
+  if (one_chunk) outside += blocks(1, s.N * s.V, kF32);  // linear_cross_entropy keeps the only chunk's logits
+  // The head's backward: dhidden, the weight's gradient, a recomputed chunk (and its bf16 copy).
+  const std::int64_t head_backward = blocks(1, Nd, kF32) + blocks(1, s.V * s.d, kF32) +
+                                     (one_chunk ? 0 : blocks(1, s.N * chunk, kF32)) +
+                                     (bf16 ? blocks(1, s.N * chunk, 2) : 0);
+  if (t.activation_checkpointing) {
+    // Only the block inputs stay; backward recomputes one block at a time.
+    e.activations = blocks(m.n_layers, Nd, s.act) + outside;
+    e.backward = std::max(head_backward, largest_block);
+  } else {
+    e.activations = blocks_kept + outside;
+    e.backward = std::max(head_backward, block_backward);
+  }
+
+  // After backward (in blocks of their own, beside the activations' cached ones): the
+  // gradient norm squares the flat gradients in f64, a pass of up to 1024 x 4096
+  // elements at a time (nn/parameter_buffer.cpp): two f64 temporaries of a pass's size.
+  const std::int64_t pass = std::int64_t{1024} * nn::ParameterBuffer::kNormChunk;
+  const std::int64_t norm_shard = config.distributed.zero_stage == 1 && world > 1 ? flat / world : flat;
+  e.backward += blocks(2, std::min(norm_shard, pass), 8) + (norm_shard > pass ? blocks(2, norm_shard % pass, 8) : 0);
+  // Clipping scales the gradients through a temporary of the flat buffer's size.
+  if (config.optimizer.grad_clip > 0) e.backward += blocks(1, flat, kF32);
+
+  // ---- data and the process itself ----
+  e.data = ctx.data_bytes + blocks(1, s.B * (s.T + 1), kIndex);
+  e.overhead = (ctx.device.is_cuda() ? 0 : ctx.resident_bytes) + fixed_overhead_bytes(ctx.device);
+  if (ctx.device.is_cuda()) e.data = blocks(2, s.B * (s.T + 1), kIndex);  // the shards stay in host memory
+  return e;
+}
+
+std::string MemoryEstimate::breakdown() const {
+  return fmt::format("{} on {}: parameters {} ({} of {} training), gradients {}, optimizer state {}, activations {}, "
+                     "backward temporaries {}, data {}, overhead {}",
+                     mib_text(total()), device.to_string(), mib_text(parameters), trainable_numel, numel,
+                     mib_text(gradients), mib_text(optimizer), mib_text(activations), mib_text(backward),
+                     mib_text(data), mib_text(overhead));
+}
+
+void check_memory_fits(const MemoryEstimate& estimate, const std::optional<MemoryLimit>& limit,
+                       const RunConfig& config, std::int64_t resident_bytes) {
+  const MemoryCheck mode = config.training.memory_check;
+  if (mode == MemoryCheck::off || !limit) return;
+  const std::int64_t needed = estimate.total() - (estimate.device.is_cuda() ? 0 : resident_bytes);
+  if (needed <= limit->bytes) return;
+  const TrainingConfig& t = config.training;
+  const std::string message = fmt::format(
+      "memory: the run needs about {} (estimate {}) but {} allows {} ({}). Settings that shrink it: training.batch_size "
+      "(now {}; raise training.grad_accum, now {}, to keep the global batch), data.seq_len (now {}){}, a smaller model "
+      "(model.d_model {}, model.n_layers {}, model.vocab_size {}){}; or set training.memory_check to warn or off if "
+      "the estimate is wrong",
+      mib_text(needed), estimate.breakdown(), estimate.device.to_string(), mib_text(limit->bytes), limit->source,
+      t.batch_size, t.grad_accum, config.data.seq_len,
+      t.activation_checkpointing ? "" : ", training.activation_checkpointing true", config.model.d_model,
+      config.model.n_layers, config.model.vocab_size,
+      config.distributed.zero_stage == 0 ? ", distributed.zero_stage 1 on several ranks" : "");
+  if (mode == MemoryCheck::warn) {
+    spdlog::warn("{} (training.memory_check is warn: going on)", message);
+    return;
+  }
+  throw Error(message);
+}
+
+MemoryEstimate memory_preflight(const RunConfig& config, int world_size, Device device, const data::PreparedData& data) {
+  EstimateContext ctx;
+  ctx.world_size = world_size;
+  ctx.device = device;
+  // Opening a shard verifies its checksum, which reads (and so maps in) all of it.
+  for (const std::string& path : {data.train_path, data.val_path}) {
+    std::error_code ec;
+    const auto size = std::filesystem::file_size(path, ec);
+    if (!ec) ctx.data_bytes += static_cast<std::int64_t>(size);
+  }
+  ctx.resident_bytes = device.is_cuda() ? 0 : resident_bytes();
+  const MemoryEstimate estimate = estimate_memory(config, ctx);
+  const std::optional<MemoryLimit> limit =
+      config.training.memory_check == MemoryCheck::off ? std::nullopt : machine_memory_limit(device);
+  spdlog::info("memory: estimated peak {}; limit {}", estimate.breakdown(),
+               limit ? fmt::format("{} more ({})", mib_text(limit->bytes), limit->source)
+                     : std::string(config.training.memory_check == MemoryCheck::off ? "not checked (training.memory_check off)"
+                                                                                    : "unknown"));
+  check_memory_fits(estimate, limit, config, ctx.resident_bytes);
+  return estimate;
+}
+
+void log_memory_peak(const MemoryEstimate& estimate) {
+  const std::int64_t live = static_cast<std::int64_t>(allocator_for(estimate.device).stats().peak_bytes_in_use);
+  if (estimate.device.is_cuda()) {
+    spdlog::info("memory: peak {} of live tensors on {}, estimate {} (ratio {:.2f})", mib_text(live),
+                 estimate.device.to_string(), mib_text(estimate.total()),
+                 static_cast<double>(estimate.total()) / static_cast<double>(std::max<std::int64_t>(live, 1)));
+    return;
+  }
+  const std::int64_t rss = peak_resident_bytes();
+  const AllocatorStats a = allocator_for(estimate.device).stats();
+  spdlog::info("memory: peak resident set {} (live tensors at most {} in the last step; the allocator holds {} with "
+               "its cache), estimate {} (ratio {:.2f})",
+               mib_text(rss), mib_text(live), mib_text(static_cast<std::int64_t>(a.bytes_in_use + a.bytes_cached)),
+               mib_text(estimate.total()),
+               static_cast<double>(estimate.total()) / static_cast<double>(std::max<std::int64_t>(rss, 1)));
+}
+
+}  // namespace dark::train
