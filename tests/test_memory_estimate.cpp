@@ -212,6 +212,7 @@ TEST(MemoryEstimate, ImpossibleModelIsRefusedBeforeAllocating) {
   // Nothing of the model was allocated: the peak stays within a few MiB of where it was.
   EXPECT_LT(peak_resident_bytes() - before, std::int64_t{64} << 20);
   EXPECT_FALSE(std::filesystem::exists(std::filesystem::path(tmp / "run") / "checkpoints"));
+  EXPECT_FALSE(std::filesystem::exists(std::filesystem::path(tmp / "run") / "config.json"));  // nothing written
 }
 
 TEST(MemoryLimit, ParsesMeminfo) {

@@ -228,6 +228,8 @@ TrainingRun start_run(RunConfig config, bool resume) {
     DARK_CHECK(list_checkpoints(run.dir).empty(), "run folder ", run.dir.string(),
                " already has checkpoints: pass --resume to continue it, or set output.dir to a new folder");
   }
+  // Before the first write to the run folder: a run refused here leaves it as it was.
+  run.memory = memory_preflight(config, run.world_size(), run.device, run.data);
   // Every rank has read the run folder before rank 0 writes to it.
   run.comm->barrier();
   if (run.writes()) {
@@ -239,7 +241,6 @@ TrainingRun start_run(RunConfig config, bool resume) {
   const RunConfig& c = run.config;
 
   // ---- model on its device, trainable parameters, optimizer ----
-  run.memory = memory_preflight(c, run.world_size(), run.device, run.data);
   run.model = build_model(c);
   if (source) load_source_weights(*run.model, *source);
   source.reset();  // the model holds the weights now
