@@ -20,6 +20,12 @@ namespace {
 
 // A finetuned model must read the tokens it was trained on: the same tokenizer as its source.
 void check_source_tokenizer(const InitSource& source, const RunConfig& config, const data::PreparedData& data) {
+  if (!source.tokenizer_hash.empty()) {  // a Hugging Face folder: its own tokenizer
+    DARK_CHECK(source.tokenizer_hash == data.tokenizer->hash(), "init_from: ", source.description, " has tokenizer ",
+               source.tokenizer_hash, ", this run's data uses ", data.tokenizer->hash(), " (", config.data.dir,
+               "): leave data.tokenizer and data.tokenizer_model unset to use the folder's");
+    return;
+  }
   if (source.data_dir.empty()) {  // a GGUF model: its own tokenizer
     DARK_CHECK(config.data.tokenizer == data::TokenizerKind::gguf, "config: data.tokenizer: a GGUF model (",
                source.path, ") reads the ids of its own tokenizer: use \"gguf\" (the default with a .gguf init_from)");
