@@ -312,6 +312,8 @@ std::unique_ptr<BpeTokenizer> load_hf_tokenizer(const std::string& tokenizer_jso
     for (Special& s : wanted) {
       const std::string key = str(s.name, "_token_id");
       if (s.found || !doc->contains(key) || (*doc)[key].is_null()) continue;
+      // generation_config's pad id is what fills finished rows (often eos), not a pad token.
+      if (std::string(file) == "generation_config.json" && std::string(s.name) == "pad") continue;
       json id = (*doc)[key];
       if (id.is_array() && !id.empty()) id = id[0];  // several stop tokens: the first is the end of document
       DARK_CHECK(id.is_number_integer(), "tokenizer: ", (dir / file).string(), ": ", key, " is ", (*doc)[key].dump(),

@@ -38,8 +38,8 @@ BpeVocab parse_hf_tokenizer_json(std::string_view text, const std::string& origi
 // Loads <dir>/tokenizer.json as a BpeTokenizer of kind "hf", with its special ids from the
 // files beside it, first found wins: tokenizer_config.json (bos_token, eos_token, unk_token,
 // pad_token: a string or {"content": ...}), special_tokens_map.json (the same), then
-// config.json and generation_config.json (bos_token_id, eos_token_id: an integer or a list,
-// whose first entry is taken). An eos token is required.
+// config.json (bos/eos/unk/pad_token_id) and generation_config.json (bos/eos_token_id); an
+// id may be an integer or a list, whose first entry is taken. An eos token is required.
 std::unique_ptr<BpeTokenizer> load_hf_tokenizer(const std::string& tokenizer_json_path);
 
 // The byte tokenizer (ByteTokenizer: bytes 0..255, <eos> 256, <bos> 257) as byte-level BPE

@@ -705,7 +705,10 @@ void resolve_config(RunConfig& config, const std::string& config_stem) {
   } else if (!config.given.contains("data.tokenizer") && is_hf_model_folder(init_from)) {
     const HfTokenizerFile file = hf_tokenizer_file(init_from);
     config.data.tokenizer = file.kind;
-    if (!config.given.contains("data.tokenizer_model")) config.data.tokenizer_model = file.path, folder_tokenizer = true;
+    if (!config.given.contains("data.tokenizer_model")) {
+      config.data.tokenizer_model = file.path;
+      folder_tokenizer = true;
+    }
   }
   nn::ModelConfig& m = config.model;
   m = m.resolved();

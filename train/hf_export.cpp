@@ -19,6 +19,11 @@ namespace {
 
 json id_or_null(std::int32_t id) { return id >= 0 ? json(id) : json(nullptr); }
 
+std::int32_t pad_id(const data::Tokenizer* t) {
+  const auto* bpe = dynamic_cast<const data::BpeTokenizer*>(t);
+  return bpe ? bpe->pad_id() : -1;
+}
+
 // A tokenizer's files: (file name, contents) pairs and the two special-token configs.
 struct TokenizerFiles {
   std::vector<std::pair<std::string, std::string>> files;
@@ -123,8 +128,12 @@ std::vector<fs::path> export_hf(nn::CausalLM& model, const RunConfig& c, const d
       {"eos_token_id", id_or_null(eos)},
       {"torch_dtype", "float32"}};
   write("config.json", hf.dump(2) + "\n");
+  // pad_token_id only fills finished rows of a batch; without a pad token eos does, as
+  // transformers itself falls back to (saying so on every call otherwise).
+  const std::int32_t pad = pad_id(tokenizer) >= 0 ? pad_id(tokenizer) : eos;
   const json generation = {{"bos_token_id", id_or_null(bos)}, {"eos_token_id", id_or_null(eos)},
-                           {"do_sample", false},              {"num_beams", 1}};
+                           {"pad_token_id", id_or_null(pad)}, {"do_sample", false},
+                           {"num_beams", 1}};
   write("generation_config.json", generation.dump(2) + "\n");
   TensorMap tensors;
   for (auto& [name, p] : model.named_parameters()) tensors[name] = *p;

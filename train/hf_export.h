@@ -5,7 +5,8 @@
 //                           Hugging Face Llama's, and our RoPE rotates dimension i with
 //                           i + head_dim/2 (rotate_half) as transformers does, so q_proj and
 //                           k_proj need no permutation (unlike GGUF, see gguf_import.h)
-//   generation_config.json  bos/eos ids, greedy decoding (do_sample false)
+//   generation_config.json  bos/eos/pad ids (pad = eos without a pad token), greedy decoding
+//                           (do_sample false)
 //   the tokenizer, by kind:
 //     sentencepiece  tokenizer.model (our model bytes) + a LlamaTokenizer tokenizer_config.json:
 //                    add_bos_token/add_eos_token false and add_prefix_space false, so

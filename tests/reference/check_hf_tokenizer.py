@@ -86,7 +86,7 @@ def main():
                 failures += 1
     print(f"  ids: {len(strings) - failures} of {len(strings)} strings agree")
 
-    model = LlamaForCausalLM.from_pretrained(args.export_dir, dtype=torch.float32).eval()
+    model = LlamaForCausalLM.from_pretrained(args.export_dir).eval()  # float32, as exported
     generation = GenerationConfig.from_pretrained(args.export_dir)
     assert generation.do_sample is False and generation.eos_token_id == ours["eos_id"], generation
     for prompt in PROMPTS:
@@ -97,8 +97,8 @@ def main():
         ours_text = out[len(prompt):-1]
         ids = tok(prompt)["input_ids"] or [ours["eos_id"]]  # darkformer generate starts an empty prompt at eos
         with torch.no_grad():
-            new = model.generate(torch.tensor([ids]), generation_config=generation,
-                                 max_new_tokens=args.max_tokens)[0, len(ids):].tolist()
+            new = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                                 generation_config=generation, max_new_tokens=args.max_tokens)[0, len(ids):].tolist()
         theirs_text = tok.decode(new, skip_special_tokens=True)
         # transformers stops after eos (generation_config.json); darkformer generate goes on.
         stopped = len(new) < args.max_tokens
