@@ -17,6 +17,7 @@
 #include "tests/test_util.h"
 #include "tests/train_test_util.h"
 #include "train/checkpoint.h"
+#include "train/commands.h"
 #include "train/config.h"
 #include "train/finetune.h"
 #include "train/hf_export.h"
@@ -315,6 +316,28 @@ TEST(HfExport, ExportThenImportGivesIdenticalLogitsAndTokenizer) {
   expect_error([&] { export_hf(*performer, linear, &bytes, tmp.path() / "performer"); },
                {"layer 0 uses performer"});
   EXPECT_FALSE(fs::exists(tmp.path() / "performer"));
+}
+
+// `darkformer export-hf` on a trained run: the folder holds the checkpoint's weights (same
+// logits) and its tokenizer (the byte tokenizer's tokenizer.json).
+TEST(HfExport, CommandExportsTheCheckpoint) {
+  TempDir tmp;
+  json config = tiny_config(tmp, "run", 2);
+  config["training"]["generate_tokens"] = 0;
+  config["schedule"]["warmup_steps"] = 1;
+  train(parse_config(config), {});
+  ASSERT_EQ(export_hf_command({"--checkpoint", tmp / "run", "--out", tmp / "hf"}), 0);
+  CheckpointData ck = load_checkpoint(find_checkpoint(tmp / "run"));
+  InitSource trained;
+  trained.model = parse_config(ck.state.at("config")).model;
+  trained.parameters = std::move(ck.model);
+  const InitSource exported = load_init_source(tmp / "hf");
+  const std::vector<std::int32_t> ids = {104, 101, 108, 108, 111, 32, 256};
+  EXPECT_EQ(logits_of(*model_from(exported), ids), logits_of(*model_from(trained), ids));
+  const HfTokenizerFile file = hf_tokenizer_file(tmp / "hf");
+  EXPECT_EQ(data::load_tokenizer(file.kind, file.path)->encode("hello \xff"),
+            data::ByteTokenizer().encode("hello \xff"));
+  expect_error([&] { export_hf_command({"--checkpoint", tmp / "run"}); }, {"--out"});
 }
 
 // finetune.init_from = a Hugging Face folder: the model and its tokenizer (data.tokenizer
