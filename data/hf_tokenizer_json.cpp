@@ -156,13 +156,17 @@ std::string hf_tokenizer_json(const BpeVocab& vocab) {
   };
   ordered_json added = ordered_json::array();
   ordered_json pieces = ordered_json::object();
+  // Appended in id order past ordered_map's own insert, which searches the keys linearly
+  // (quadratic for a 50k vocabulary); `seen` keeps them unique.
+  auto& entries = static_cast<ordered_json::object_t::Container&>(pieces.get_ref<ordered_json::object_t&>());
+  entries.reserve(n);
   std::unordered_map<std::string, std::size_t> seen;
   for (std::size_t i = 0; i < n; ++i) {
     const std::string& t = vocab.tokens[i];
     const auto [it, fresh] = seen.emplace(t, i);
     DARK_CHECK(fresh, "tokenizer.json: token '", t, "' is both id ", it->second, " and id ", i,
                "; tokenizer.json's vocabulary maps each text to one id");
-    pieces[t] = i;
+    entries.emplace_back(t, i);
     const BpeTokenType type = type_of(i);
     if (type == BpeTokenType::control || type == BpeTokenType::user_defined)
       added.push_back({{"id", i},

@@ -121,6 +121,13 @@ TEST(HfTokenizerJson, WrittenAndReadBackIsTheSameTokenizer) {
   data::BpeVocab gpt2 = v;
   gpt2.pre = "gpt2";
   EXPECT_EQ(data::parse_hf_tokenizer_json(data::hf_tokenizer_json(gpt2), "gpt2").pre, "gpt2");
+  // A vocabulary of SmolLM2's size goes through in well under a second (an insert that
+  // searched the written keys would make this quadratic).
+  data::BpeVocab large = data::byte_tokenizer_vocab();
+  for (int i = 0; i < 60000; ++i) large.tokens.push_back("\xC4\xA0w" + std::to_string(i));
+  large.token_types.resize(large.tokens.size(), static_cast<std::int32_t>(data::BpeTokenType::normal));
+  EXPECT_EQ(data::parse_hf_tokenizer_json(data::hf_tokenizer_json(large), "large").tokens, large.tokens);
+
   data::BpeVocab twice = v;
   twice.tokens[5] = twice.tokens[6];
   expect_error([&] { data::hf_tokenizer_json(twice); }, {"is both id 5 and id 6"});
