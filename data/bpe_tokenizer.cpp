@@ -401,6 +401,7 @@ BpeTokenizer::BpeTokenizer(BpeVocab vocab) : impl_(std::make_unique<Impl>()) {
   const auto n = static_cast<std::int64_t>(v.tokens.size());
   DARK_CHECK(n > 0 && n < INT32_MAX, "bpe tokenizer: vocabulary of ", n, " tokens (need 1 .. 2^31-2)");
   m.pre = parse_pre(v.pre);
+  DARK_CHECK(v.kind == "gguf" || v.kind == "hf", "bpe tokenizer: kind \"", v.kind, "\" (allowed: gguf, hf)");
   if (v.token_types.empty()) v.token_types.assign(v.tokens.size(), static_cast<std::int32_t>(BpeTokenType::normal));
   DARK_CHECK(v.token_types.size() == v.tokens.size(), "bpe tokenizer: ", v.token_types.size(), " token types for ",
              n, " tokens");
@@ -496,6 +497,7 @@ BpeTokenizer::BpeTokenizer(BpeVocab vocab) : impl_(std::make_unique<Impl>()) {
 BpeTokenizer::~BpeTokenizer() = default;
 
 const BpeVocab& BpeTokenizer::vocab() const { return impl_->v; }
+std::string BpeTokenizer::kind() const { return impl_->v.kind; }
 
 std::vector<std::int32_t> BpeTokenizer::encode(std::string_view text) const {
   const Impl& m = *impl_;

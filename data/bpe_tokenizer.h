@@ -60,6 +60,7 @@ struct BpeVocab {
   std::int32_t pad_id = -1;               // -1: none
   std::string pre = "gpt2";               // pre-tokenizer: "gpt2" or "smollm"
   bool add_bos = false;                   // informational (GGUF tokenizer.ggml.add_bos_token)
+  std::string kind = "gguf";              // what kind() reports: "gguf" or "hf" (tokenizer.json); not hashed
 };
 
 class BpeTokenizer final : public Tokenizer {
@@ -76,8 +77,9 @@ class BpeTokenizer final : public Tokenizer {
   // Pre-tokenizer names accepted by BpeVocab::pre / tokenizer.ggml.pre.
   static const std::vector<std::string>& supported_pre();
 
-  // "gguf": the kind load_tokenizer takes to load it again (with the .gguf path).
-  std::string kind() const override { return "gguf"; }
+  // The kind load_tokenizer takes to load it again: "gguf" (with the .gguf path) or "hf"
+  // (with the tokenizer.json path), as BpeVocab::kind says.
+  std::string kind() const override;
   std::vector<std::int32_t> encode(std::string_view text) const override;
   std::string decode(std::span<const std::int32_t> ids) const override;
   std::int32_t vocab_size() const override;

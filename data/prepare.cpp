@@ -35,6 +35,8 @@ void validate(const DataConfig& cfg) {
              "data: tokenizer_model is not used with tokenizer = \"byte\"");
   DARK_CHECK(!cfg.tokenizer_model.empty() || cfg.tokenizer != TokenizerKind::gguf,
              "data: tokenizer = \"gguf\" needs tokenizer_model, the .gguf file whose vocabulary it reads");
+  DARK_CHECK(!cfg.tokenizer_model.empty() || cfg.tokenizer != TokenizerKind::hf,
+             "data: tokenizer = \"hf\" needs tokenizer_model, the tokenizer.json of a Hugging Face folder");
   if (cfg.tokenizer == TokenizerKind::sentencepiece && cfg.tokenizer_model.empty())
     DARK_CHECK(cfg.vocab_size > 259 && cfg.vocab_size <= (1 << 24), "data: vocab_size must be in [260, 16777216], got ",
                cfg.vocab_size);
@@ -71,11 +73,12 @@ json inputs_of(const DataConfig& cfg, const Corpus& corpus) {
 
 std::shared_ptr<const Tokenizer> load_dir_tokenizer(const std::string& dir, const json& meta) {
   const std::string kind = meta.at("tokenizer").at("kind").get<std::string>();
-  // A GGUF tokenizer stays in its model file (tens of MB of weights around it); meta.json
+  // A GGUF tokenizer stays in its model file (tens of MB of weights around it), a Hugging
+  // Face one in its folder (tokenizer.json and the special tokens beside it); meta.json
   // records where, and the hash check below catches a file that changed.
-  const std::string model = kind == "byte"   ? ""
-                            : kind == "gguf" ? meta.at("tokenizer").at("source_model").get<std::string>()
-                                             : (fs::path(dir) / kTokenizerFile).string();
+  const std::string model = kind == "byte"                   ? ""
+                            : kind == "gguf" || kind == "hf" ? meta.at("tokenizer").at("source_model").get<std::string>()
+                                                             : (fs::path(dir) / kTokenizerFile).string();
   std::shared_ptr<const Tokenizer> tok = load_tokenizer(kind, model);
   const std::string recorded = meta.at("tokenizer").at("hash").get<std::string>();
   DARK_CHECK(tok->hash() == recorded, "data: ", dir, ": tokenizer ", model.empty() ? kind : model, " has hash ",
@@ -249,8 +252,8 @@ PreparedData prepare(const DataConfig& cfg) {
   if (cfg.tokenizer == TokenizerKind::byte) {
     tok = std::make_shared<ByteTokenizer>();
     fs::remove(model_path, ec);
-  } else if (cfg.tokenizer == TokenizerKind::gguf) {
-    tok = load_tokenizer(TokenizerKind::gguf, cfg.tokenizer_model);
+  } else if (cfg.tokenizer == TokenizerKind::gguf || cfg.tokenizer == TokenizerKind::hf) {
+    tok = load_tokenizer(cfg.tokenizer, cfg.tokenizer_model);
     fs::remove(model_path, ec);
     tok_record["source_model"] = fs::absolute(cfg.tokenizer_model).lexically_normal().string();
     spdlog::info("data: using the tokenizer of {} ({}, vocab {})", cfg.tokenizer_model, tok->hash(), tok->vocab_size());

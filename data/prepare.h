@@ -33,7 +33,7 @@ struct DataConfig {
   std::string dir;                      // output data directory (required by prepare; the run config fills it)
   TokenizerKind tokenizer = TokenizerKind::sentencepiece;
   std::string tokenizer_model;          // existing SentencePiece .model to use instead of training one;
-                                        // for gguf the .gguf file (meta.json records its path)
+                                        // for gguf the .gguf file, for hf a tokenizer.json (meta.json records its path)
   int vocab_size = 8192;                // SentencePiece vocabulary when training (ignored with tokenizer_model; byte: 258)
   double val_fraction = 0.02;           // share of files (by path hash) in the validation split, [0, 0.5]
   int seq_len = 256;                    // tokens per training window (the loaders'; prepare() does not read it)

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "data/bpe_tokenizer.h"
+#include "data/hf_tokenizer_json.h"
 #include "data/sentencepiece_tokenizer.h"
 
 namespace dark::data {
@@ -41,6 +42,7 @@ std::unique_ptr<Tokenizer> load_tokenizer(TokenizerKind kind, const std::string&
     case TokenizerKind::byte: return std::make_unique<ByteTokenizer>();
     case TokenizerKind::sentencepiece: return SentencePieceTokenizer::load(model_path);
     case TokenizerKind::gguf: return BpeTokenizer::from_gguf(model_path);
+    case TokenizerKind::hf: return load_hf_tokenizer(model_path);
   }
   throw Error("tokenizer: unknown kind");
 }

@@ -21,12 +21,13 @@
 namespace dark::data {
 
 // The tokenizer families (data.tokenizer in a run config; "tokenizer" in meta.json).
-enum class TokenizerKind { sentencepiece, byte, gguf };
+enum class TokenizerKind { sentencepiece, byte, gguf, hf };
 
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
-  // "byte", "sentencepiece" or "gguf" (byte-level BPE from GGUF metadata).
+  // "byte", "sentencepiece", "gguf" (byte-level BPE from GGUF metadata) or "hf" (byte-level
+  // BPE from a Hugging Face tokenizer.json).
   virtual std::string kind() const = 0;
   virtual std::vector<std::int32_t> encode(std::string_view text) const = 0;
   // eos and bos decode to nothing. Throws on an id outside the vocabulary.
@@ -60,7 +61,8 @@ class ByteTokenizer final : public Tokenizer {
 };
 
 // Loads a tokenizer by kind: byte (model_path ignored), sentencepiece (a .model file) or
-// gguf (the byte-level BPE tokenizer in a .gguf file's metadata, see bpe_tokenizer.h).
+// gguf (the byte-level BPE tokenizer in a .gguf file's metadata, see bpe_tokenizer.h) or hf (a
+// Hugging Face tokenizer.json and the special tokens of the files beside it, hf_tokenizer_json.h).
 std::unique_ptr<Tokenizer> load_tokenizer(TokenizerKind kind, const std::string& model_path);
 // The same with the kind as spelled in files ("byte", ...); an unknown spelling is an error.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& kind, const std::string& model_path);
@@ -70,9 +72,10 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& kind, const std::st
 namespace dark {
 template <>
 struct EnumNames<data::TokenizerKind> {
-  static constexpr std::array<std::pair<data::TokenizerKind, std::string_view>, 3> table{
+  static constexpr std::array<std::pair<data::TokenizerKind, std::string_view>, 4> table{
       {{data::TokenizerKind::sentencepiece, "sentencepiece"},
        {data::TokenizerKind::byte, "byte"},
-       {data::TokenizerKind::gguf, "gguf"}}};
+       {data::TokenizerKind::gguf, "gguf"},
+       {data::TokenizerKind::hf, "hf"}}};
 };
 }  // namespace dark

@@ -33,7 +33,7 @@ T field(const nlohmann::json& j, const char* key, const std::string& origin) {
   }
 }
 
-std::unique_ptr<Tokenizer> bpe_from_file(const std::string& bytes, const std::string& origin) {
+std::unique_ptr<Tokenizer> bpe_from_file(const std::string& bytes, const std::string& kind, const std::string& origin) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(bytes);
@@ -54,6 +54,7 @@ std::unique_ptr<Tokenizer> bpe_from_file(const std::string& bytes, const std::st
   v.unk_id = field<std::int32_t>(j, "unk_id", origin);
   v.pad_id = field<std::int32_t>(j, "pad_id", origin);
   v.add_bos = field<bool>(j, "add_bos", origin);
+  v.kind = kind;  // where it came from (a GGUF file or a tokenizer.json), not part of the data
   try {
     return std::make_unique<BpeTokenizer>(std::move(v));
   } catch (const Error& e) {
@@ -77,7 +78,8 @@ std::unique_ptr<Tokenizer> tokenizer_from_file(const std::string& kind, std::str
   switch (parse_enum<TokenizerKind>(kind, origin + ": tokenizer kind")) {
     case TokenizerKind::byte: return std::make_unique<ByteTokenizer>();
     case TokenizerKind::sentencepiece: return SentencePieceTokenizer::from_model_bytes(std::move(bytes), origin);
-    case TokenizerKind::gguf: return bpe_from_file(bytes, origin);
+    case TokenizerKind::gguf:
+    case TokenizerKind::hf: return bpe_from_file(bytes, kind, origin);
   }
   throw Error(str(origin, ": unknown tokenizer kind"));
 }

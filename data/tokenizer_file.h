@@ -1,7 +1,7 @@
 // A tokenizer as one self-contained file, so that a checkpoint can carry the tokenizer its
 // ids mean and be used on a machine without the data it was trained on.
 //   sentencepiece  "tokenizer.model": the SentencePiece model bytes themselves
-//   gguf (BPE)     "tokenizer.bpe.json": {"format": "darkformer-bpe-tokenizer",
+//   gguf, hf (BPE) "tokenizer.bpe.json": {"format": "darkformer-bpe-tokenizer",
 //                  "format_version": 1, "pre", "tokens", "token_types", "merges", "bos_id",
 //                  "eos_id", "unk_id", "pad_id", "add_bos"} (data/bpe_tokenizer.h BpeVocab)
 //   byte           nothing: the byte tokenizer has no data

@@ -16,11 +16,11 @@
 #include "train/checkpoint.h"
 #include "train/device.h"
 #include "core/file_io.h"
+#include "train/hf_export.h"
 #include "train/mlp_demo.h"
 #include "train/model_builder.h"
 #include "train/probe.h"
 #include "train/run_files.h"
-#include "train/safetensors.h"
 #include "train/stop_signal.h"
 #include "train/trainer.h"
 
@@ -228,44 +228,17 @@ int probe_command(const CommandArgs& args) {
 int export_hf_command(const CommandArgs& args) {
   const std::vector<FlagSpec> specs = {kCheckpoint, {"--out", "DIR", "", "output folder; required"}, kHelpFlag};
   if (print_help_if_asked(args, "usage: darkformer export-hf --checkpoint PATH --out DIR\n"
-                       "Writes config.json + model.safetensors that Hugging Face transformers loads as LlamaForCausalLM\n"
-                       "(softmax-attention models only).", specs))
+                       "Writes a folder that Hugging Face transformers loads as LlamaForCausalLM (config.json,\n"
+                       "model.safetensors, generation_config.json) with its tokenizer for AutoTokenizer\n"
+                       "(softmax-attention models only). See README.md.", specs))
     return 0;
   Args a(args, specs);
   LoadedRun run = load_run(a.require("--checkpoint"));
-  const RunConfig& c = run.config;
-  for (int layer = 0; layer < c.model.n_layers; ++layer) {
-    const attention::Kind kind = attention_for_layer(c, layer).kind;
-    DARK_CHECK(kind == attention::Kind::softmax, "export-hf: only softmax-attention models map onto LlamaForCausalLM; layer ",
-               layer, " uses ", enum_name(kind));
-  }
   const fs::path out = a.require("--out");
-  fs::create_directories(out);
-  const nlohmann::json hf = {
-      {"architectures", {"LlamaForCausalLM"}},
-      {"model_type", "llama"},
-      {"vocab_size", c.model.vocab_size},
-      {"hidden_size", c.model.d_model},
-      {"intermediate_size", c.model.d_ff},
-      {"num_hidden_layers", c.model.n_layers},
-      {"num_attention_heads", c.model.n_heads},
-      {"num_key_value_heads", c.model.n_kv_heads},
-      {"hidden_act", c.model.mlp == nn::MlpKind::swiglu ? "silu" : "gelu"},
-      {"max_position_embeddings", c.model.max_seq_len},
-      {"rms_norm_eps", c.model.norm_eps},
-      {"rope_theta", c.model.rope_theta},
-      {"tie_word_embeddings", c.model.tie_embeddings},
-      {"attention_bias", false},
-      {"mlp_bias", false},
-      {"bos_token_id", run.tokenizer->bos_id()},
-      {"eos_token_id", run.tokenizer->eos_id()},
-      {"torch_dtype", "float32"}};
-  write_file_atomic(out / "config.json", hf.dump(2) + "\n");
-  TensorMap tensors;
-  for (auto& [name, p] : run.model->named_parameters()) tensors[name] = *p;
-  save_safetensors(out / "model.safetensors", tensors, {{"format", "pt"}});
-  std::printf("wrote %s and %s (step %lld)\n", (out / "config.json").c_str(), (out / "model.safetensors").c_str(),
-              static_cast<long long>(run.step));
+  const std::vector<fs::path> files = export_hf(*run.model, run.config, run.tokenizer.get(), out);
+  std::printf("wrote %s (step %lld):", out.c_str(), static_cast<long long>(run.step));
+  for (const fs::path& f : files) std::printf(" %s", f.filename().c_str());
+  std::printf("\n");
   return 0;
 }
 

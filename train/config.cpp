@@ -20,6 +20,7 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/hash.h"
+#include "train/hf_import.h"
 
 namespace dark::train {
 
@@ -399,8 +400,8 @@ std::vector<Field> make_schema() {
            "token-shard folder; \"\" = cache/data/<corpus or sources-<hash>>-<tokenizer>-<vocab_size>"),
       choice(DARK_CONFIG_MEMBER(data.tokenizer), "tokenizer family"),
       text(DARK_CONFIG_MEMBER(data.tokenizer_model), false,
-           "existing tokenizer model file (.model for sentencepiece, the .gguf model for gguf); \"\" = train one on "
-           "the corpus (sentencepiece)"),
+           "existing tokenizer model file (.model for sentencepiece, the .gguf model for gguf, a Hugging Face "
+           "tokenizer.json for hf); \"\" = train one on the corpus (sentencepiece)"),
       integer(DARK_CONFIG_MEMBER(data.vocab_size), 1, "vocabulary size of a tokenizer trained here"),
       number(DARK_CONFIG_MEMBER(data.val_fraction), open_unit_interval(),
              "share of the corpus held out for validation"),
@@ -464,7 +465,8 @@ std::vector<Field> make_schema() {
              "(a rank died or hangs)"),
 
       text(DARK_CONFIG_MEMBER(finetune.init_from), false,
-           "start from these weights: a checkpoint, a run folder (its latest checkpoint) or a .gguf model; "
+           "start from these weights: a checkpoint, a run folder (its latest checkpoint), a .gguf model or a "
+           "Hugging Face Llama folder; "
            "the model keys left unset are taken from it, attention may differ; \"\" = random initialisation"),
       text_list(DARK_CONFIG_MEMBER(finetune.trainable),
                 "parameter-name globs that train (the rest is frozen: no gradient, no optimizer state), or "
@@ -697,10 +699,19 @@ attention::AttentionConfig attention_for_layer(const RunConfig& config, int laye
 
 void resolve_config(RunConfig& config, const std::string& config_stem) {
   // A GGUF model brings its own tokenizer: use it unless the document chose one.
+  // So does a Hugging Face folder (its tokenizer.model or tokenizer.json).
   const std::string& init_from = config.finetune.init_from;
+  bool folder_tokenizer = false;
   if (init_from.ends_with(".gguf") && !config.given.contains("data.tokenizer")) {
     config.data.tokenizer = data::TokenizerKind::gguf;
     if (!config.given.contains("data.tokenizer_model")) config.data.tokenizer_model = init_from;
+  } else if (!config.given.contains("data.tokenizer") && is_hf_model_folder(init_from)) {
+    const HfTokenizerFile file = hf_tokenizer_file(init_from);
+    config.data.tokenizer = file.kind;
+    if (!config.given.contains("data.tokenizer_model")) {
+      config.data.tokenizer_model = file.path;
+      folder_tokenizer = true;
+    }
   }
   nn::ModelConfig& m = config.model;
   m = m.resolved();
@@ -715,10 +726,13 @@ void resolve_config(RunConfig& config, const std::string& config_stem) {
       for (const std::string& s : d.sources) h = fnv1a64(s + '\n', h);
       name = "sources-" + hex64(h);
     }
-    // A trained tokenizer is named by its vocabulary size; a GGUF model's by the model file.
-    const std::string tokenizer_tag = d.tokenizer == data::TokenizerKind::gguf
-                                          ? std::filesystem::path(d.tokenizer_model).stem().string()
-                                          : std::to_string(d.vocab_size);
+    // A trained tokenizer is named by its vocabulary size; a GGUF model's by the model file, a
+    // Hugging Face folder's (tokenizer.json, or tokenizer.model from init_from) by the folder.
+    const std::filesystem::path model_file = std::filesystem::path(d.tokenizer_model).lexically_normal();
+    const std::string tokenizer_tag =
+        d.tokenizer == data::TokenizerKind::gguf                   ? model_file.stem().string()
+        : d.tokenizer == data::TokenizerKind::hf || folder_tokenizer ? model_file.parent_path().filename().string()
+                                                                     : std::to_string(d.vocab_size);
     d.dir = str("cache/data/", name, "-", enum_name(d.tokenizer), "-", tokenizer_tag);
   }
   if (config.output.dir.empty())
@@ -748,6 +762,10 @@ void validate_config(const RunConfig& config) {
   if (config.data.tokenizer == data::TokenizerKind::gguf && config.data.tokenizer_model.empty()) {
     fail("data.tokenizer_model", "tokenizer \"gguf\" reads its vocabulary from a .gguf model file: set "
                                  "data.tokenizer_model (or finetune.init_from to that file)");
+  }
+  if (config.data.tokenizer == data::TokenizerKind::hf && config.data.tokenizer_model.empty()) {
+    fail("data.tokenizer_model", "tokenizer \"hf\" reads a Hugging Face tokenizer.json: set data.tokenizer_model "
+                                 "(or finetune.init_from to the model's folder)");
   }
   if (config.distributed.zero_stage > 1) {
     fail("distributed.zero_stage", str(config.distributed.zero_stage, " is not supported: use 0 or 1"));

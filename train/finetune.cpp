@@ -12,6 +12,7 @@
 #include "nn/optim.h"
 #include "train/checkpoint.h"
 #include "train/gguf_import.h"
+#include "train/hf_import.h"
 #include "train/run_files.h"
 
 namespace dark::train {
@@ -70,6 +71,17 @@ InitSource load_init_source(const std::string& path) {
     source.description = "GGUF " + path;
     source.model = imported.model;
     source.parameters = std::move(imported.parameters);
+    return source;
+  }
+  if (is_hf_model_folder(path)) {
+    ImportedModel imported = import_hf_llama(path);
+    const HfTokenizerFile tokenizer = hf_tokenizer_file(path);
+    InitSource source;
+    source.path = path;
+    source.description = "Hugging Face folder " + path;
+    source.model = imported.model;
+    source.parameters = std::move(imported.parameters);
+    source.tokenizer_hash = data::load_tokenizer(tokenizer.kind, tokenizer.path)->hash();
     return source;
   }
   return load_checkpoint_source(path);

@@ -1,5 +1,6 @@
-// Finetuning: start a run from trained weights (one of our checkpoints or a GGUF model),
-// possibly with a different attention kind, and train only some of the parameters.
+// Finetuning: start a run from trained weights (one of our checkpoints, a GGUF model or a
+// Hugging Face Llama folder), possibly with a different attention kind, and train only some
+// of the parameters.
 //
 // Attention swap: the weights shared by every kind (embeddings, norms, q/k/v/o projections,
 // MLP) load by name; the parameters the new kind adds (DARKFormer's M, LFK's W) keep their
@@ -30,10 +31,13 @@ struct InitSource {
   nn::ModelConfig model;         // the architecture keys (vocab_size, d_model, ..., tie_embeddings)
   std::map<std::string, Tensor> parameters;  // by our parameter names, float32 on the CPU
   std::string data_dir;      // our checkpoints: the data folder it was trained on ("" for GGUF)
-  std::string tokenizer_hash;  // our checkpoints: the tokenizer it was trained with ("" if unrecorded)
+  // The tokenizer the source was trained with, which the run's data must use: a Hugging Face
+  // folder's, or the one our checkpoints record ("" for GGUF and older checkpoints).
+  std::string tokenizer_hash;
 };
 
-// Reads a .gguf model (llama architecture) or a checkpoint / run folder of ours.
+// Reads a .gguf model (llama architecture), a Hugging Face Llama folder (hf_import.h) or a
+// checkpoint / run folder of ours.
 InitSource load_init_source(const std::string& path);
 
 // The model keys the config document did not set (config.given) take the source's values;

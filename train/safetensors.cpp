@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/file_io.h"
+#include "data/gguf.h"
 
 namespace dark::train {
 
@@ -122,7 +123,9 @@ struct Entry {
   DType dtype;
   Shape shape;
   std::uint64_t begin, end;
+  bool f16 = false;  // stored as IEEE half: read into an f32 tensor (we hold no f16)
 };
+
 
 [[noreturn]] void fail(const std::string& source, const std::string& message) {
   throw Error(str("safetensors: ", source, ": ", message));
@@ -145,8 +148,9 @@ Entry parse_entry(const std::string& source, const std::string& name, const json
     fail_tensor(source, name, "missing or non-string \"dtype\"");
   }
   const std::string dtype_name = dtype_it->get<std::string>();
-  if (!dtype_from_name(dtype_name, e.dtype)) {
-    fail_tensor(source, name, str("dtype \"", dtype_name, "\" is not one of F32, F64, BF16, I32, I64"));
+  e.f16 = dtype_name == "F16";
+  if (!e.f16 && !dtype_from_name(dtype_name, e.dtype)) {
+    fail_tensor(source, name, str("dtype \"", dtype_name, "\" is not one of F32, F64, F16, BF16, I32, I64"));
   }
   const auto shape_it = info.find("shape");
   if (shape_it == info.end() || !shape_it->is_array()) {
@@ -263,7 +267,7 @@ SafetensorsContents parse_safetensors(const std::uint8_t* bytes, std::size_t siz
                   str("data_offsets ", offsets_str(e.begin, e.end), " run past the ", data_size,
                       "-byte data region (truncated?)"));
     }
-    std::uint64_t expected = dtype_size(e.dtype);
+    std::uint64_t expected = e.f16 ? 2 : dtype_size(e.dtype);
     for (const std::int64_t d : e.shape) {
       if (__builtin_mul_overflow(expected, static_cast<std::uint64_t>(d), &expected)) {
         fail_tensor(source, e.name, str("shape ", shape_str(e.shape), " overflows"));
@@ -271,7 +275,7 @@ SafetensorsContents parse_safetensors(const std::uint8_t* bytes, std::size_t siz
     }
     if (expected != e.end - e.begin) {
       fail_tensor(source, e.name,
-                  str(safetensors_dtype_name(e.dtype), " ", shape_str(e.shape), " needs ", expected,
+                  str(e.f16 ? "F16" : safetensors_dtype_name(e.dtype), " ", shape_str(e.shape), " needs ", expected,
                       " bytes but data_offsets ", offsets_str(e.begin, e.end), " hold ", e.end - e.begin));
     }
   }
@@ -301,7 +305,11 @@ SafetensorsContents parse_safetensors(const std::uint8_t* bytes, std::size_t siz
 
   for (const Entry& e : entries) {
     Tensor t = Tensor::empty(e.shape, e.dtype, Device::cpu());
-    if (e.end > e.begin) std::memcpy(t.raw_data(), bytes + data_begin + e.begin, e.end - e.begin);
+    if (e.f16) {  // exact: every half is a float (GGUF's dequantiser, tested bit for bit there)
+      data::dequantize(data::GgufType::F16, bytes + data_begin + e.begin, e.end - e.begin, t.numel(), t.data<float>());
+    } else if (e.end > e.begin) {
+      std::memcpy(t.raw_data(), bytes + data_begin + e.begin, e.end - e.begin);
+    }
     out.tensors.emplace(e.name, std::move(t));
   }
   return out;

@@ -13,6 +13,8 @@
 // The reader accepts any tensor order and validates everything before returning tensors:
 // header length vs file size, JSON, dtype, shape * element size == offset span, offsets in
 // range, non-overlapping and covering the data region exactly. Errors name the file and tensor.
+// F16 tensors (Hugging Face models saved in float16; we have no f16 dtype) are read into F32
+// tensors, exactly; the writer never writes F16.
 #pragma once
 #include <cstddef>
 #include <cstdint>

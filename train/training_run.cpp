@@ -22,13 +22,13 @@ namespace {
 
 // A finetuned model must read the tokens it was trained on: the same tokenizer as its source.
 void check_source_tokenizer(const InitSource& source, const RunConfig& config, const data::PreparedData& data) {
-  if (source.data_dir.empty()) {  // a GGUF model: its own tokenizer
+  std::string theirs = source.tokenizer_hash;  // a Hugging Face folder's, or recorded in our checkpoint
+  if (theirs.empty() && source.data_dir.empty()) {  // a GGUF model: its own tokenizer
     DARK_CHECK(config.data.tokenizer == data::TokenizerKind::gguf, "config: data.tokenizer: a GGUF model (",
                source.path, ") reads the ids of its own tokenizer: use \"gguf\" (the default with a .gguf init_from)");
     return;
   }
-  std::string theirs = source.tokenizer_hash;  // recorded in the checkpoint
-  if (theirs.empty()) {  // an older checkpoint: ask its data folder
+  if (theirs.empty()) {  // a checkpoint from before tokenizers were recorded: ask its data folder
     if (!fs::exists(fs::path(source.data_dir) / "meta.json")) {
       spdlog::warn("init_from: {} was trained on {}, which no longer exists; cannot check that the tokenizers agree",
                    source.description, source.data_dir);
@@ -36,9 +36,10 @@ void check_source_tokenizer(const InitSource& source, const RunConfig& config, c
     }
     theirs = data::open_prepared(source.data_dir).tokenizer->hash();
   }
-  DARK_CHECK(theirs == data.tokenizer->hash(), "init_from: ", source.description, " was trained with tokenizer ", theirs,
-             " (", source.data_dir, "), this run's data uses ", data.tokenizer->hash(), " (", config.data.dir,
-             "): the token ids would not mean the same");
+  DARK_CHECK(theirs == data.tokenizer->hash(), "init_from: ", source.description, " has tokenizer ", theirs,
+             ", this run's data uses ", data.tokenizer->hash(), " (", config.data.dir,
+             "): the token ids would not mean the same",
+             source.data_dir.empty() ? "; leave data.tokenizer and data.tokenizer_model unset to use the folder's" : "");
 }
 
 // A resumed run continues the run its checkpoint belongs to: only its length, its folder, the
