@@ -165,6 +165,7 @@ TEST(RunFolder, ACopyWorksFromAnotherDirectoryWithoutTheDataCache) {
   EXPECT_NE(probe_out.find("performer"), std::string::npos) << probe_out;
   EXPECT_EQ(run_command(export_hf_command, {"--checkpoint", run, "--out", tmp / "hf"}).first, 0);
   EXPECT_TRUE(fs::exists(tmp / "hf/model.safetensors"));
+  EXPECT_TRUE(fs::exists(tmp / "hf/tokenizer.model"));  // from the checkpoint: the data are gone
 
   // Data of another tokenizer, a text too short for one window, and both sources at once.
   json byte_config = tiny_config(tmp, "unused", 6);
