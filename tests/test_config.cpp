@@ -222,6 +222,21 @@ TEST(Config, UnknownKeysSuggestTheClosest) {
       "distributed, finetune, output, stability, seed)");
 }
 
+// Found by tests/fuzz/fuzz_config: an override's bare text that is not UTF-8 reached an
+// error message's json::dump(), which threw nlohmann's type_error instead of dark::Error.
+TEST(Config, OverrideTextMustBeUtf8) {
+  json doc = json::object();
+  EXPECT_EQ(error_of([&] { apply_override(doc, "training.steps=200\xff"); }),
+            "config: training.steps: override value \"200\xEF\xBF\xBD\" is not valid UTF-8");
+  EXPECT_EQ(error_of([&] { apply_override(doc, "output.dir=runs/\xc3"); }),
+            "config: output.dir: override value \"runs/\xEF\xBF\xBD\" is not valid UTF-8");
+  EXPECT_EQ(doc, json::object());
+  // A document built in code can still hold such bytes: the message shows U+FFFD for them.
+  const json direct = {{"optimizer", {{"name", std::string("ad\xffm")}}}};
+  EXPECT_EQ(error_of([&] { parse_config(direct); }),
+            "config: optimizer.name: \"ad\xEF\xBF\xBDm\" is not one of adamw, sgd");
+}
+
 TEST(Config, Overrides) {
   json doc = json::parse(R"({"training": {"steps": 50}})");
   apply_override(doc, "training.steps=200");                   // number
