@@ -109,6 +109,26 @@ TEST(DataTokenizer, SentencePieceTrainsRoundTripsAndIsDeterministic) {
   EXPECT_THROW(a->decode(std::vector<std::int32_t>{320}), Error);
 }
 
+// Found by tests/fuzz/fuzz_encode: a "▁" (U+2581, SentencePiece's whitespace symbol) in the
+// text decoded as a space. It is now written as its byte pieces and round-trips, next to
+// spaces and inside words; text without it encodes as before.
+TEST(DataTokenizer, SentencePieceRoundTripsItsWhitespaceSymbol) {
+  const auto t = SentencePieceTokenizer::train(lines_of(generated_text(1500, 3)), small_options());
+  for (const std::string s : {"\xE2\x96\x81", "a \xE2\x96\x81 b", "x\xE2\x96\x81\xE2\x96\x81y ", " \xE2\x96\x81the\n"})
+    EXPECT_EQ(t->decode(t->encode(s)), s) << s;
+  const auto ids = t->encode("\xE2\x96\x81");
+  ASSERT_EQ(ids.size(), 3u);
+  EXPECT_EQ(t->piece(ids[0]), "<0xE2>");
+  EXPECT_EQ(t->piece(ids[1]), "<0x96>");
+  EXPECT_EQ(t->piece(ids[2]), "<0x81>");
+  // Around it, the text encodes as the parts would alone.
+  std::vector<std::int32_t> parts = t->encode("the ring");
+  parts.insert(parts.end(), ids.begin(), ids.end());
+  const auto tail = t->encode(" to");
+  parts.insert(parts.end(), tail.begin(), tail.end());
+  EXPECT_EQ(t->encode("the ring\xE2\x96\x81 to"), parts);
+}
+
 TEST(DataTokenizer, SentencePieceSavesAndLoads) {
   TempDir tmp;
   const auto a = SentencePieceTokenizer::train(lines_of(generated_text(1500, 2)), small_options());
