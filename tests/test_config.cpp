@@ -514,6 +514,18 @@ TEST(Config, FilesAndWriteResolved) {
                     0),
             0u)
       << e;
+  // A number past double's range: nlohmann's out_of_range used to escape (found by fuzzing).
+  write_text(dir / "huge.json", R"({"seed": 1e999})");
+  EXPECT_EQ(error_of([&] { load_config(dir / "huge.json"); }),
+            "config: " + (dir / "huge.json") + ": invalid JSON: number overflow parsing '1e999'");
+  // Nesting past 64 levels is refused while parsing: 300000 levels used to overflow the stack
+  // when the error message printed the document (found with tests/fuzz/fuzz_config).
+  write_text(dir / "deep.json", std::string(300000, '[') + std::string(300000, ']'));
+  EXPECT_EQ(error_of([&] { load_config(dir / "deep.json"); }),
+            "config: " + (dir / "deep.json") + ": invalid JSON: JSON nested deeper than 64 levels");
+  json doc = json::object();
+  EXPECT_EQ(error_of([&] { apply_override(doc, "optimizer.betas=" + std::string(100, '[') + std::string(100, ']')); }),
+            "config: optimizer.betas: override value: JSON nested deeper than 64 levels");
   // Comments are allowed; overrides apply; the stem names the run folder.
   write_text(dir / "tiny.json", R"(// a tiny run
 {

@@ -20,6 +20,7 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/hash.h"
+#include "core/json_depth.h"
 
 namespace dark::train {
 
@@ -785,16 +786,21 @@ json read_config_json(const std::filesystem::path& path) {
   std::stringstream buffer;
   buffer << in.rdbuf();
   try {
-    return json::parse(buffer.str(), nullptr, /*allow_exceptions=*/true, /*ignore_comments=*/true);
-  } catch (const json::parse_error& e) {
-    // e.what(): "[json.exception.parse_error.101] parse error at line 3, column 8: syntax ..."
+    return json::parse(buffer.str(), json_depth_limit(), /*allow_exceptions=*/true, /*ignore_comments=*/true);
+  } catch (const Error& e) {
+    throw Error(str("config: ", path.string(), ": invalid JSON: ", e.what()));
+  } catch (const json::exception& e) {
+    // e.what(): "[json.exception.parse_error.101] parse error at line 3, column 8: syntax ...",
+    // or out_of_range.406 "number overflow parsing '1e999'" for a number past double's range.
     const std::string what = e.what();
     const std::string marker = "parse error at ";
     const std::size_t at = what.find(marker);
     if (at != std::string::npos) {
       throw Error(str("config: ", path.string(), ": invalid JSON at ", what.substr(at + marker.size())));
     }
-    throw Error(str("config: ", path.string(), ": invalid JSON: ", what));
+    const std::size_t tag_end = what.find("] ");
+    throw Error(str("config: ", path.string(), ": invalid JSON: ",
+                    tag_end == std::string::npos ? what : what.substr(tag_end + 2)));
   }
 }
 
@@ -807,7 +813,12 @@ void apply_override(json& doc, const std::string& assignment) {
   const std::string text = assignment.substr(eq + 1);
   const Field* field = find_field(path);
   if (field == nullptr) unknown_key(path, Scope{});
-  json value = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  json value;
+  try {
+    value = json::parse(text, json_depth_limit(), /*allow_exceptions=*/false);
+  } catch (const Error& e) {
+    fail(path, str("override value: ", e.what()));
+  }
   if (value.is_discarded() || (field->takes_text && !value.is_string())) value = text;
   // JSON text is UTF-8 (the parser checks a document's strings); bare text must be too, or
   // the resolved config.json could not be written.
