@@ -6,6 +6,7 @@
 
 #include <climits>
 #include <cstdio>
+#include <exception>
 #include <string_view>
 #include <unordered_map>
 
@@ -98,7 +99,14 @@ std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::load(const std::
 std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::from_model_bytes(std::string bytes,
                                                                                  const std::string& origin) {
   std::unique_ptr<SentencePieceTokenizer> t(new SentencePieceTokenizer());
-  const auto status = t->impl_->processor.LoadFromSerializedProto(bytes);
+  sentencepiece::util::Status status;
+  try {
+    status = t->impl_->processor.LoadFromSerializedProto(bytes);
+  } catch (const std::exception& e) {
+    // Some malformed models get past the protobuf parser and make a SentencePiece internal
+    // throw instead of returning a status (an empty piece: Darts' "zero-length key").
+    throw Error(str("sentencepiece tokenizer: ", origin, " is not a SentencePiece model: ", e.what()));
+  }
   DARK_CHECK(status.ok(), "sentencepiece tokenizer: ", origin, " is not a SentencePiece model: ", status.ToString());
   DARK_CHECK(t->impl_->processor.eos_id() >= 0, "sentencepiece tokenizer: ", origin,
              " has no end-of-sequence piece (needed to separate documents)");

@@ -129,6 +129,19 @@ TEST(DataTokenizer, SentencePieceRoundTripsItsWhitespaceSymbol) {
   EXPECT_EQ(t->encode("the ring\xE2\x96\x81 to"), parts);
 }
 
+// Found by tests/fuzz/fuzz_sentencepiece_load: a model proto whose second piece is the
+// empty string made SentencePiece's trie builder throw Darts::Details::Exception, which
+// escaped from_model_bytes; it is now the usual "not a SentencePiece model" error.
+TEST(DataTokenizer, SentencePieceModelWithAnEmptyPieceIsAnError) {
+  const unsigned char bytes[] = {0x0a, 0x0e, 0x0a, 0x05, 0x3c, 0x75, 0x6e, 0x6b, 0x3e, 0x15, 0x00, 0x00, 0x00,
+                                 0x00, 0x18, 0x02, 0x0a, 0x0c, 0x0a, 0x03, 0x00, 0x68, 0x68, 0x68, 0x60, 0x60,
+                                 0x68, 0xd0, 0x6e, 0x74, 0x69, 0x6a, 0x79, 0x12, 0x00, 0x18, 0x00, 0x20, 0x00};
+  const std::string e = dark::testing::error_of([&] {
+    SentencePieceTokenizer::from_model_bytes(std::string(reinterpret_cast<const char*>(bytes), sizeof bytes), "fuzzed");
+  });
+  EXPECT_EQ(e.rfind("sentencepiece tokenizer: fuzzed is not a SentencePiece model: ", 0), 0u) << e;
+}
+
 TEST(DataTokenizer, SentencePieceSavesAndLoads) {
   TempDir tmp;
   const auto a = SentencePieceTokenizer::train(lines_of(generated_text(1500, 2)), small_options());
