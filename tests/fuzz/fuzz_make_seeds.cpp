@@ -111,8 +111,9 @@ std::string gguf_with_tensors() {
   return w.build().bytes;
 }
 
-// A GGUF file holding only a tokenizer: byte pieces, two merges, the specials.
-std::string gguf_tokenizer(const std::string& pre, bool with_types) {
+// A GGUF file holding only a tokenizer: byte pieces, two merges, the specials (eos_token_id
+// as a u32, or as the u64 `eos_u64` when given).
+std::string gguf_tokenizer(const std::string& pre, bool with_types, std::uint64_t eos_u64 = 0) {
   std::vector<std::string> tokens = {"<|endoftext|>", "<|im_start|>"};
   for (int b = 0; b < 256; ++b) tokens.push_back(dark::data::BpeTokenizer::byte_encode(std::string(1, char(b))));
   tokens.push_back("he");
@@ -128,7 +129,11 @@ std::string gguf_tokenizer(const std::string& pre, bool with_types) {
     w.kv_raw("tokenizer.ggml.token_type", dark::testing::kGgufArray,
              GgufTestWriter::array_payload<std::int32_t>(dark::testing::kGgufI32, types));
   }
-  w.kv<std::uint32_t>("tokenizer.ggml.eos_token_id", dark::testing::kGgufU32, 0);
+  if (eos_u64 != 0) {
+    w.kv<std::uint64_t>("tokenizer.ggml.eos_token_id", dark::testing::kGgufU64, eos_u64);
+  } else {
+    w.kv<std::uint32_t>("tokenizer.ggml.eos_token_id", dark::testing::kGgufU32, 0);
+  }
   w.kv<std::uint32_t>("tokenizer.ggml.bos_token_id", dark::testing::kGgufU32, 1);
   w.kv<std::uint8_t>("tokenizer.ggml.add_bos_token", dark::testing::kGgufBool, 0);
   return w.build().bytes;
@@ -142,6 +147,8 @@ void gguf_seeds() {
   seed("fuzz_gguf", "v2.gguf", v2.build().bytes);
   seed("fuzz_bpe_gguf", "smollm.gguf", gguf_tokenizer("smollm", true));
   seed("fuzz_bpe_gguf", "gpt2.gguf", gguf_tokenizer("gpt2", false));
+  // Once accepted as eos id 0 (cut to int32); tests/test_bpe_tokenizer.cpp has its test.
+  seed("fuzz_bpe_gguf", "regression-eos-id-above-int32.gguf", gguf_tokenizer("gpt2", false, std::uint64_t{1} << 32));
 }
 
 void tokenizer_seeds() {
