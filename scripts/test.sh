@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the build needs, builds darkformer with its tests, runs every test with
 # CTest, then a bounded fuzzing run (scripts/fuzz.sh: the libFuzzer targets of tests/fuzz/,
-# 30 s each, two at a time; about 4 minutes with its clang build on 2 cores).
+# 30 s each, two at a time; 4 to 5 minutes with its clang build on 2 cores).
 # Usage: scripts/test.sh [--sanitize] [extra ctest arguments]
 #   --sanitize   build in build-sanitize/ with AddressSanitizer + UndefinedBehaviorSanitizer
 # The fuzzing run follows a full ctest run only (no --sanitize, no ctest arguments).
