@@ -1,5 +1,6 @@
 // BpeTokenizer::from_gguf: the tokenizer.ggml.* metadata of a GGUF file as a BpeVocab.
 #include <algorithm>
+#include <cstdint>
 
 #include "core/error.h"
 #include "data/bpe_tokenizer.h"
@@ -25,10 +26,19 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::from_gguf(const std::string& path) {
   v.merges = f.get_string_array("tokenizer.ggml.merges");
   if (f.has("tokenizer.ggml.token_type")) {
     const std::vector<std::int64_t> types = f.get_int_array("tokenizer.ggml.token_type");
+    for (std::size_t i = 0; i < types.size(); ++i)
+      DARK_CHECK(types[i] >= INT32_MIN && types[i] <= INT32_MAX, path, ": tokenizer.ggml.token_type[", i, "] is ",
+                 types[i], ", not a token type");
     v.token_types.assign(types.begin(), types.end());
   }
+  // Ids must fit in int32 as they are: cutting 2^32 + 5 down to 5 would pick a real token.
+  // -1 means none, also written as u32 4294967295 by some converters.
   auto id_of = [&](const char* key) -> std::int32_t {
-    return f.has(key) ? static_cast<std::int32_t>(f.get_int(key)) : -1;
+    if (!f.has(key)) return -1;
+    const std::int64_t id = f.get_int(key);
+    if (id == UINT32_MAX) return -1;
+    DARK_CHECK(id >= -1 && id <= INT32_MAX, path, ": ", key, " is ", id, ", not a token id");
+    return static_cast<std::int32_t>(id);
   };
   v.bos_id = id_of("tokenizer.ggml.bos_token_id");
   v.eos_id = id_of("tokenizer.ggml.eos_token_id");

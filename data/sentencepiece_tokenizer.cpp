@@ -5,6 +5,9 @@
 #include <sentencepiece_trainer.h>
 
 #include <climits>
+#include <cstdio>
+#include <exception>
+#include <string_view>
 #include <unordered_map>
 
 #include "core/error.h"
@@ -16,9 +19,29 @@ namespace dark::data {
 struct SentencePieceTokenizer::Impl {
   std::string bytes;
   sentencepiece::SentencePieceProcessor processor;
+  std::vector<int> meta_space_ids;  // the byte pieces of kMetaSpace's 3 bytes; empty without them
 };
 
 namespace {
+
+// U+2581 "▁", SentencePiece's whitespace symbol: the normalizer turns spaces into it and
+// decoding turns every one back into a space, so a "▁" of the text itself would come back
+// as " ". encode() emits it as the byte pieces of its three UTF-8 bytes instead, which
+// decode to those bytes.
+constexpr std::string_view kMetaSpace = "\xE2\x96\x81";
+
+// The byte pieces <0xE2> <0x96> <0x81>, or nothing when the model lacks one (no byte_fallback).
+std::vector<int> meta_space_byte_ids(const sentencepiece::SentencePieceProcessor& p) {
+  std::vector<int> ids;
+  for (const char byte : kMetaSpace) {
+    char piece[8];
+    std::snprintf(piece, sizeof piece, "<0x%02X>", static_cast<unsigned char>(byte));
+    const int id = p.PieceToId(piece);
+    if (id < 0 || id >= p.GetPieceSize() || !p.IsByte(id) || p.IdToPiece(id) != piece) return {};
+    ids.push_back(id);
+  }
+  return ids;
+}
 
 // Feeds the sampled lines to the trainer.
 class LineIterator final : public sentencepiece::SentenceIterator {
@@ -76,10 +99,18 @@ std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::load(const std::
 std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::from_model_bytes(std::string bytes,
                                                                                  const std::string& origin) {
   std::unique_ptr<SentencePieceTokenizer> t(new SentencePieceTokenizer());
-  const auto status = t->impl_->processor.LoadFromSerializedProto(bytes);
+  sentencepiece::util::Status status;
+  try {
+    status = t->impl_->processor.LoadFromSerializedProto(bytes);
+  } catch (const std::exception& e) {
+    // Some malformed models get past the protobuf parser and make a SentencePiece internal
+    // throw instead of returning a status (an empty piece: Darts' "zero-length key").
+    throw Error(str("sentencepiece tokenizer: ", origin, " is not a SentencePiece model: ", e.what()));
+  }
   DARK_CHECK(status.ok(), "sentencepiece tokenizer: ", origin, " is not a SentencePiece model: ", status.ToString());
   DARK_CHECK(t->impl_->processor.eos_id() >= 0, "sentencepiece tokenizer: ", origin,
              " has no end-of-sequence piece (needed to separate documents)");
+  t->impl_->meta_space_ids = meta_space_byte_ids(t->impl_->processor);
   t->hash_ = "sentencepiece-" + hex64(fnv1a64(bytes));
   t->impl_->bytes = std::move(bytes);
   return t;
@@ -126,10 +157,23 @@ void SentencePieceTokenizer::save(const std::string& path) const { write_file_at
 const std::string& SentencePieceTokenizer::model_bytes() const { return impl_->bytes; }
 
 std::vector<std::int32_t> SentencePieceTokenizer::encode(std::string_view text) const {
-  std::vector<int> ids;
-  const auto status = impl_->processor.Encode(text, &ids);
-  DARK_CHECK(status.ok(), "sentencepiece encode failed: ", status.ToString());
-  return std::vector<std::int32_t>(ids.begin(), ids.end());
+  std::vector<std::int32_t> out;
+  const auto encode_part = [&](std::string_view part) {
+    std::vector<int> ids;
+    const auto status = impl_->processor.Encode(part, &ids);
+    DARK_CHECK(status.ok(), "sentencepiece encode failed: ", status.ToString());
+    out.insert(out.end(), ids.begin(), ids.end());
+  };
+  const std::vector<int>& meta_space = impl_->meta_space_ids;
+  std::size_t begin = 0;
+  if (!meta_space.empty()) {
+    for (std::size_t at; (at = text.find(kMetaSpace, begin)) != std::string_view::npos; begin = at + kMetaSpace.size()) {
+      if (at > begin) encode_part(text.substr(begin, at - begin));
+      out.insert(out.end(), meta_space.begin(), meta_space.end());
+    }
+  }
+  if (begin < text.size() || begin == 0) encode_part(text.substr(begin));
+  return out;
 }
 
 std::string SentencePieceTokenizer::decode(std::span<const std::int32_t> ids) const {

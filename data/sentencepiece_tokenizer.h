@@ -8,6 +8,9 @@
 // gives back the exact text, newlines and indentation included: "\n" becomes the byte
 // piece <0x0A>, runs of spaces become whitespace-only pieces), no dummy prefix, digits split,
 // ids <unk>=0, <s>=1, </s>=2 (the end-of-document token), no padding piece.
+// So decode(encode(s)) == s for valid UTF-8 s. That includes U+2581 "▁", SentencePiece's own
+// whitespace symbol, which every piece decodes as a space: encode() writes a "▁" of the text
+// as its three byte pieces (models without byte pieces leave it to SentencePiece: " ").
 // Training is deterministic: the same lines and options give the same model bytes. The
 // trainer runs with a fixed num_threads = 2 because SentencePiece stores num_threads in the
 // model bytes (the pieces do not depend on it), and the bytes define the tokenizer hash.

@@ -90,6 +90,8 @@ ShardWriter::~ShardWriter() = default;
 
 void ShardWriter::append_document(std::span<const std::int32_t> tokens) {
   DARK_CHECK(!finished_, "token shard ", info_.path, ": append after finish");
+  DARK_CHECK(!tokens.empty(), "token shard ", info_.path,
+             ": empty document (each document ends with its end-of-document token)");
   for (const std::int32_t id : tokens) {
     DARK_CHECK(id >= 0 && id < info_.vocab_size, "token shard ", info_.path, ": token id ", id,
                " outside the vocabulary [0, ", info_.vocab_size, ")");
@@ -181,9 +183,19 @@ std::shared_ptr<const TokenShard> TokenShard::open(const std::string& path, cons
   DARK_CHECK(h.header_checksum == header_checksum(h), where, "header checksum mismatch (the header is corrupted)");
   DARK_CHECK(h.token_bytes == 2 || h.token_bytes == 4, where, "bad token size ", h.token_bytes, " bytes");
   DARK_CHECK(h.tokenizer_hash[kHashField - 1] == '\0', where, "tokenizer hash field is not terminated");
-  const std::uint64_t expected_bytes = kShardHeaderBytes + h.num_tokens * h.token_bytes;
+  // The counts become int64 and the token bytes a product: a crafted count must neither
+  // wrap the product around to the file's size nor turn negative.
+  std::uint64_t expected_bytes = 0;
+  DARK_CHECK(h.num_tokens <= static_cast<std::uint64_t>(INT64_MAX) &&
+                 !__builtin_mul_overflow(h.num_tokens, std::uint64_t{h.token_bytes}, &expected_bytes) &&
+                 !__builtin_add_overflow(expected_bytes, kShardHeaderBytes, &expected_bytes),
+             where, "header says ", h.num_tokens, " tokens, more than any file can hold (the header is corrupted)");
   DARK_CHECK(file_bytes >= expected_bytes, where, "truncated: header says ", h.num_tokens, " tokens (",
              expected_bytes, " bytes) but the file has ", file_bytes, " bytes");
+  DARK_CHECK(h.num_documents <= h.num_tokens, where, "header says ", h.num_documents, " documents in ",
+             h.num_tokens, " tokens (each document ends with its end-of-document token)");
+  DARK_CHECK(h.vocab_size > 0 && h.vocab_size <= (std::uint64_t{1} << 31), where, "vocab_size ", h.vocab_size,
+             " out of range [1, 2^31]");
   DARK_CHECK(file_bytes == expected_bytes, where, "size mismatch: header says ", h.num_tokens, " tokens (",
              expected_bytes, " bytes) but the file has ", file_bytes, " bytes");
 

@@ -50,7 +50,7 @@ class ShardWriter {
   ShardWriter(const std::string& path, const std::string& tokenizer_hash, std::int64_t vocab_size);
   ~ShardWriter();
   // Appends one document's tokens (including its end-of-document token). Throws when an id
-  // lies outside [0, vocab_size).
+  // lies outside [0, vocab_size) or the document is empty.
   void append_document(std::span<const std::int32_t> tokens);
   ShardInfo finish();
 

@@ -10,30 +10,6 @@
 
 namespace dark::nn {
 
-int auto_d_ff(int d_model) {
-  // Nearest multiple of 64 to 8 d_model / 3 = 64 * round(d_model / 24), halves rounded up.
-  const std::int64_t multiples = (static_cast<std::int64_t>(d_model) + 12) / 24;
-  return static_cast<int>(std::max<std::int64_t>(1, multiples) * 64);
-}
-
-ModelConfig ModelConfig::resolved() const {
-  ModelConfig r = *this;
-  if (r.n_kv_heads == 0) r.n_kv_heads = r.n_heads;
-  if (r.d_ff == 0) r.d_ff = auto_d_ff(r.d_model);
-  return r;
-}
-
-void ModelConfig::validate() const {
-  DARK_CHECK(vocab_size >= 0 && d_model > 0 && n_layers > 0 && n_heads > 0 && n_kv_heads >= 0 && d_ff >= 0,
-             "config: model: vocab_size, n_kv_heads and d_ff must be >= 0, d_model, n_layers and n_heads positive");
-  DARK_CHECK(d_model % n_heads == 0, "config: model.n_heads: ", n_heads, " does not divide model.d_model (", d_model, ")");
-  DARK_CHECK(head_dim() % 2 == 0, "config: model.n_heads: head dimension model.d_model / model.n_heads = ", d_model,
-             " / ", n_heads, " = ", head_dim(), " is odd; RoPE rotates pairs of dimensions");
-  const int kv_heads = n_kv_heads == 0 ? n_heads : n_kv_heads;
-  DARK_CHECK(n_heads % kv_heads == 0, "config: model.n_kv_heads: ", kv_heads, " does not divide model.n_heads (",
-             n_heads, ")");
-}
-
 namespace {
 // The resolved config a model is built from; the vocabulary must be known by now.
 ModelConfig checked(const ModelConfig& config) {

@@ -13,6 +13,7 @@ packages=(
   libicu-dev             # Unicode categories for the byte-level BPE pre-tokenizer (data/)
   libopenmpi-dev openmpi-bin  # multi-process launcher and CPU all-reduce
   libgtest-dev libgmock-dev   # unit tests
+  clang libclang-rt-dev libomp-dev  # libFuzzer targets (tests/fuzz/, scripts/fuzz.sh)
   libbenchmark-dev       # bench/
   python3-numpy          # reference-value scripts
   gnuplot-nox            # PNG plots of `darkformer report` (pngcairo terminal)

@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "data/bpe_tokenizer.h"
 #include "data/tokenizer.h"
+#include "gguf_test_writer.h"
 #include "test_util.h"
 
 namespace dark::data {
@@ -350,6 +351,44 @@ TEST(BpeTokenizerSmolLM2, EncodesFasterThanOneMegabytePerSecond) {
   EXPECT_EQ(t.decode(ids), text);
   // Generous bound (shared 2-core CI machines); typical is several MB/s.
   EXPECT_GT(mbps, 0.5);
+}
+
+// A GGUF file holding the tiny vocabulary's tokenizer metadata, with eos_token_id and
+// one token type given as u64 values.
+std::string tiny_gguf(std::uint64_t eos_id, std::uint64_t first_type) {
+  const BpeVocab v = tiny_vocab({"a b"});
+  dark::testing::GgufTestWriter w;
+  w.kv_string("tokenizer.ggml.model", "gpt2");
+  w.kv_string("tokenizer.ggml.pre", "gpt2");
+  w.kv_raw("tokenizer.ggml.tokens", dark::testing::kGgufArray,
+           dark::testing::GgufTestWriter::string_array_payload(v.tokens));
+  w.kv_raw("tokenizer.ggml.merges", dark::testing::kGgufArray,
+           dark::testing::GgufTestWriter::string_array_payload(v.merges));
+  std::vector<std::uint64_t> types(v.token_types.begin(), v.token_types.end());
+  types[0] = first_type;
+  w.kv_raw("tokenizer.ggml.token_type", dark::testing::kGgufArray,
+           dark::testing::GgufTestWriter::array_payload<std::uint64_t>(dark::testing::kGgufU64, types));
+  w.kv<std::uint64_t>("tokenizer.ggml.eos_token_id", dark::testing::kGgufU64, eos_id);
+  w.kv<std::uint32_t>("tokenizer.ggml.padding_token_id", dark::testing::kGgufU32, UINT32_MAX);  // none
+  return w.build().bytes;
+}
+
+// Found while fuzzing from_gguf: ids and token types were cut to int32, so an eos_token_id of
+// 2^32 (or a token type of 2^32 + 3) became 0 (3) and loaded as a valid tokenizer.
+TEST(BpeTokenizer, FromGgufRejectsIdsThatDoNotFitInt32) {
+  dark::testing::TempDir tmp;
+  const std::string good = tmp / "good.gguf", big_id = tmp / "big_id.gguf", big_type = tmp / "big_type.gguf";
+  dark::testing::write_bytes(good, tiny_gguf(0, 3));
+  dark::testing::write_bytes(big_id, tiny_gguf(std::uint64_t{1} << 32, 3));
+  dark::testing::write_bytes(big_type, tiny_gguf(0, (std::uint64_t{1} << 32) + 3));
+  const auto t = BpeTokenizer::from_gguf(good);
+  EXPECT_EQ(t->eos_id(), 0);
+  EXPECT_EQ(t->pad_id(), -1);
+  EXPECT_EQ(t->token_type(0), BpeTokenType::control);
+  dark::testing::expect_error([&] { BpeTokenizer::from_gguf(big_id); },
+                              {"big_id.gguf", "tokenizer.ggml.eos_token_id is 4294967296, not a token id"});
+  dark::testing::expect_error([&] { BpeTokenizer::from_gguf(big_type); },
+                              {"big_type.gguf", "tokenizer.ggml.token_type[0] is 4294967299, not a token type"});
 }
 
 TEST(BpeTokenizer, FromGgufNamesAMissingFile) {

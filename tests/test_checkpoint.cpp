@@ -218,6 +218,10 @@ TEST_F(SafetensorsCorrupt, BadHeaders) {
   EXPECT_NE(load_error().find("header is not valid JSON: parse error at line 1"), std::string::npos)
       << load_error();
 
+  // A number past double's range: nlohmann's out_of_range used to escape (found by fuzzing).
+  write_with_header(R"({"w":{"dtype":"F32","shape":[1e999],"data_offsets":[0,4]}})", 4);
+  EXPECT_EQ(load_error(), "safetensors: " + path().string() + ": header is not valid JSON: number overflow parsing '1e999'");
+
   write_with_header(R"([1,2])", 0);
   EXPECT_NE(load_error().find("header is not a JSON object"), std::string::npos);
 
@@ -234,6 +238,18 @@ TEST_F(SafetensorsCorrupt, BadHeaders) {
 
   write_with_header(R"({"__metadata__":{"step":5},"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 8);
   EXPECT_NE(load_error().find("\"__metadata__\": \"step\" must be a string, got 5"), std::string::npos);
+}
+
+// A header nested 300000 levels deep overflowed the stack (nlohmann's dump() for the error
+// message recurses once per level) instead of failing with an error; any nesting past the
+// limit is now refused while parsing. A real header nests 3 levels.
+TEST_F(SafetensorsCorrupt, DeeplyNestedHeader) {
+  write_with_header(std::string(300000, '[') + std::string(300000, ']'), 0);
+  EXPECT_EQ(load_error(), "safetensors: " + path().string() + ": header is not valid JSON: JSON nested deeper than 64 levels");
+  write_with_header(R"({"w":{"dtype":"F32","shape":)" + std::string(70, '[') + std::string(70, ']') + "}}", 0);
+  EXPECT_NE(load_error().find("JSON nested deeper than 64 levels"), std::string::npos) << load_error();
+  write_with_header(R"({"w":{"dtype":"F32","shape":)" + std::string(60, '[') + std::string(60, ']') + "}}", 0);
+  EXPECT_NE(load_error().find("must hold non-negative integers"), std::string::npos) << load_error();
 }
 
 TEST_F(SafetensorsCorrupt, BadOffsets) {

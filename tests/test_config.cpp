@@ -222,6 +222,21 @@ TEST(Config, UnknownKeysSuggestTheClosest) {
       "distributed, finetune, output, stability, seed)");
 }
 
+// Found by tests/fuzz/fuzz_config: an override's bare text that is not UTF-8 reached an
+// error message's json::dump(), which threw nlohmann's type_error instead of dark::Error.
+TEST(Config, OverrideTextMustBeUtf8) {
+  json doc = json::object();
+  EXPECT_EQ(error_of([&] { apply_override(doc, "training.steps=200\xff"); }),
+            "config: training.steps: override value \"200\xEF\xBF\xBD\" is not valid UTF-8");
+  EXPECT_EQ(error_of([&] { apply_override(doc, "output.dir=runs/\xc3"); }),
+            "config: output.dir: override value \"runs/\xEF\xBF\xBD\" is not valid UTF-8");
+  EXPECT_EQ(doc, json::object());
+  // A document built in code can still hold such bytes: the message shows U+FFFD for them.
+  const json direct = {{"optimizer", {{"name", std::string("ad\xffm")}}}};
+  EXPECT_EQ(error_of([&] { parse_config(direct); }),
+            "config: optimizer.name: \"ad\xEF\xBF\xBDm\" is not one of adamw, sgd");
+}
+
 TEST(Config, Overrides) {
   json doc = json::parse(R"({"training": {"steps": 50}})");
   apply_override(doc, "training.steps=200");                   // number
@@ -499,6 +514,18 @@ TEST(Config, FilesAndWriteResolved) {
                     0),
             0u)
       << e;
+  // A number past double's range: nlohmann's out_of_range used to escape (found by fuzzing).
+  write_text(dir / "huge.json", R"({"seed": 1e999})");
+  EXPECT_EQ(error_of([&] { load_config(dir / "huge.json"); }),
+            "config: " + (dir / "huge.json") + ": invalid JSON: number overflow parsing '1e999'");
+  // Nesting past 64 levels is refused while parsing: 300000 levels used to overflow the stack
+  // when the error message printed the document (found with tests/fuzz/fuzz_config).
+  write_text(dir / "deep.json", std::string(300000, '[') + std::string(300000, ']'));
+  EXPECT_EQ(error_of([&] { load_config(dir / "deep.json"); }),
+            "config: " + (dir / "deep.json") + ": invalid JSON: JSON nested deeper than 64 levels");
+  json doc = json::object();
+  EXPECT_EQ(error_of([&] { apply_override(doc, "optimizer.betas=" + std::string(100, '[') + std::string(100, ']')); }),
+            "config: optimizer.betas: override value: JSON nested deeper than 64 levels");
   // Comments are allowed; overrides apply; the stem names the run folder.
   write_text(dir / "tiny.json", R"(// a tiny run
 {

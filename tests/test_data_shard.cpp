@@ -5,7 +5,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <cstring>
 #include <functional>
+#include <string_view>
 
 #include "core/error.h"
 #include "data/hash.h"
@@ -133,6 +135,51 @@ TEST(DataShard, CorruptionIsDetectedAndNamed) {
   expect_error([&] { TokenShard::open(tmp / "missing.bin"); }, {"missing.bin", "cannot open"});
   expect_error([&] { TokenShard::open(good, "sentencepiece-0123456789abcdef"); },
                {"good.bin", "tokenizer mismatch", "test-tok", "sentencepiece-0123456789abcdef"});
+}
+
+// Overwrites the u64 at `offset` and refreshes the header checksum, as a crafted (not a
+// damaged) file would.
+void patch_header_u64(const std::string& path, std::uint64_t offset, std::uint64_t value) {
+  std::string header(kShardHeaderBytes, '\0');
+  {
+    std::ifstream in(path, std::ios::binary);
+    in.read(header.data(), static_cast<std::streamsize>(header.size()));
+  }
+  std::memcpy(header.data() + offset, &value, 8);
+  const std::uint64_t sum = fnv1a64(std::string_view(header.data(), 248));
+  std::memcpy(header.data() + 248, &sum, 8);
+  patch(path, 0, header);
+}
+
+// Found by tests/fuzz/fuzz_shard: header counts that only a crafted header holds, with a
+// valid header checksum. A token count whose byte size wraps around 2^64 to the file's
+// size used to be accepted (and became a negative size()), as did counts above INT64_MAX.
+TEST(DataShard, CraftedHeaderCountsAreRejected) {
+  TempDir tmp;
+  const std::string good = tmp / "good.bin";
+  write_shard(good, {{1, 2, 3}, {4}}, 300);  // 4 two-byte tokens: 8 payload bytes
+  auto crafted = [&](const std::string& name, std::uint64_t offset, std::uint64_t value) {
+    const std::string p = tmp / name;
+    std::filesystem::copy_file(good, p, std::filesystem::copy_options::overwrite_existing);
+    patch_header_u64(p, offset, value);
+    return p;
+  };
+  // 2^63 + 4 tokens of 2 bytes: 2^64 + 8 bytes, which wraps to the real 8.
+  const std::string wrapped = crafted("wrapped.bin", 16, (std::uint64_t{1} << 63) + 4);
+  expect_error([&] { TokenShard::open(wrapped, "", false); }, {"wrapped.bin", "9223372036854775812 tokens"});
+  const std::string documents = crafted("documents.bin", 24, 0xffffffff00000002ull);
+  expect_error([&] { TokenShard::open(documents); }, {"documents.bin", "18446744069414584322 documents in 4 tokens"});
+  const std::string vocab = crafted("vocab.bin", 32, std::uint64_t{1} << 40);
+  expect_error([&] { TokenShard::open(vocab); }, {"vocab.bin", "vocab_size 1099511627776 out of range"});
+  const std::string zero_vocab = crafted("zero_vocab.bin", 32, 0);
+  expect_error([&] { TokenShard::open(zero_vocab); }, {"zero_vocab.bin", "vocab_size 0 out of range"});
+  EXPECT_EQ(TokenShard::open(good)->info().num_documents, 2);
+}
+
+TEST(DataShard, EmptyDocumentIsRejected) {
+  TempDir tmp;
+  ShardWriter w(tmp / "x.bin", "h", 100);
+  expect_error([&] { w.append_document(std::vector<std::int32_t>{}); }, {"x.bin", "empty document"});
 }
 
 }  // namespace

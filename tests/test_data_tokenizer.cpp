@@ -109,6 +109,39 @@ TEST(DataTokenizer, SentencePieceTrainsRoundTripsAndIsDeterministic) {
   EXPECT_THROW(a->decode(std::vector<std::int32_t>{320}), Error);
 }
 
+// Found by tests/fuzz/fuzz_encode: a "▁" (U+2581, SentencePiece's whitespace symbol) in the
+// text decoded as a space. It is now written as its byte pieces and round-trips, next to
+// spaces and inside words; text without it encodes as before.
+TEST(DataTokenizer, SentencePieceRoundTripsItsWhitespaceSymbol) {
+  const auto t = SentencePieceTokenizer::train(lines_of(generated_text(1500, 3)), small_options());
+  for (const std::string s : {"\xE2\x96\x81", "a \xE2\x96\x81 b", "x\xE2\x96\x81\xE2\x96\x81y ", " \xE2\x96\x81the\n"})
+    EXPECT_EQ(t->decode(t->encode(s)), s) << s;
+  const auto ids = t->encode("\xE2\x96\x81");
+  ASSERT_EQ(ids.size(), 3u);
+  EXPECT_EQ(t->piece(ids[0]), "<0xE2>");
+  EXPECT_EQ(t->piece(ids[1]), "<0x96>");
+  EXPECT_EQ(t->piece(ids[2]), "<0x81>");
+  // Around it, the text encodes as the parts would alone.
+  std::vector<std::int32_t> parts = t->encode("the ring");
+  parts.insert(parts.end(), ids.begin(), ids.end());
+  const auto tail = t->encode(" to");
+  parts.insert(parts.end(), tail.begin(), tail.end());
+  EXPECT_EQ(t->encode("the ring\xE2\x96\x81 to"), parts);
+}
+
+// Found by tests/fuzz/fuzz_sentencepiece_load: a model proto whose second piece is the
+// empty string made SentencePiece's trie builder throw Darts::Details::Exception, which
+// escaped from_model_bytes; it is now the usual "not a SentencePiece model" error.
+TEST(DataTokenizer, SentencePieceModelWithAnEmptyPieceIsAnError) {
+  const unsigned char bytes[] = {0x0a, 0x0e, 0x0a, 0x05, 0x3c, 0x75, 0x6e, 0x6b, 0x3e, 0x15, 0x00, 0x00, 0x00,
+                                 0x00, 0x18, 0x02, 0x0a, 0x0c, 0x0a, 0x03, 0x00, 0x68, 0x68, 0x68, 0x60, 0x60,
+                                 0x68, 0xd0, 0x6e, 0x74, 0x69, 0x6a, 0x79, 0x12, 0x00, 0x18, 0x00, 0x20, 0x00};
+  const std::string e = dark::testing::error_of([&] {
+    SentencePieceTokenizer::from_model_bytes(std::string(reinterpret_cast<const char*>(bytes), sizeof bytes), "fuzzed");
+  });
+  EXPECT_EQ(e.rfind("sentencepiece tokenizer: fuzzed is not a SentencePiece model: ", 0), 0u) << e;
+}
+
 TEST(DataTokenizer, SentencePieceSavesAndLoads) {
   TempDir tmp;
   const auto a = SentencePieceTokenizer::train(lines_of(generated_text(1500, 2)), small_options());

@@ -20,6 +20,7 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/hash.h"
+#include "core/json_depth.h"
 #include "train/hf_import.h"
 
 namespace dark::train {
@@ -31,6 +32,10 @@ using nlohmann::json;
 [[noreturn]] void fail(const std::string& path, const std::string& message) {
   throw Error(str("config: ", path, ": ", message));
 }
+
+// A value as JSON text for an error message. Bytes that are not UTF-8 (an override's bare
+// text) print as U+FFFD instead of making dump() throw json::type_error over the real error.
+std::string shown(const json& v) { return v.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 // "0.02", "1e-05", "10000": numbers as people write them.
 std::string number_text(double v) {
@@ -51,20 +56,20 @@ std::int64_t integer_value(const json& v, const std::string& path, std::int64_t 
   if (v.is_number_unsigned()) {
     const auto u = v.get<std::uint64_t>();
     if (u > static_cast<std::uint64_t>(type_max))
-      fail(path, str("expected ", range, " <= ", type_max, ", got ", v.dump()));
+      fail(path, str("expected ", range, " <= ", type_max, ", got ", shown(v)));
     x = static_cast<std::int64_t>(u);
   } else if (v.is_number_integer()) {
     x = v.get<std::int64_t>();
   } else if (v.is_number_float()) {
     // 1e3 is an integer written as a float; 2.5 is not.
     const double d = v.get<double>();
-    if (d != std::floor(d) || std::fabs(d) > 9.0e18) fail(path, str("expected an integer, got ", v.dump()));
+    if (d != std::floor(d) || std::fabs(d) > 9.0e18) fail(path, str("expected an integer, got ", shown(v)));
     x = static_cast<std::int64_t>(d);
   } else {
-    fail(path, str("expected an integer, got ", v.dump()));
+    fail(path, str("expected an integer, got ", shown(v)));
   }
-  if (x < min) fail(path, str("expected ", range, ", got ", v.dump()));
-  if (x > type_max) fail(path, str("expected ", range, " <= ", type_max, ", got ", v.dump()));
+  if (x < min) fail(path, str("expected ", range, ", got ", shown(v)));
+  if (x > type_max) fail(path, str("expected ", range, " <= ", type_max, ", got ", shown(v)));
   return x;
 }
 
@@ -107,26 +112,26 @@ NumberRange open_unit_interval() {
 }
 
 double number_value(const json& v, const std::string& path, const NumberRange& range) {
-  if (!v.is_number()) fail(path, str("expected a number, got ", v.dump()));
+  if (!v.is_number()) fail(path, str("expected a number, got ", shown(v)));
   const double x = v.get<double>();
-  if (!range.contains(x)) fail(path, str("expected ", range.description(), ", got ", v.dump()));
+  if (!range.contains(x)) fail(path, str("expected ", range.description(), ", got ", shown(v)));
   return x;
 }
 
 bool boolean_value(const json& v, const std::string& path) {
-  if (!v.is_boolean()) fail(path, str("expected true or false, got ", v.dump()));
+  if (!v.is_boolean()) fail(path, str("expected true or false, got ", shown(v)));
   return v.get<bool>();
 }
 
 std::string string_value(const json& v, const std::string& path, bool non_empty) {
-  if (!v.is_string()) fail(path, str("expected a string, got ", v.dump()));
+  if (!v.is_string()) fail(path, str("expected a string, got ", shown(v)));
   std::string s = v.get<std::string>();
   if (non_empty && s.empty()) fail(path, "expected a non-empty string, got \"\"");
   return s;
 }
 
 std::vector<std::string> string_list_value(const json& v, const std::string& path) {
-  if (!v.is_array()) fail(path, str("expected a list of strings, got ", v.dump()));
+  if (!v.is_array()) fail(path, str("expected a list of strings, got ", shown(v)));
   std::vector<std::string> out;
   for (std::size_t i = 0; i < v.size(); ++i) {
     out.push_back(string_value(v[i], str(path, "[", i, "]"), false));
@@ -136,9 +141,9 @@ std::vector<std::string> string_list_value(const json& v, const std::string& pat
 
 template <class E>
 E enum_value(const json& v, const std::string& path) {
-  if (!v.is_string()) fail(path, str("expected one of ", enum_choices<E>(), ", got ", v.dump()));
+  if (!v.is_string()) fail(path, str("expected one of ", enum_choices<E>(), ", got ", shown(v)));
   if (const std::optional<E> value = find_enum<E>(v.get<std::string>())) return *value;
-  fail(path, str(v.dump(), " is not one of ", enum_choices<E>()));
+  fail(path, str(shown(v), " is not one of ", enum_choices<E>()));
 }
 
 // training.device: "cpu", "cuda", "cuda:N" or "auto" (which device is usable is decided at
@@ -149,7 +154,7 @@ std::string device_value(const json& v, const std::string& path) {
   try {
     Device::parse(text);
   } catch (const Error&) {
-    fail(path, str(v.dump(), " is not one of cpu, cuda, cuda:N (N >= 0), auto"));
+    fail(path, str(shown(v), " is not one of cpu, cuda, cuda:N (N >= 0), auto"));
   }
   return text;
 }
@@ -256,7 +261,7 @@ Field number_pair(std::string path, Access access, NumberRange range, std::strin
           [access](const RunConfig& c) { return json(access(c)); },
           [access, range](RunConfig& c, const json& v, const std::string& where) {
             if (!v.is_array() || v.size() != 2)
-              fail(where, str("expected a list of 2 numbers, got ", v.dump()));
+              fail(where, str("expected a list of 2 numbers, got ", shown(v)));
             access(c) = {number_value(v[0], where + "[0]", range), number_value(v[1], where + "[1]", range)};
           }};
 }
@@ -612,7 +617,7 @@ void for_each_setting(const json& object, const Scope& scope, const Visit& visit
     if (const Field* field = find_field(path)) {
       visit(*field, value, where);
     } else if (is_section(path)) {
-      if (!value.is_object()) fail(where, str("expected an object, got ", value.dump()));
+      if (!value.is_object()) fail(where, str("expected an object, got ", shown(value)));
       for_each_setting(value, scope, visit, key_rel);
     } else {
       unknown_key(key_rel, scope);
@@ -640,12 +645,12 @@ json set_attention_settings(RunConfig& config, const json& settings, const std::
 }
 
 std::vector<attention::LayerOverride> layer_overrides_value(const json& v, const std::string& where) {
-  if (!v.is_object()) fail(where, str("expected an object mapping layers to attention keys, got ", v.dump()));
+  if (!v.is_object()) fail(where, str("expected an object mapping layers to attention keys, got ", shown(v)));
   std::vector<attention::LayerOverride> overrides;
   for (const auto& [key, settings] : v.items()) {
     const std::string at = where + "." + key;
     const auto [first, last] = layer_range(key, at);
-    if (!settings.is_object()) fail(at, str("expected an object of attention keys, got ", settings.dump()));
+    if (!settings.is_object()) fail(at, str("expected an object of attention keys, got ", shown(settings)));
     RunConfig scratch;
     overrides.push_back({first, last, set_attention_settings(scratch, settings, at)});
   }
@@ -781,7 +786,7 @@ void validate_config(const RunConfig& config) {
 }
 
 RunConfig parse_config(const json& doc, const std::string& config_stem) {
-  if (!doc.is_object()) throw Error(str("config: expected a JSON object at the top level, got ", doc.dump()));
+  if (!doc.is_object()) throw Error(str("config: expected a JSON object at the top level, got ", shown(doc)));
   RunConfig config;
   for_each_setting(doc, Scope{}, [&config](const Field& f, const json& value, const std::string& where) {
     f.set(config, value, where);
@@ -802,16 +807,21 @@ json read_config_json(const std::filesystem::path& path) {
   std::stringstream buffer;
   buffer << in.rdbuf();
   try {
-    return json::parse(buffer.str(), nullptr, /*allow_exceptions=*/true, /*ignore_comments=*/true);
-  } catch (const json::parse_error& e) {
-    // e.what(): "[json.exception.parse_error.101] parse error at line 3, column 8: syntax ..."
+    return json::parse(buffer.str(), json_depth_limit(), /*allow_exceptions=*/true, /*ignore_comments=*/true);
+  } catch (const Error& e) {
+    throw Error(str("config: ", path.string(), ": invalid JSON: ", e.what()));
+  } catch (const json::exception& e) {
+    // e.what(): "[json.exception.parse_error.101] parse error at line 3, column 8: syntax ...",
+    // or out_of_range.406 "number overflow parsing '1e999'" for a number past double's range.
     const std::string what = e.what();
     const std::string marker = "parse error at ";
     const std::size_t at = what.find(marker);
     if (at != std::string::npos) {
       throw Error(str("config: ", path.string(), ": invalid JSON at ", what.substr(at + marker.size())));
     }
-    throw Error(str("config: ", path.string(), ": invalid JSON: ", what));
+    const std::size_t tag_end = what.find("] ");
+    throw Error(str("config: ", path.string(), ": invalid JSON: ",
+                    tag_end == std::string::npos ? what : what.substr(tag_end + 2)));
   }
 }
 
@@ -824,17 +834,29 @@ void apply_override(json& doc, const std::string& assignment) {
   const std::string text = assignment.substr(eq + 1);
   const Field* field = find_field(path);
   if (field == nullptr) unknown_key(path, Scope{});
-  json value = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  json value;
+  try {
+    value = json::parse(text, json_depth_limit(), /*allow_exceptions=*/false);
+  } catch (const Error& e) {
+    fail(path, str("override value: ", e.what()));
+  }
   if (value.is_discarded() || (field->takes_text && !value.is_string())) value = text;
+  // JSON text is UTF-8 (the parser checks a document's strings); bare text must be too, or
+  // the resolved config.json could not be written.
+  try {
+    (void)value.dump();
+  } catch (const json::type_error&) {
+    fail(path, str("override value \"", shown(value).substr(1), " is not valid UTF-8"));
+  }
   if (doc.is_null()) doc = json::object();
-  if (!doc.is_object()) throw Error(str("config: expected a JSON object at the top level, got ", doc.dump()));
+  if (!doc.is_object()) throw Error(str("config: expected a JSON object at the top level, got ", shown(doc)));
   // The sections on the way must be objects where the document already has them.
   const json* node = &doc;
   for (std::size_t dot = path.find('.'); dot != std::string::npos; dot = path.find('.', dot + 1)) {
     const std::string section = path.substr(0, dot);
     if (!node->contains(leaf_of(section))) break;
     node = &node->at(leaf_of(section));
-    if (!node->is_object()) fail(section, str("expected an object, got ", node->dump()));
+    if (!node->is_object()) fail(section, str("expected an object, got ", shown(*node)));
   }
   doc[json::json_pointer(dotted_to_pointer(path))] = std::move(value);
 }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/file_io.h"
+#include "core/json_depth.h"
 #include "data/gguf.h"
 
 namespace dark::train {
@@ -229,9 +230,12 @@ SafetensorsContents parse_safetensors(const std::uint8_t* bytes, std::size_t siz
   }
   json header;
   try {
-    header = json::parse(bytes + 8, bytes + 8 + header_len);
-  } catch (const json::parse_error& e) {
-    // e.what() reads "[json.exception.parse_error.101] parse error at ...": drop the tag.
+    header = json::parse(bytes + 8, bytes + 8 + header_len, json_depth_limit());
+  } catch (const Error& e) {
+    fail(source, str("header is not valid JSON: ", e.what()));
+  } catch (const json::exception& e) {
+    // e.what() reads "[json.exception.parse_error.101] parse error at ..." (or
+    // out_of_range.406 "number overflow parsing '1e999'"): drop the tag.
     const std::string what = e.what();
     const std::size_t tag_end = what.find("] ");
     fail(source,
