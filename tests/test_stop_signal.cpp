@@ -1,8 +1,8 @@
 // Preemption-safe stops (train/stop_signal.h):
 //  - the first SIGTERM or SIGINT is a request, a repeat within a second is the same request,
 //    a later one ends the process at once; a signal the process was started ignoring stays
-//    ignored; the mask and handlers are restored (forked children, so that the default
-//    action can be seen);
+//    ignored; the mask and handlers are restored, or after a stop the signals are ignored
+//    (forked children, so that the default action can be seen);
 //  - `darkformer train` sent SIGTERM in the middle of a run finishes its step, checkpoints it,
 //    says so and exits 75; --resume then reproduces the uninterrupted run bit for bit (every
 //    metrics line and the final weights and optimizer state, byte for byte).
@@ -59,6 +59,24 @@ TEST(StopSignals, TheFirstSignalIsARequestAndALaterOneEndsTheProcess) {
   });
   ASSERT_TRUE(WIFSIGNALED(status)) << "the child exited with " << WEXITSTATUS(status);
   EXPECT_EQ(WTERMSIG(status), SIGINT);
+}
+
+// A killed sweep's points get its parent-death signal once per thread of the sweep, spread
+// over its teardown: copies that come after the point saved and left the loop must not turn
+// its exit code 75 into death by SIGTERM.
+TEST(StopSignals, AfterAStopFurtherSignalsAreIgnored) {
+  const int status = in_child([] {
+    {
+      const StopSignals signals;
+      if (!send_and_wait(SIGTERM)) return 10;
+    }
+    ::kill(::getpid(), SIGTERM);
+    ::kill(::getpid(), SIGINT);
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    return 75;
+  });
+  ASSERT_TRUE(WIFEXITED(status)) << "the child died by signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 75);
 }
 
 TEST(StopSignals, AnIgnoredSignalStaysIgnoredAndHandlersAreRestored) {

@@ -238,7 +238,9 @@ TEST(Sweep, AKilledSweepLeavesNoPointRunningAndARerunResumesEveryPoint) {
   ASSERT_EQ(dark::testing::wait_child(pid, std::chrono::seconds(30)), 128 + SIGKILL);
   for (const pid_t point : points) {
     // The parent-death signal: each point saves its step and ends (75) instead of living on.
-    EXPECT_EQ(dark::testing::wait_child(point, std::chrono::seconds(60)), kStoppedBySignal) << "point process " << point;
+    EXPECT_EQ(dark::testing::wait_child(point, std::chrono::seconds(60)), kStoppedBySignal)
+        << "point process " << point << "; logs:\n" << read(tmp / "out/lr0.01/train.log") << "\n----\n"
+        << read(tmp / "out/lr0.02/train.log");
     EXPECT_NE(::kill(point, 0), 0) << "point process " << point << " survived the sweep";
   }
   ASSERT_EQ(::prctl(PR_SET_CHILD_SUBREAPER, 0), 0);

@@ -94,7 +94,13 @@ StopSignals::~StopSignals() {
     ::pthread_kill(watcher_, wake_);  // wakes its sigwait (thread-directed: it takes it)
     ::pthread_join(watcher_, nullptr);
   }
-  for (int i = 0; i < 2; ++i) ::sigaction(kSignals[i], &g_previous[i], nullptr);
+  // After a stop the state is saved and the process is on its way out: later copies of the
+  // request are ignored rather than killing it on the way (a parent-death signal comes once
+  // per thread of the dying parent, as the kernel hands the child from thread to thread).
+  struct sigaction ignore {};
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  for (int i = 0; i < 2; ++i) ::sigaction(kSignals[i], g_signal.load() ? &ignore : &g_previous[i], nullptr);
   ::pthread_sigmask(SIG_SETMASK, &old_mask_, nullptr);
   g_installed.store(false);
 }

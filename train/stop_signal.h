@@ -25,7 +25,9 @@ inline constexpr int kStoppedBySignal = 75;
 class StopSignals {
  public:
   StopSignals();   // blocks the signals in this thread, starts the watcher (one at a time)
-  ~StopSignals();  // stops the watcher, restores this thread's mask and the handlers
+  // Stops the watcher and restores this thread's mask and the handlers; after a received
+  // signal the two are ignored from then on instead (the process has saved and is ending).
+  ~StopSignals();
   StopSignals(const StopSignals&) = delete;
   StopSignals& operator=(const StopSignals&) = delete;
 
