@@ -126,6 +126,7 @@ TEST(GpuTraining, OutOfMemorySaysHowMuchAndWhatShrinksIt) {
   TempDir tmp;
   auto json_config = on(tiny_config(tmp, "x", 6), tmp, "run", "cuda");
   json_config["model"]["d_model"] = 256;  // the embedding alone is 258 x 256 floats: more than the capacity
+  json_config["training"]["memory_check"] = "off";  // the allocator's error, not the pre-flight's
   const auto config = parse_config(json_config);
   const std::size_t capacity = cuda_emu::memory_capacity();
   allocator_for(Device::cuda(0)).empty_cache();  // blocks earlier tests left cached count as used
@@ -136,6 +137,15 @@ TEST(GpuTraining, OutOfMemorySaysHowMuchAndWhatShrinksIt) {
                            "training.batch_size (now 8", "data.seq_len (now 32)", "training.activation_checkpointing true",
                            "training.precision bf16"})
     EXPECT_NE(e.find(part), std::string::npos) << part << " in: " << e;
+
+  // With the check on (the default), the pre-flight refuses before allocating anything.
+  json_config["training"]["memory_check"] = "error";
+  json_config["output"]["dir"] = tmp / "run2";
+  cuda_emu::set_memory_capacity(std::size_t{1} << 18);
+  const std::string refused = error_of([&] { train(parse_config(json_config), {}); });
+  cuda_emu::set_memory_capacity(capacity);
+  for (const char* part : {"memory: the run needs about", "free memory of cuda:0", "training.precision bf16"})
+    EXPECT_NE(refused.find(part), std::string::npos) << part << " in: " << refused;
 }
 #endif
 

@@ -240,12 +240,13 @@ void check_memory_fits(const MemoryEstimate& estimate, const std::optional<Memor
   const TrainingConfig& t = config.training;
   const std::string message = fmt::format(
       "memory: the run needs about {} (estimate {}) but {} allows {} ({}). Settings that shrink it: training.batch_size "
-      "(now {}; raise training.grad_accum, now {}, to keep the global batch), data.seq_len (now {}){}, a smaller model "
+      "(now {}; raise training.grad_accum, now {}, to keep the global batch), data.seq_len (now {}){}{}, a smaller model "
       "(model.d_model {}, model.n_layers {}, model.vocab_size {}){}; or set training.memory_check to warn or off if "
       "the estimate is wrong",
       mib_text(needed), estimate.breakdown(), estimate.device.to_string(), mib_text(limit->bytes), limit->source,
       t.batch_size, t.grad_accum, config.data.seq_len,
-      t.activation_checkpointing ? "" : ", training.activation_checkpointing true", config.model.d_model,
+      t.activation_checkpointing ? "" : ", training.activation_checkpointing true",
+      estimate.device.is_cuda() && t.precision == Precision::f32 ? ", training.precision bf16" : "", config.model.d_model,
       config.model.n_layers, config.model.vocab_size,
       config.distributed.zero_stage == 0 ? ", distributed.zero_stage 1 on several ranks" : "");
   if (mode == MemoryCheck::warn) {
