@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "core/json_depth.h"
 #include "core/file_io.h"
 
 namespace dark::data {
@@ -139,9 +140,11 @@ std::optional<json> read_json_beside(const fs::path& dir, const char* name) {
   const fs::path path = dir / name;
   if (!fs::exists(path)) return std::nullopt;
   try {
-    return json::parse(read_file(path));
+    return json::parse(read_file(path), json_depth_limit());
   } catch (const json::exception& e) {
     throw Error(str("tokenizer: ", path.string(), " is not valid JSON: ", e.what()));
+  } catch (const Error& e) {
+    throw Error(str("tokenizer: ", path.string(), ": ", e.what()));
   }
 }
 
@@ -209,9 +212,11 @@ std::string hf_tokenizer_json(const BpeVocab& vocab) {
 BpeVocab parse_hf_tokenizer_json(std::string_view text, const std::string& origin) {
   json doc;
   try {
-    doc = json::parse(text);
+    doc = json::parse(text, json_depth_limit());
   } catch (const json::exception& e) {
     throw Error(str("tokenizer.json: ", origin, " is not valid JSON: ", e.what()));
+  } catch (const Error& e) {
+    throw Error(str("tokenizer.json: ", origin, ": ", e.what()));
   }
   if (!doc.is_object()) fail(origin, "(top level)", "not a JSON object");
   const json& model = doc.contains("model") ? doc["model"] : json();

@@ -1,9 +1,11 @@
 // Tokenizers saved as single files and rebuilt from them (see tokenizer_file.h).
 #include "data/tokenizer_file.h"
 
+#include <climits>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json_depth.h"
 #include "data/bpe_tokenizer.h"
 #include "data/sentencepiece_tokenizer.h"
 
@@ -33,26 +35,39 @@ T field(const nlohmann::json& j, const char* key, const std::string& origin) {
   }
 }
 
+// An id or token type: an integer that fits int32 (a float or a huge number is an error, not
+// a conversion).
+std::int32_t int32_field(const nlohmann::json& value, const std::string& what, const std::string& origin) {
+  const bool fits = value.is_number_integer() &&
+                    (value.is_number_unsigned() ? value.get<std::uint64_t>() <= INT32_MAX
+                                                : value.get<std::int64_t>() >= INT32_MIN && value.get<std::int64_t>() <= INT32_MAX);
+  DARK_CHECK(fits, origin, ": ", what, " is not a 32-bit integer");
+  return static_cast<std::int32_t>(value.get<std::int64_t>());
+}
+
 std::unique_ptr<Tokenizer> bpe_from_file(const std::string& bytes, const std::string& kind, const std::string& origin) {
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(bytes);
-  } catch (const nlohmann::json::parse_error& e) {
+    j = nlohmann::json::parse(bytes, json_depth_limit());
+  } catch (const nlohmann::json::exception& e) {
     throw Error(str(origin, ": not valid JSON: ", e.what()));
+  } catch (const Error& e) {
+    throw Error(str(origin, ": ", e.what()));
   }
-  DARK_CHECK(j.is_object() && j.value("format", "") == kBpeFormat, origin, ": not a ", kBpeFormat, " file");
-  DARK_CHECK(j.value("format_version", -1) == kBpeFormatVersion, origin, ": format version ",
-             j.value("format_version", nlohmann::json()).dump(), " is not supported (this build reads version ",
-             kBpeFormatVersion, ")");
+  DARK_CHECK(j.is_object() && j.contains("format") && j["format"] == kBpeFormat, origin, ": not a ", kBpeFormat, " file");
+  const nlohmann::json& version = j.contains("format_version") ? j["format_version"] : nlohmann::json();
+  DARK_CHECK(version.is_number_integer() && version == kBpeFormatVersion, origin, ": format version ",
+             version.dump().substr(0, 40), " is not supported (this build reads version ", kBpeFormatVersion, ")");
   BpeVocab v;
   v.pre = field<std::string>(j, "pre", origin);
   v.tokens = field<std::vector<std::string>>(j, "tokens", origin);
-  v.token_types = field<std::vector<std::int32_t>>(j, "token_types", origin);
+  const auto types = field<std::vector<nlohmann::json>>(j, "token_types", origin);
+  for (const nlohmann::json& t : types) v.token_types.push_back(int32_field(t, "a token type", origin));
   v.merges = field<std::vector<std::string>>(j, "merges", origin);
-  v.bos_id = field<std::int32_t>(j, "bos_id", origin);
-  v.eos_id = field<std::int32_t>(j, "eos_id", origin);
-  v.unk_id = field<std::int32_t>(j, "unk_id", origin);
-  v.pad_id = field<std::int32_t>(j, "pad_id", origin);
+  v.bos_id = int32_field(field<nlohmann::json>(j, "bos_id", origin), "\"bos_id\"", origin);
+  v.eos_id = int32_field(field<nlohmann::json>(j, "eos_id", origin), "\"eos_id\"", origin);
+  v.unk_id = int32_field(field<nlohmann::json>(j, "unk_id", origin), "\"unk_id\"", origin);
+  v.pad_id = int32_field(field<nlohmann::json>(j, "pad_id", origin), "\"pad_id\"", origin);
   v.add_bos = field<bool>(j, "add_bos", origin);
   v.kind = kind;  // where it came from (a GGUF file or a tokenizer.json), not part of the data
   try {

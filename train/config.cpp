@@ -21,7 +21,7 @@
 #include "core/file_io.h"
 #include "core/hash.h"
 #include "core/json_depth.h"
-#include "train/hf_import.h"
+#include "train/hf_folder.h"
 
 namespace dark::train {
 

@@ -21,22 +21,10 @@
 #pragma once
 #include <string>
 
-#include "data/tokenizer.h"
 #include "train/gguf_import.h"
+#include "train/hf_folder.h"  // is_hf_model_folder, hf_tokenizer_file
 
 namespace dark::train {
-
-// Whether `path` is a Hugging Face model folder: a directory whose config.json has a
-// "model_type" or "architectures" key (our run folders' config.json has neither).
-bool is_hf_model_folder(const std::string& path);
-
-// The tokenizer a Hugging Face folder brings: the kind and file data.tokenizer and
-// data.tokenizer_model take. Throws when the folder has neither tokenizer file.
-struct HfTokenizerFile {
-  data::TokenizerKind kind = data::TokenizerKind::hf;
-  std::string path;
-};
-HfTokenizerFile hf_tokenizer_file(const std::string& dir);
 
 // Reads the folder's config.json and weights. Throws dark::Error naming the folder, file and
 // key or tensor at fault.

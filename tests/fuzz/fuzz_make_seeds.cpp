@@ -12,6 +12,8 @@
 #include "core/file_io.h"
 #include "core/tensor.h"
 #include "data/bpe_tokenizer.h"
+#include "data/hf_tokenizer_json.h"
+#include "data/tokenizer_file.h"
 #include "data/sentencepiece_tokenizer.h"
 #include "data/shard.h"
 #include "tests/gguf_test_writer.h"
@@ -176,6 +178,29 @@ void tokenizer_seeds() {
   seed("fuzz_bpe_vocab", "with_merges", bytes_of("\x01\x03he\x00\x02h e\x01t h\x00") + "hello there 123");
 }
 
+// The JSON tokenizer files: a small vocabulary with merges and a special token, as our
+// tokenizer.bpe.json (leading byte 0) and as Hugging Face tokenizer.json (leading byte 1).
+void tokenizer_file_seeds() {
+  dark::data::BpeVocab v;
+  v.tokens = {"<|endoftext|>", "<|im_start|>"};
+  v.token_types = {3, 4};
+  for (int b = 0; b < 256; ++b) {
+    v.tokens.push_back(dark::data::BpeTokenizer::byte_encode(std::string(1, static_cast<char>(b))));
+    v.token_types.push_back(1);
+  }
+  v.tokens.insert(v.tokens.end(), {"th", "the"});
+  v.token_types.insert(v.token_types.end(), {1, 1});
+  v.merges = {"t h", "th e"};
+  v.eos_id = 0;
+  for (const char* pre : {"gpt2", "smollm"}) {
+    v.pre = pre;
+    const dark::data::BpeTokenizer t(v);
+    seed("fuzz_tokenizer_files", std::string("bpe_") + pre + ".json",
+         std::string(1, '\0') + dark::data::tokenizer_file(t)->bytes);
+    seed("fuzz_tokenizer_files", std::string("hf_") + pre + ".json", std::string(1, '\1') + dark::data::hf_tokenizer_json(v));
+  }
+}
+
 void shard_seeds() {
   const fs::path tmp = fs::temp_directory_path() / ("dark-fuzz-seeds-" + std::to_string(::getpid()));
   fs::create_directories(tmp);
@@ -206,6 +231,7 @@ int main(int argc, char** argv) {
   safetensors_seeds();
   gguf_seeds();
   tokenizer_seeds();
+  tokenizer_file_seeds();
   shard_seeds();
   std::printf("seed corpus written to %s\n", g_root.c_str());
   return 0;
