@@ -10,6 +10,7 @@
 
 #include "core/cpu/parallel.h"
 #include "core/error.h"
+#include "core/json_depth.h"
 #include "core/file_io.h"
 #include "data/hash.h"
 #include "data/sentencepiece_tokenizer.h"
@@ -93,7 +94,11 @@ PreparedData open_dir(const std::string& dir) {
   PreparedData data;
   data.dir = dir;
   try {
-    data.meta = json::parse(read_file(meta_path));
+    try {
+      data.meta = json::parse(read_file(meta_path), json_depth_limit());
+    } catch (const Error& e) {  // nested too deep
+      throw Error(str("data: ", meta_path, " is malformed: ", e.what()));
+    }
     DARK_CHECK(data.meta.at("format_version").get<int>() == kDataFormatVersion, "data: ", meta_path,
                ": format_version ", data.meta.at("format_version"), ", this build reads ", kDataFormatVersion);
     data.tokenizer = load_dir_tokenizer(dir, data.meta);

@@ -440,6 +440,18 @@ TEST(Checkpoint, DetectsCorruptionAndVersionMismatch) {
       error_of([&] { load_checkpoint(path); }).find("checkpoint step_00000100: state.json is not valid JSON"),
       std::string::npos);
 
+  // A number out of range, a non-string format and nesting past the cap: dark::Error, not
+  // nlohmann's exceptions or a stack overflow.
+  write_bytes(path / "state.json", "{\"step\": 1e999}");
+  const std::string overflow = error_of([&] { load_checkpoint(path); });
+  EXPECT_EQ(overflow.rfind("checkpoint step_00000100: state.json is not valid JSON: ", 0), 0u) << overflow;
+  EXPECT_NE(overflow.find("number overflow parsing '1e999'"), std::string::npos) << overflow;
+  write_bytes(path / "state.json", "{\"format\": 7}");
+  EXPECT_NE(error_of([&] { load_checkpoint(path); }).find("does not describe a darkformer checkpoint"), std::string::npos);
+  write_bytes(path / "state.json", std::string(100000, '[') + std::string(100000, ']'));
+  EXPECT_EQ(error_of([&] { load_checkpoint(path); }),
+            "checkpoint step_00000100: state.json: JSON nested deeper than 64 levels");
+
   fs::remove(path / "state.json");
   EXPECT_EQ(error_of([&] { load_checkpoint(path); }),
             "checkpoint step_00000100: state.json is missing (incomplete checkpoint?)");

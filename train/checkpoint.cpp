@@ -15,6 +15,7 @@
 #include <system_error>
 
 #include "core/file_io.h"
+#include "core/json_depth.h"
 
 namespace dark::train {
 
@@ -225,11 +226,13 @@ CheckpointData load_checkpoint(const fs::path& checkpoint_dir) {
 
   json state;
   try {
-    state = json::parse(read_file(dir / kStateFile));
-  } catch (const json::parse_error& e) {
+    state = json::parse(read_file(dir / kStateFile), json_depth_limit());
+  } catch (const json::exception& e) {
     throw Error(str(label, ": ", kStateFile, " is not valid JSON: ", e.what()));
+  } catch (const Error& e) {
+    throw Error(str(label, ": ", kStateFile, ": ", e.what()));
   }
-  DARK_CHECK(state.is_object() && state.value("format", "") == kFormatName, label, ": ", kStateFile,
+  DARK_CHECK(state.is_object() && state.contains("format") && state["format"] == kFormatName, label, ": ", kStateFile,
              " does not describe a darkformer checkpoint (\"format\" is not \"", kFormatName, "\")");
   const json& version = state["format_version"];
   DARK_CHECK(version.is_number_integer(), label, ": ", kStateFile,

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "core/file_io.h"
+#include "core/json_depth.h"
 #include "train/safetensors.h"
 
 namespace dark::train {
@@ -20,9 +21,11 @@ namespace {
 json read_json(const fs::path& path) {
   DARK_CHECK(fs::is_regular_file(path), "Hugging Face import: ", path.string(), " does not exist");
   try {
-    return json::parse(read_file(path));
+    return json::parse(read_file(path), json_depth_limit());
   } catch (const json::exception& e) {
     throw Error(str("Hugging Face import: ", path.string(), " is not valid JSON: ", e.what()));
+  } catch (const Error& e) {
+    throw Error(str("Hugging Face import: ", path.string(), ": ", e.what()));
   }
 }
 
