@@ -42,7 +42,7 @@ inline pid_t start_child(const std::vector<std::string>& argv, const std::filesy
   for (std::string& e : env_text) env.push_back(e.data());
   env.push_back(nullptr);
   pid_t pid = 0;
-  const int rc = posix_spawn(&pid, args[0], &actions, nullptr, args.data(), env.data());
+  const int rc = posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), env.data());  // mpirun on PATH too
   posix_spawn_file_actions_destroy(&actions);
   if (rc != 0) throw Error(str("cannot start ", argv[0], ": ", std::strerror(rc)));
   return pid;

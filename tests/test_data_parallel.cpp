@@ -12,15 +12,12 @@
 //    job within distributed.timeout_s, with an error naming the rank and the collective.
 //  - Ranks that build different models (other seeds) stop with an error naming the tensor.
 // mpirun comes from scripts/install-deps.sh; when it is missing these tests fail, never skip.
-#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -28,72 +25,24 @@
 #include <thread>
 #include <vector>
 
+#include "child_process.h"
 #include "train/checkpoint.h"
 #include "train_test_util.h"
 
-extern char** environ;
 
 namespace dark::train {
 namespace {
 
 namespace fs = std::filesystem;
+using dark::testing::read_all;
 using dark::testing::TempDir;
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-// A child process with stdout and stderr in `log`.
-struct Child {
-  pid_t pid = 0;
-  fs::path log;
-};
-
-Child start(const std::vector<std::string>& argv, const fs::path& log) {
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
-  std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  // One thread per process on both sides of every comparison.
-  std::vector<std::string> env_text = {"OMP_NUM_THREADS=1"};
-  for (char** e = environ; *e != nullptr; ++e)
-    if (std::strncmp(*e, "OMP_NUM_THREADS=", 16) != 0) env_text.emplace_back(*e);
-  std::vector<char*> env;
-  for (std::string& e : env_text) env.push_back(e.data());
-  env.push_back(nullptr);
-  Child child{0, log};
-  const int rc = posix_spawnp(&child.pid, args[0], &actions, nullptr, args.data(), env.data());
-  posix_spawn_file_actions_destroy(&actions);
-  if (rc != 0) throw Error(str("cannot start ", argv[0], ": ", std::strerror(rc)));
-  return child;
-}
-
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-// Waits up to `limit` for the child; its exit code (128 + signal when killed), or nothing
-// when it is still running (then it is killed).
-std::optional<int> wait_for(const Child& child, std::chrono::seconds limit) {
-  const auto deadline = Clock::now() + limit;
-  while (Clock::now() < deadline) {
-    int status = 0;
-    const pid_t done = ::waitpid(child.pid, &status, WNOHANG);
-    if (done == child.pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  ::kill(child.pid, SIGKILL);
-  ::waitpid(child.pid, nullptr, 0);
-  return std::nullopt;
-}
-
 // Runs a command to completion (at most 3 minutes); returns its exit code and shows its log on failure.
 int run(const std::vector<std::string>& argv, const fs::path& log) {
-  const std::optional<int> code = wait_for(start(argv, log), std::chrono::seconds(180));
-  EXPECT_TRUE(code.has_value()) << argv[0] << " did not finish in 3 minutes; log:\n" << read_text(log);
+  const std::optional<int> code = dark::testing::wait_child(dark::testing::start_child(argv, log), std::chrono::seconds(180));
+  EXPECT_TRUE(code.has_value()) << argv[0] << " did not finish in 3 minutes; log:\n" << read_all(log);
   return code.value_or(-1);
 }
 
@@ -124,7 +73,7 @@ void train(const TempDir& tmp, const std::string& name, const json& config, int 
   std::vector<std::string> argv = {DARKFORMER_EXE};
   argv.insert(argv.end(), args.begin(), args.end());
   const fs::path log = tmp / (name + ".log");
-  ASSERT_EQ(run(ranks == 0 ? argv : mpirun(ranks, args), log), 0) << read_text(log);
+  ASSERT_EQ(run(ranks == 0 ? argv : mpirun(ranks, args), log), 0) << read_all(log);
 }
 
 // The eval_loss of every evaluation line, in order.
@@ -206,7 +155,7 @@ TEST(DataParallel, TwoRanksEqualOneProcessWithTwiceTheGradAccum) {
   ASSERT_NO_FATAL_FAILURE(train(tmp, "two", two, 2));
   expect_same_runs(tmp / "one", tmp / "two");
 
-  const std::string log = read_text(tmp / "two.log");
+  const std::string log = read_all(tmp / "two.log");
   EXPECT_NE(log.find("data parallel: 2 rank(s), backend mpi"), std::string::npos) << log;
   EXPECT_NE(log.find("global batch 16"), std::string::npos) << log;
   EXPECT_EQ(count(log, "step 12/12"), 1u) << "only rank 0 prints the step line:\n" << log;
@@ -226,8 +175,8 @@ TEST(DataParallel, OneRankUnderMpirunEqualsAPlainProcess) {
   const json launched = parallel_config(tmp, "launched", 6);
   ASSERT_NO_FATAL_FAILURE(train(tmp, "launched", launched, 1));
   expect_same_runs(tmp / "plain", tmp / "launched");
-  EXPECT_NE(read_text(tmp / "plain.log").find("data parallel: 1 rank(s), backend single"), std::string::npos);
-  EXPECT_NE(read_text(tmp / "launched.log").find("data parallel: 1 rank(s), backend mpi"), std::string::npos);
+  EXPECT_NE(read_all(tmp / "plain.log").find("data parallel: 1 rank(s), backend single"), std::string::npos);
+  EXPECT_NE(read_all(tmp / "launched.log").find("data parallel: 1 rank(s), backend mpi"), std::string::npos);
 }
 
 TEST(DataParallel, ResumingWithAnotherGlobalBatchWarns) {
@@ -238,11 +187,11 @@ TEST(DataParallel, ResumingWithAnotherGlobalBatchWarns) {
   ASSERT_EQ(run({DARKFORMER_EXE, "train", "--config", config, "--resume", "--set", "training.steps=8"},
                 tmp / "second.log"),
             0)
-      << read_text(tmp / "second.log");
-  EXPECT_NE(read_text(tmp / "second.log")
+      << read_all(tmp / "second.log");
+  EXPECT_NE(read_all(tmp / "second.log")
                 .find("the global batch changes from 16 sequences (2 rank(s) x batch_size 8 x grad_accum 1) to 8"),
             std::string::npos)
-      << read_text(tmp / "second.log");
+      << read_all(tmp / "second.log");
 }
 
 // Limited-attention finetuning: the frozen parameters are not in the gradient buffer, and
@@ -262,7 +211,7 @@ TEST(DataParallel, FinetuningWithFrozenParametersOnTwoRanks) {
   tune["output"]["dir"] = tmp / "two";
   ASSERT_NO_FATAL_FAILURE(train(tmp, "two", tune, 2));
   expect_same_runs(tmp / "one", tmp / "two");
-  EXPECT_NE(read_text(tmp / "two.log").find("finetune.trainable:"), std::string::npos);
+  EXPECT_NE(read_all(tmp / "two.log").find("finetune.trainable:"), std::string::npos);
 }
 
 TEST(DataParallel, ZeroStageOneEqualsStageZero) {
@@ -276,22 +225,17 @@ TEST(DataParallel, ZeroStageOneEqualsStageZero) {
     ASSERT_NO_FATAL_FAILURE(train(tmp, name, c, 2));
   }
   expect_same_runs(tmp / "zero0", tmp / "zero1");
-  EXPECT_NE(read_text(tmp / "zero1.log").find("ZeRO stage 1: optimizer state"), std::string::npos);
+  EXPECT_NE(read_all(tmp / "zero1.log").find("ZeRO stage 1: optimizer state"), std::string::npos);
 }
 
 // The pid of the process that is rank `rank` of the mpirun job `launcher`.
 std::optional<pid_t> rank_pid(pid_t launcher, int rank) {
   const std::string want = "OMPI_COMM_WORLD_RANK=" + std::to_string(rank);
-  for (const auto& entry : fs::directory_iterator("/proc")) {
-    const std::string name = entry.path().filename();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    const std::string status = read_text(entry.path() / "status");
-    const std::size_t at = status.find("PPid:");
-    if (at == std::string::npos || std::stol(status.substr(at + 5)) != launcher) continue;
-    const std::string env = read_text(entry.path() / "environ");
+  for (const pid_t pid : dark::testing::children_of(launcher)) {
+    const std::string env = read_all(fs::path("/proc") / std::to_string(pid) / "environ");
     std::size_t pos = 0;
     for (std::size_t end; (end = env.find('\0', pos)) != std::string::npos; pos = end + 1)
-      if (env.compare(pos, end - pos, want) == 0) return static_cast<pid_t>(std::stol(name));
+      if (env.compare(pos, end - pos, want) == 0) return pid;
   }
   return std::nullopt;
 }
@@ -300,15 +244,15 @@ std::optional<pid_t> rank_pid(pid_t launcher, int rank) {
 // returns the job's exit code and how long it took to end after the signal.
 std::pair<std::optional<int>, double> interrupt_rank_one(const std::vector<std::string>& argv, const fs::path& log,
                                                          const fs::path& run_dir, std::int64_t at_step, int signal) {
-  const Child job = start(argv, log);
+  const pid_t job = dark::testing::start_child(argv, log);
   const auto deadline = Clock::now() + std::chrono::seconds(120);
   while (Clock::now() < deadline && (step_lines(run_dir).empty() || step_lines(run_dir).rbegin()->first < at_step))
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  const std::optional<pid_t> victim = rank_pid(job.pid, 1);
-  EXPECT_TRUE(victim.has_value()) << "rank 1 not found; log:\n" << read_text(log);
+  const std::optional<pid_t> victim = rank_pid(job, 1);
+  EXPECT_TRUE(victim.has_value()) << "rank 1 not found; log:\n" << read_all(log);
   if (victim) ::kill(*victim, signal);
   const auto t0 = Clock::now();
-  const std::optional<int> code = wait_for(job, std::chrono::seconds(60));
+  const std::optional<int> code = dark::testing::wait_child(job, std::chrono::seconds(60));
   if (victim && signal == SIGSTOP) ::kill(*victim, SIGKILL);
   return {code, std::chrono::duration<double>(Clock::now() - t0).count()};
 }
@@ -324,8 +268,8 @@ TEST(DataParallel, AKilledRankEndsTheJobAndResumeReachesTheSameLoss) {
   const fs::path config = write_config(tmp, "killed", c);
   const auto [code, seconds] =
       interrupt_rank_one(mpirun(2, {"train", "--config", config}), tmp / "killed.log", tmp / "killed", 50, SIGKILL);
-  ASSERT_TRUE(code.has_value()) << "the job did not end within 60 s of the kill:\n" << read_text(tmp / "killed.log");
-  EXPECT_NE(*code, 0) << read_text(tmp / "killed.log");
+  ASSERT_TRUE(code.has_value()) << "the job did not end within 60 s of the kill:\n" << read_all(tmp / "killed.log");
+  EXPECT_NE(*code, 0) << read_all(tmp / "killed.log");
   EXPECT_LT(seconds, 30.0);
   const auto latest = latest_checkpoint(tmp / "killed");
   ASSERT_TRUE(latest.has_value());
@@ -338,8 +282,8 @@ TEST(DataParallel, AKilledRankEndsTheJobAndResumeReachesTheSameLoss) {
   ASSERT_EQ(run({DARKFORMER_EXE, "train", "--config", config, "--resume", "--set", "training.grad_accum=2"},
                 tmp / "resumed.log"),
             0)
-      << read_text(tmp / "resumed.log");
-  EXPECT_EQ(read_text(tmp / "resumed.log").find("global batch changes"), std::string::npos);
+      << read_all(tmp / "resumed.log");
+  EXPECT_EQ(read_all(tmp / "resumed.log").find("global batch changes"), std::string::npos);
   json whole = c;
   whole["output"]["dir"] = tmp / "whole";
   ASSERT_NO_FATAL_FAILURE(train(tmp, "whole", whole, 2));
@@ -356,7 +300,7 @@ TEST(DataParallel, ARankThatStopsAnsweringEndsTheJobWithinTheTimeout) {
   c["training"]["eval_interval"] = 1000;
   const auto [code, seconds] = interrupt_rank_one(mpirun(2, {"train", "--config", write_config(tmp, "hung", c)}),
                                                   tmp / "hung.log", tmp / "hung", 10, SIGSTOP);
-  const std::string log = read_text(tmp / "hung.log");
+  const std::string log = read_all(tmp / "hung.log");
   ASSERT_TRUE(code.has_value()) << "the job did not end within 60 s:\n" << log;
   EXPECT_NE(*code, 0) << log;
   EXPECT_LT(seconds, 20.0) << log;
@@ -375,7 +319,7 @@ TEST(DataParallel, RanksWithDifferentModelsStopWithAnErrorNamingTheTensor) {
                                          config, ":", "-np", "1", DARKFORMER_EXE, "train", "--config", config,
                                          "--set", "seed=4"};
   EXPECT_NE(run(argv, tmp / "mismatch.log"), 0);
-  const std::string log = read_text(tmp / "mismatch.log");
+  const std::string log = read_all(tmp / "mismatch.log");
   EXPECT_NE(log.find("the parameters and attention state at the start differ across ranks: 'model."), std::string::npos)
       << log;
   EXPECT_NE(log.find("on rank(s) 1 is not rank 0's"), std::string::npos) << log;
