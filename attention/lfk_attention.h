@@ -13,6 +13,7 @@ class LfkAttention final : public RandomFeatureAttention {
   LfkAttention(const nn::AttentionShape& shape, const AttentionConfig& config);
   const char* kind() const override { return "lfk"; }
   void set_feature_epoch(std::int64_t) override {}  // W is learned, never redrawn
+  bool redraws_features() const override { return false; }
 
   Tensor* weight;  // W: (Hkv, m, d), registered as "W"
 

@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "attention/attention_stats.h"
 #include "attention/kv_cache.h"
 #include "attention/recurrent_state.h"
 #include "autograd/grad_mode.h"
@@ -101,11 +102,14 @@ Tensor RandomFeatureAttention::forward(const Tensor& q, const Tensor& k, const T
     moments_->add(mul_scalar(q, std::pow(static_cast<double>(shape_.head_dim), -0.25)));
     moments_->add(mul_scalar(k, std::pow(static_cast<double>(shape_.head_dim), -0.25)));
   }
-  if (config_.mode == Mode::exact)
+  if (config_.mode == Mode::exact) {
+    if (stats_due()) store_stats(measure_attention_stats(qt, kt, Tensor()));
     return flash_attention(pad_to(qt, v.size(3)), pad_to(kt, v.size(3)), v, /*causal=*/true, 1.0, key_mask);
+  }
   // The logits are computed inside the op (random_feature_attention): a layer keeps O(T r)
   // for its backward instead of the (B, T, H, m) logits.
   const auto [omega, log_weight] = features(qt.dtype(), qt.device());
+  if (stats_due()) store_stats(measure_attention_stats(qt, kt, omega));
   return random_feature_attention(qt, kt, v, omega, log_weight, /*causal=*/true, config_.eps, config_.chunk_size,
                                   key_mask);
 }

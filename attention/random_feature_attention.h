@@ -35,6 +35,7 @@ class RandomFeatureAttention : public nn::AttentionKernel {
 
   void set_feature_epoch(std::int64_t epoch) override;
   std::int64_t feature_epoch() const override { return epoch_; }
+  bool redraws_features() const override { return config_.mode == Mode::linear; }
 
   bool needs_calibration() const override;
   void begin_calibration() override;

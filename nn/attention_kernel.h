@@ -8,7 +8,9 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 
 #include "nn/module.h"
 
@@ -24,6 +26,19 @@ struct AttentionShape {
 // random-feature state (S, z) for the others. Opaque to the model.
 struct DecodeState {
   virtual ~DecodeState() = default;
+};
+
+// What drives a random-feature estimator's variance, measured on one forward pass (docs/method.md
+// section 3: one feature's relative variance for the pair (q, k) is exp(|q~ + k~|^2) - 1, with q~, k~
+// the scaled and, for DARKFormer, transformed query and key). Percentiles over the batch's
+// positions and query heads; NaN where a kind has no such quantity (softmax has no features).
+struct AttentionStats {
+  // s = |q~|^2 + |k~|^2 at one position (the key of the query's key/value head): exp(s) - 1 is
+  // the relative variance of a feature for a pair of such vectors with uncorrelated directions.
+  double sq_norm_p50 = 0, sq_norm_p99 = 0;
+  // The spread of the feature logits w . x~ over the m features of one query or key (their
+  // standard deviation; |x~| for isotropic draws): how unequal the features' weights are.
+  double logit_sd_p50 = 0, logit_sd_p99 = 0;
 };
 
 class AttentionKernel : public Module {
@@ -42,6 +57,19 @@ class AttentionKernel : public Module {
   // before each optimizer step); kernels without redrawn features ignore it.
   virtual void set_feature_epoch(std::int64_t /*epoch*/) {}
   virtual std::int64_t feature_epoch() const { return 0; }
+  // Whether a new epoch changes this kernel's output (Performer's and DARKFormer's linear mode):
+  // the trainer measures such redraws' shock (train/redraw_shock.h).
+  virtual bool redraws_features() const { return false; }
+
+  // Statistics of the next forward pass's queries and keys (AttentionStats): request, run
+  // forward, take (once; empty when no forward ran since the request). Measured without
+  // recording, so gradients are unchanged.
+  void request_stats() { stats_requested_ = true; }
+  std::optional<AttentionStats> take_stats() {
+    std::optional<AttentionStats> s = std::move(stats_);
+    stats_.reset();
+    return s;
+  }
 
   // Calibration (DARKFormer's whiten initialisation, the variance-optimal proposal): between
   // begin and end the kernel measures the queries and keys that forward() sees; end derives
@@ -54,6 +82,15 @@ class AttentionKernel : public Module {
   // must keep (the variance-optimal proposal), by name; empty for most kernels.
   virtual std::map<std::string, Tensor> extra_state() const { return {}; }
   virtual void load_extra_state(const std::map<std::string, Tensor>& /*saved*/) {}
+
+ protected:
+  // In forward(): true once after request_stats(); the kernel then stores what it measured.
+  bool stats_due() { return std::exchange(stats_requested_, false); }
+  void store_stats(const AttentionStats& s) { stats_ = s; }
+
+ private:
+  bool stats_requested_ = false;
+  std::optional<AttentionStats> stats_;
 };
 
 using AttentionFactory = std::function<std::unique_ptr<AttentionKernel>(const AttentionShape&)>;
