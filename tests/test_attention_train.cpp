@@ -1,17 +1,24 @@
 // The attention kinds through train(): a tiny byte-level model of each kind (and a mix of
 // kinds by per-layer overrides) learns a small text; a resumed run redraws the same
 // features at the same steps and restores the variance-optimal proposal, so its loss curve
-// equals the uninterrupted one bit for bit.
+// equals the uninterrupted one bit for bit; every redraw is recorded with its held-out shock,
+// equal to an evaluation of the checkpoint under the old and the new features, and log steps
+// carry each layer's attention statistics.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 
+#include "core/file_io.h"
 #include "tests/test_util.h"
 #include "tests/train_test_util.h"
+#include "train/attention_state.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
+#include "train/evaluate.h"
 #include "train/model_builder.h"
 #include "train/probe.h"
+#include "train/run_metrics.h"
 #include "train/trainer.h"
 
 namespace dark::train {
@@ -72,6 +79,64 @@ TEST(AttentionTraining, ResumeRedrawsTheSameFeaturesAndRestoresTheProposal) {
   ASSERT_EQ(a.size(), 20u);
   ASSERT_EQ(b.size(), 20u);
   for (std::int64_t step = 1; step <= 20; ++step) EXPECT_EQ(a.at(step), b.at(step)) << "step " << step;  // bitwise
+}
+
+TEST(AttentionTraining, RedrawsAreRecordedWithTheShockOfTheFeaturesAlone) {
+  TempDir tmp;
+  nlohmann::json config =
+      with_attention(tiny_config(tmp, "run", 12), {{"kind", "performer"}, {"num_features", 8}, {"redraw_interval", 5}});
+  config["stability"] = {{"redraw_eval_batches", 1}};
+  config["training"]["checkpoint_interval"] = 5;
+  config["training"]["keep_checkpoints"] = 0;
+  config["training"]["log_interval"] = 4;
+  train(parse_config(config), {});
+  const RunMetrics m = read_metrics(tmp.path() / "run/metrics.jsonl");
+  // Steps 1-5 train with epoch 0, 6-10 with epoch 1, 11-12 with epoch 2.
+  ASSERT_EQ(m.redraws.size(), 2u);
+  EXPECT_EQ(m.redraws[0].step, 6);
+  EXPECT_EQ(m.redraws[1].step, 11);
+  // The reference: the step-10 checkpoint's weights on validation batch 0 under epochs 1 and 2.
+  const CheckpointData ck = load_checkpoint(tmp.path() / "run/checkpoints" / checkpoint_name(10));
+  const RunConfig resolved = parse_config(ck.state.at("config"));
+  auto model = build_model(resolved);
+  load_trained_state(*model, ck, resolved, "test");
+  const data::PreparedData data = data::open_prepared(resolved.data.dir);
+  const data::ValidationSet val(data.open_shard(data::Split::val), resolved.training.batch_size, resolved.data.seq_len,
+                                resolved.data.val_windows);
+  const std::vector<std::int64_t> intervals = redraw_intervals(resolved);
+  set_feature_epochs(*model, intervals, 9);
+  EXPECT_EQ(evaluate(*model, val, 1).loss, m.redraws[1].held_out_before);
+  set_feature_epochs(*model, intervals, 10);
+  EXPECT_EQ(evaluate(*model, val, 1).loss, m.redraws[1].held_out_after);
+  EXPECT_NE(m.redraws[1].held_out_before, m.redraws[1].held_out_after);  // other features, another estimate
+  // stability.json summarises them.
+  const auto stability = nlohmann::json::parse(read_file(tmp.path() / "run/stability.json"));
+  EXPECT_EQ(stability["redraw_shocks"]["redraws"], 2);
+  EXPECT_DOUBLE_EQ(stability["redraw_shocks"]["worst_held_out_jump"].get<double>(),
+                   std::max(m.redraws[0].held_out_after - m.redraws[0].held_out_before,
+                            m.redraws[1].held_out_after - m.redraws[1].held_out_before));
+  // Log steps 4, 8, 12 carry both layers' statistics.
+  ASSERT_EQ(m.attention.size(), 3u);
+  EXPECT_EQ(m.attention[2].step, 12);
+  for (const AttentionStatsRecord& a : m.attention) {
+    ASSERT_EQ(a.layers.size(), 2u);
+    for (const nn::AttentionStats& s : a.layers) {
+      EXPECT_GT(s.sq_norm_p99, s.sq_norm_p50);
+      EXPECT_GT(s.sq_norm_p50, 0);
+      EXPECT_GT(s.logit_sd_p50, 0);
+    }
+  }
+}
+
+TEST(AttentionTraining, KindsThatDoNotRedrawRecordNoRedraws) {
+  TempDir tmp;
+  train(parse_config(with_attention(tiny_config(tmp, "run", 12),
+                                    {{"kind", "lfk"}, {"num_features", 8}, {"redraw_interval", 5}})),
+        {});
+  EXPECT_TRUE(read_metrics(tmp.path() / "run/metrics.jsonl").redraws.empty());
+  const auto stability = nlohmann::json::parse(read_file(tmp.path() / "run/stability.json"));
+  EXPECT_TRUE(stability["redraw_shocks"]["nominal"].get<bool>());  // the control: steps 6 and 11
+  EXPECT_EQ(stability["redraw_shocks"]["shocks"].size(), 2u);
 }
 
 const ProbeRow& pooled_row(const ProbeReport& report, const std::string& method, std::int64_t m) {

@@ -1,10 +1,15 @@
-// The stability metrics on synthetic curves: spike detection (flat, injected, slow decay,
-// short history at the start), divergence (non-finite, skipped, a median loss above the initial
-// loss after warm-up), gradient-norm spikes, validation summaries; the config section round-trips.
+// The stability metrics on synthetic curves. The robust spike detector (the default): pure
+// noise at several batch-noise levels, Gaussian and heavy-tailed, gives no spikes; planted
+// spikes of known height and recovery are found with that height and recovery, in the loss and
+// in the gradient norm. The ratio rule of earlier reports (flat, injected, slow decay, short
+// history at the start); divergence (non-finite, skipped, a median loss above the initial loss
+// after warm-up); validation summaries; metrics lines; the config section round-trips.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <limits>
+#include <random>
 
 #include "test_util.h"
 #include "train/config.h"
@@ -22,10 +27,155 @@ std::vector<StepRecord> curve(const std::vector<double>& losses) {
   return out;
 }
 
+RunMetrics metrics_of(const std::vector<StepRecord>& steps, const std::vector<EvalRecord>& evals = {}) {
+  RunMetrics m;
+  m.steps = steps;
+  m.evals = evals;
+  return m;
+}
+
+// Under the ratio rule, the rule the tests below were written for.
 StabilityReport analyze(const std::vector<StepRecord>& steps, std::int64_t warmup = 0) {
   StabilityOptions o;
+  o.rule = SpikeRule::ratio;
   o.warmup_steps = warmup;
-  return analyze_stability(steps, {}, o);
+  return analyze_stability(metrics_of(steps), o);
+}
+
+StabilityReport analyze_robust(const std::vector<StepRecord>& steps) { return analyze_stability(metrics_of(steps), {}); }
+
+// Standard normal numbers from a fixed-seed mt19937_64 by Box-Muller (the same on every
+// standard library, unlike std::normal_distribution).
+class Normal {
+ public:
+  explicit Normal(std::uint64_t seed) : bits_(seed) {}
+  double operator()() {
+    const double u1 = (static_cast<double>(bits_() >> 11) + 0.5) / 9007199254740992.0;
+    const double u2 = static_cast<double>(bits_() >> 11) / 9007199254740992.0;
+    return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+  }
+
+ private:
+  std::mt19937_64 bits_;
+};
+
+// A training curve: 2 + 4 exp(-step / 150) nats plus batch noise of standard deviation
+// `noise` (Gaussian, or Student t with 4 degrees of freedom scaled to that sd: hard batches).
+std::vector<double> noisy_curve(int n, double noise, bool heavy_tails, std::uint64_t seed) {
+  Normal z(seed);
+  std::vector<double> out;
+  for (int i = 0; i < n; ++i) {
+    double e = z();
+    if (heavy_tails) {  // t_4 = Z / sqrt(chi2_4 / 4), whose sd is sqrt(2)
+      double chi2 = 0;
+      for (int k = 0; k < 4; ++k) chi2 += std::pow(z(), 2);
+      e = e / std::sqrt(chi2 / 4) / std::sqrt(2.0);
+    }
+    out.push_back(2.0 + 4.0 * std::exp(-i / 150.0) + noise * e);
+  }
+  return out;
+}
+
+TEST(RobustSpikes, PureNoiseGivesNoSpikesAtAnyBatchNoiseLevel) {
+  // Per-step sds from a large batch (0.01 nats) to batch size 4 (0.15, measured on SmolLM2's
+  // softmax control); heavy tails put single steps 4-6 sd out.
+  int ratio_rule_spikes = 0;
+  for (const double noise : {0.01, 0.03, 0.08, 0.15})
+    for (const bool heavy : {false, true})
+      for (std::uint64_t seed = 1; seed <= 5; ++seed) {
+        const auto steps = curve(noisy_curve(1000, noise, heavy, seed));
+        const StabilityReport r = analyze_robust(steps);
+        EXPECT_TRUE(r.loss_spikes.empty()) << "noise " << noise << (heavy ? " t4" : "") << " seed " << seed << ": "
+                                           << r.loss_spikes.size() << " spikes, first at step "
+                                           << (r.loss_spikes.empty() ? 0 : r.loss_spikes[0].step);
+        ratio_rule_spikes += static_cast<int>(analyze(steps).loss_spikes.size());
+      }
+  // The ratio rule, for comparison, fires on the noisiest curves (a loss of 2 x 1.2 is 0.4 nats
+  // above the median: 2.7 sd at noise 0.15).
+  EXPECT_GT(ratio_rule_spikes, 0);
+}
+
+// Batch noise of standard deviation `noise` around a flat loss of 3 nats (a run late in
+// training). On a falling curve the baseline, a median of the previous window, lags behind the
+// curve by its fall over half a window, so heights come out lower by that much: conservative.
+std::vector<double> flat_noise(int n, double noise, std::uint64_t seed) {
+  Normal z(seed);
+  std::vector<double> out;
+  for (int i = 0; i < n; ++i) out.push_back(3.0 + noise * z());
+  return out;
+}
+
+TEST(RobustSpikes, PlantedSpikesAreFoundWithTheirHeightAndRecovery) {
+  for (const double noise : {0.02, 0.05}) {
+    std::vector<double> losses = flat_noise(600, noise, 7);
+    // Step 301 jumps by 1.5 nats and decays over 4 steps (heights 1.5, 1.0, 0.8, 0.6, 0): back
+    // within the noise band (6 sd) 4 steps after it started. Step 451: 0.8 nats for one step.
+    const double rise[] = {1.5, 1.0, 0.8, 0.6};
+    for (int i = 0; i < 4; ++i) losses[300 + i] += rise[i];
+    losses[450] += 0.8;
+    const StabilityReport r = analyze_robust(curve(losses));
+    ASSERT_EQ(r.loss_spikes.size(), 2u) << "noise " << noise;
+    const Spike& a = r.loss_spikes[0];
+    EXPECT_EQ(a.step, 301);
+    // The height is measured against the median of the window before: the noise on the peak
+    // and on the median is all that separates it from 1.5.
+    EXPECT_NEAR(a.height, 1.5, 3 * noise) << "noise " << noise;
+    EXPECT_NEAR(a.noise_units, 1.5 / noise, 0.35 * 1.5 / noise) << "noise " << noise;
+    ASSERT_TRUE(a.recovery_steps.has_value());
+    EXPECT_EQ(*a.recovery_steps, 4) << "noise " << noise;
+    const Spike& b = r.loss_spikes[1];
+    EXPECT_EQ(b.step, 451);
+    EXPECT_NEAR(b.height, 0.8, 3 * noise);
+    ASSERT_TRUE(b.recovery_steps.has_value());
+    EXPECT_EQ(*b.recovery_steps, 1);
+    ASSERT_TRUE(r.largest_loss_spike.has_value());
+    EXPECT_EQ(r.largest_loss_spike->step, 301);
+  }
+}
+
+TEST(RobustSpikes, ASpikeSmallerThanTheMarginOrTheNoiseIsNotOne) {
+  std::vector<double> losses = flat_noise(400, 0.01, 3);
+  losses[200] += 0.2;  // 20 sd of this noise, but under the 0.25-nat margin
+  EXPECT_TRUE(analyze_robust(curve(losses)).loss_spikes.empty());
+  std::vector<double> noisy = flat_noise(400, 0.15, 3);
+  noisy[200] += 0.5;  // above the margin, but only ~3 sd of this noise
+  EXPECT_TRUE(analyze_robust(curve(noisy)).loss_spikes.empty());
+}
+
+TEST(RobustSpikes, ALastingRiseIsOneSpikeThatDoesNotRecover) {
+  std::vector<double> losses = flat_noise(400, 0.02, 11);
+  for (int i = 250; i < 400; ++i) losses[i] += 1.0;  // a new, higher plateau
+  const StabilityReport r = analyze_robust(curve(losses));
+  ASSERT_EQ(r.loss_spikes.size(), 1u);
+  EXPECT_EQ(r.loss_spikes[0].step, 251);
+  EXPECT_FALSE(r.loss_spikes[0].recovery_steps.has_value());  // not back within the window (50 steps)
+  EXPECT_TRUE(r.to_json()["loss_spikes"][0]["recovery_steps"].is_null());
+}
+
+TEST(RobustSpikes, GradientNormSpikesAreJudgedOnALogScale) {
+  Normal z(5);
+  auto steps = curve(std::vector<double>(300, 3.0));
+  for (auto& s : steps) s.grad_norm = 0.5 * std::exp(0.1 * z());  // multiplicative noise, 10%
+  steps[199].grad_norm *= 4.0;  // x4: log 4 = 1.39 above, ~14 sd, and over grad_factor 2
+  steps[249].grad_norm *= 1.8;  // ~6 sd but under grad_factor 2: not a spike
+  const StabilityReport r = analyze_robust(steps);
+  ASSERT_EQ(r.grad_spikes.size(), 1u);
+  EXPECT_EQ(r.grad_spikes[0].step, 200);
+  EXPECT_NEAR(r.grad_spikes[0].height, std::log(4.0), 0.25);
+  EXPECT_NEAR(r.grad_spikes[0].ratio, 4.0, 1.0);
+  EXPECT_EQ(*r.grad_spikes[0].recovery_steps, 1);
+  EXPECT_TRUE(r.loss_spikes.empty());
+}
+
+TEST(RobustSpikes, RobustSpreadIsTheScaledMedianAbsoluteDeviation) {
+  const RobustSpread s = robust_spread({1, 2, 3, 4, 100});  // median 3, deviations 2 1 0 1 97 -> MAD 1
+  EXPECT_DOUBLE_EQ(s.median, 3.0);
+  EXPECT_DOUBLE_EQ(s.sd, 1.4826);
+  // For normal samples it estimates the standard deviation.
+  Normal z(9);
+  std::vector<double> v;
+  for (int i = 0; i < 20000; ++i) v.push_back(5.0 + 0.3 * z());
+  EXPECT_NEAR(robust_spread(v).sd, 0.3, 0.01);
 }
 
 TEST(Stability, FlatCurveHasNoSpikes) {
@@ -147,12 +297,13 @@ TEST(Stability, GradientNormSpikesUseTheirOwnFactor) {
   EXPECT_DOUBLE_EQ(r.grad_spikes[0].ratio, 2.5);
   StabilityOptions tighter;
   tighter.grad_factor = 1.5;
-  EXPECT_EQ(analyze_stability(steps, {}, tighter).grad_spikes.size(), 2u);
+  tighter.rule = SpikeRule::ratio;
+  EXPECT_EQ(analyze_stability(metrics_of(steps), tighter).grad_spikes.size(), 2u);
 }
 
 TEST(Stability, FinalAndBestValidation) {
   const std::vector<EvalRecord> evals = {{10, 3.0, 20.1, 0.2}, {20, 2.5, 12.2, 0.3}, {30, 2.7, 14.9, 0.28}};
-  const StabilityReport r = analyze_stability(curve({3, 3, 3}), evals, {});
+  const StabilityReport r = analyze_stability(metrics_of(curve({3, 3, 3}), evals), {});
   ASSERT_TRUE(r.final_eval && r.best_eval);
   EXPECT_EQ(r.final_eval->step, 30);
   EXPECT_EQ(r.best_eval->step, 20);
@@ -166,7 +317,7 @@ TEST(Stability, FinalAndBestValidation) {
   // A finetuning run's step-0 eval is its starting point.
   std::vector<EvalRecord> finetune = evals;
   finetune.insert(finetune.begin(), EvalRecord{0, 4.0, 54.6, 0.1});
-  const StabilityReport f = analyze_stability(curve({3, 3, 3}), finetune, {});
+  const StabilityReport f = analyze_stability(metrics_of(curve({3, 3, 3}), finetune), {});
   ASSERT_TRUE(f.start_eval);
   EXPECT_DOUBLE_EQ(f.start_eval->loss, 4.0);
   EXPECT_EQ(f.to_json()["start_eval"]["accuracy"], 0.1);

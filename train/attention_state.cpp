@@ -27,6 +27,24 @@ void set_feature_epochs(nn::CausalLM& model, const std::vector<std::int64_t>& in
     kernels[i]->set_feature_epoch(intervals[i] > 0 ? step / intervals[i] : 0);
 }
 
+bool features_redrawn_at(nn::CausalLM& model, const std::vector<std::int64_t>& intervals, std::int64_t step) {
+  const auto kernels = model.attention_kernels();
+  for (std::size_t i = 0; i < kernels.size(); ++i)
+    if (kernels[i]->redraws_features() && intervals[i] > 0 && step > 0 && step % intervals[i] == 0) return true;
+  return false;
+}
+
+void request_attention_stats(nn::CausalLM& model) {
+  for (nn::AttentionKernel* k : model.attention_kernels()) k->request_stats();
+}
+
+std::vector<nn::AttentionStats> take_attention_stats(nn::CausalLM& model) {
+  std::vector<nn::AttentionStats> out;
+  for (nn::AttentionKernel* k : model.attention_kernels())
+    if (auto s = k->take_stats()) out.push_back(*s);
+  return out;
+}
+
 void calibrate_attention(nn::CausalLM& model, const RunConfig& config, const data::TrainLoader& loader) {
   std::vector<nn::AttentionKernel*> needing;
   int batches = 0;

@@ -22,6 +22,15 @@ std::vector<std::int64_t> redraw_intervals(const RunConfig& config);
 // every rank, and a resumed run, draws the same matrices at the same step.
 void set_feature_epochs(nn::CausalLM& model, const std::vector<std::int64_t>& intervals, std::int64_t step);
 
+// Whether optimizer step `step` (0-based) is the first of a new feature epoch in a layer whose
+// output a new epoch changes (a redraw; lfk, softmax and exact mode never redraw).
+bool features_redrawn_at(nn::CausalLM& model, const std::vector<std::int64_t>& intervals, std::int64_t step);
+
+// The attention statistics (nn::AttentionStats) of the next forward pass, every layer: request
+// before it, take after (one entry per layer; empty when no forward pass ran).
+void request_attention_stats(nn::CausalLM& model);
+std::vector<nn::AttentionStats> take_attention_stats(nn::CausalLM& model);
+
 // DARKFormer's whiten initialisation and the variance-optimal proposal measure the queries
 // and keys of the first attention.calibration_batches training batches (eval mode, no
 // gradient) before the first step of a fresh run. Does nothing when no layer needs it.

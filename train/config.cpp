@@ -480,13 +480,31 @@ std::vector<Field> make_schema() {
       text(DARK_CONFIG_MEMBER(output.dir), false,
            "run folder (checkpoints, metrics, config.json); \"\" = runs/<config file stem>"),
 
+      choice(DARK_CONFIG_MEMBER(stability.rule),
+             "how a loss or gradient-norm spike is told from batch noise: robust = above the median of the "
+             "previous window by more than sigmas robust sd (1.4826 MAD) and by an absolute margin, counted as "
+             "events with height and recovery; ratio = every step above factor x that median (earlier reports)"),
       integer(DARK_CONFIG_MEMBER(stability.window), 1,
-              "previous steps whose median loss (and gradient norm) a step is compared with to call it a spike"),
+              "previous steps whose median (and median absolute deviation) a step's loss and gradient norm are "
+              "compared with"),
+      number(DARK_CONFIG_MEMBER(stability.loss_sigmas), positive(),
+             "robust rule: a loss spike exceeds the window's median by more than loss_sigmas robust sd ..."),
+      number(DARK_CONFIG_MEMBER(stability.loss_margin), non_negative(),
+             "... and by more than loss_margin nats (what batch noise alone does not reach)"),
+      number(DARK_CONFIG_MEMBER(stability.grad_sigmas), positive(),
+             "robust rule: a gradient-norm spike exceeds the median of the window's log norms by more than "
+             "grad_sigmas robust sd (and the norm exceeds grad_factor x its median)"),
       number(DARK_CONFIG_MEMBER(stability.loss_factor), {1.0, true, std::nullopt, false},
-             "loss spike: a step whose loss exceeds loss_factor x that median"),
+             "ratio rule: a loss spike is a step whose loss exceeds loss_factor x that median"),
       number(DARK_CONFIG_MEMBER(stability.grad_factor), {1.0, true, std::nullopt, false},
-             "gradient-norm spike: a step whose (unclipped) gradient norm exceeds grad_factor x that median; "
-             "larger than loss_factor since gradient norms fluctuate more"),
+             "gradient-norm spike: the (unclipped) norm exceeds grad_factor x that median (the ratio rule's "
+             "whole test, the robust rule's absolute margin)"),
+      integer(DARK_CONFIG_MEMBER(stability.redraw_eval_batches), 0,
+              "validation batches evaluated with the weights fixed just before and just after each random-feature "
+              "redraw (the redraw's held-out shock, in metrics.jsonl); 0 = off"),
+      integer(DARK_CONFIG_MEMBER(stability.redraw_window), 1,
+              "K: a redraw's loss jump is the mean training loss of the K steps from it minus that of the K steps "
+              "before"),
       boolean(DARK_CONFIG_MEMBER(stability.stop_on_divergence),
               "end a run at its first non-finite or skipped step, or loss above the initial loss after "
               "warm-up, writing stability.json and no checkpoint (saves sweep time)"),

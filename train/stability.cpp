@@ -25,19 +25,21 @@ double median_of(std::vector<double> v) {
   return (*std::max_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid)) + upper) / 2;
 }
 
+json finite_or_null(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
+
 json spike_json(const Spike& s) {
-  return {{"step", s.step}, {"value", s.value}, {"median", s.median}, {"ratio", s.ratio}};
+  return {{"step", s.step},
+          {"value", finite_or_null(s.value)},
+          {"median", finite_or_null(s.median)},
+          {"ratio", finite_or_null(s.ratio)},
+          {"height", finite_or_null(s.height)},
+          {"noise_units", finite_or_null(s.noise_units)},
+          {"recovery_steps", s.recovery_steps ? json(*s.recovery_steps) : json(nullptr)}};
 }
 
 json eval_json(const std::optional<EvalRecord>& e) {
   if (!e) return nullptr;
   return {{"step", e->step}, {"loss", e->loss}, {"perplexity", e->perplexity}, {"accuracy", e->accuracy}};
-}
-
-// A JSON number, or NaN for null / absent (non-finite values are written as null).
-double number_or_nan(const json& line, const char* key) {
-  const auto it = line.find(key);
-  return it != line.end() && it->is_number() ? it->get<double>() : kNaN;
 }
 
 }  // namespace
@@ -46,13 +48,34 @@ StabilityOptions stability_options(const RunConfig& config) {
   StabilityOptions o;
   static_cast<StabilityConfig&>(o) = config.stability;
   o.warmup_steps = config.schedule.warmup_steps;
+  o.redraw_interval = config.attention.redraw_interval;
   return o;
 }
 
-std::vector<Spike> find_spikes(const std::vector<std::int64_t>& steps, const std::vector<double>& values, int window,
-                               double factor) {
-  DARK_CHECK(steps.size() == values.size(), "find_spikes: ", steps.size(), " steps but ", values.size(), " values");
-  DARK_CHECK(window >= 1, "find_spikes: window must be >= 1, got ", window);
+SpikeCriteria loss_spike_criteria(const StabilityConfig& c) {
+  return {c.rule, c.window, c.loss_sigmas, c.loss_margin, c.loss_factor, /*log_scale=*/false};
+}
+
+// On the log scale the margin log(grad_factor) means: the norm exceeds grad_factor x its median.
+SpikeCriteria grad_spike_criteria(const StabilityConfig& c) {
+  return {c.rule, c.window, c.grad_sigmas, std::log(c.grad_factor), c.grad_factor, /*log_scale=*/true};
+}
+
+RobustSpread robust_spread(const std::vector<double>& values) {
+  if (values.empty()) return {kNaN, kNaN};
+  RobustSpread r;
+  r.median = median_of(values);
+  std::vector<double> deviations;
+  deviations.reserve(values.size());
+  for (const double v : values) deviations.push_back(std::abs(v - r.median));
+  r.sd = 1.4826 * median_of(std::move(deviations));  // the sd of a normal distribution with this MAD
+  return r;
+}
+
+namespace {
+
+std::vector<Spike> ratio_spikes(const std::vector<std::int64_t>& steps, const std::vector<double>& values, int window,
+                                double factor) {
   const std::size_t min_history = static_cast<std::size_t>(std::max(1, window / 5));
   std::vector<Spike> spikes;
   std::vector<double> history;  // the finite values before i, oldest first
@@ -63,16 +86,85 @@ std::vector<Spike> find_spikes(const std::vector<std::int64_t>& steps, const std
       const double m = median_of(
           std::vector<double>(history.end() - std::min<std::ptrdiff_t>(window, static_cast<std::ptrdiff_t>(history.size())),
                               history.end()));
-      if (v > factor * m) spikes.push_back({steps[i], v, m, m > 0 ? v / m : std::numeric_limits<double>::infinity()});
+      if (v > factor * m)
+        spikes.push_back({steps[i], v, m, m > 0 ? v / m : std::numeric_limits<double>::infinity(), v - m, kNaN, std::nullopt});
     }
     history.push_back(v);
   }
   return spikes;
 }
 
-StabilityReport analyze_stability(const std::vector<StepRecord>& steps, const std::vector<EvalRecord>& evals,
-                                  const StabilityOptions& options) {
+// The robust rule (stability.h): events that start above median + max(sigmas sd, margin) and
+// end when the value is back within median + sigmas sd of the baseline frozen at their start,
+// or after `window` steps. Values are judged on the log scale when asked (they must then be
+// positive; others are skipped like NaN).
+std::vector<Spike> robust_spikes(const std::vector<std::int64_t>& steps, const std::vector<double>& values,
+                                 const SpikeCriteria& k) {
+  const std::size_t min_history = static_cast<std::size_t>(std::max(1, k.window / 5));
+  const auto judged = [&](double v) { return k.log_scale ? (v > 0 ? std::log(v) : kNaN) : v; };
+  const auto raw = [&](double x) { return k.log_scale ? std::exp(x) : x; };
+  std::vector<Spike> spikes;
+  std::vector<double> history;  // judged finite values before i, oldest first
+  struct Open {
+    std::int64_t start = 0;
+    double median = 0, sd = 0, band = 0, peak = 0;
+  };
+  std::optional<Open> open;
+  const auto close = [&](std::optional<std::int64_t> recovery) {
+    const Open& o = *open;
+    const double height = o.peak - o.median;
+    spikes.push_back({o.start, raw(o.peak), raw(o.median), raw(o.median) > 0 ? raw(o.peak) / raw(o.median) : kNaN, height,
+                      o.sd > 0 ? height / o.sd : std::numeric_limits<double>::infinity(), recovery});
+    open.reset();
+  };
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    const double v = judged(values[i]);
+    if (!std::isfinite(v)) continue;
+    if (open) {
+      if (v <= open->band) close(steps[i] - open->start);
+      else if (steps[i] - open->start >= k.window) close(std::nullopt);
+      else open->peak = std::max(open->peak, v);
+    } else if (history.size() >= min_history) {
+      const std::size_t n = std::min(history.size(), static_cast<std::size_t>(k.window));
+      const RobustSpread base = robust_spread(std::vector<double>(history.end() - static_cast<std::ptrdiff_t>(n), history.end()));
+      const double excess = v - base.median;
+      if (excess > k.sigmas * base.sd && excess > k.margin)
+        open = Open{steps[i], base.median, base.sd, base.median + k.sigmas * base.sd, v};
+    }
+    history.push_back(v);
+  }
+  if (open) close(std::nullopt);  // still high when the run ended
+  return spikes;
+}
+
+}  // namespace
+
+std::vector<Spike> find_spikes(const std::vector<std::int64_t>& steps, const std::vector<double>& values,
+                               const SpikeCriteria& criteria) {
+  DARK_CHECK(steps.size() == values.size(), "find_spikes: ", steps.size(), " steps but ", values.size(), " values");
+  DARK_CHECK(criteria.window >= 1, "find_spikes: window must be >= 1, got ", criteria.window);
+  if (criteria.rule == SpikeRule::ratio) {
+    std::vector<Spike> spikes = ratio_spikes(steps, values, criteria.window, criteria.factor);
+    if (criteria.log_scale)
+      for (Spike& s : spikes) s.height = std::log(s.ratio);
+    return spikes;
+  }
+  return robust_spikes(steps, values, criteria);
+}
+
+std::vector<Spike> find_spikes(const std::vector<std::int64_t>& steps, const std::vector<double>& values, int window,
+                               double factor) {
+  SpikeCriteria k;
+  k.rule = SpikeRule::ratio;
+  k.window = window;
+  k.factor = factor;
+  return find_spikes(steps, values, k);
+}
+
+StabilityReport analyze_stability(const RunMetrics& metrics, const StabilityOptions& options) {
+  const std::vector<StepRecord>& steps = metrics.steps;
   StabilityReport r;
+  r.rule = options.rule;
   r.steps = static_cast<std::int64_t>(steps.size());
   std::vector<std::int64_t> step_numbers;
   std::vector<double> losses, grad_norms;
@@ -81,10 +173,10 @@ StabilityReport analyze_stability(const std::vector<StepRecord>& steps, const st
     losses.push_back(s.skipped ? kNaN : s.loss);
     grad_norms.push_back(s.skipped ? kNaN : s.grad_norm);
   }
-  r.loss_spikes = find_spikes(step_numbers, losses, options.window, options.loss_factor);
-  r.grad_spikes = find_spikes(step_numbers, grad_norms, options.window, options.grad_factor);
+  r.loss_spikes = find_spikes(step_numbers, losses, loss_spike_criteria(options));
+  r.grad_spikes = find_spikes(step_numbers, grad_norms, grad_spike_criteria(options));
   for (const Spike& s : r.loss_spikes)
-    if (!r.largest_loss_spike || s.ratio > r.largest_loss_spike->ratio) r.largest_loss_spike = s;
+    if (!r.largest_loss_spike || s.height > r.largest_loss_spike->height) r.largest_loss_spike = s;
 
   DivergenceCheck divergence(options);
   for (const StepRecord& s : steps) {
@@ -95,11 +187,12 @@ StabilityReport analyze_stability(const std::vector<StepRecord>& steps, const st
     r.divergence_reason = std::move(why);
     break;
   }
-  for (const EvalRecord& e : evals) {
+  for (const EvalRecord& e : metrics.evals) {
     if (e.step == 0) r.start_eval = e;
     r.final_eval = e;
     if (std::isfinite(e.loss) && (!r.best_eval || e.loss < r.best_eval->loss)) r.best_eval = e;
   }
+  r.redraw = analyze_redraw_shocks(steps, metrics.redraws, options.redraw_window, options.redraw_interval);
   return r;
 }
 
@@ -119,34 +212,9 @@ json StabilityReport::to_json() const {
           {"stopped_on_divergence", stopped_on_divergence},
           {"start_eval", eval_json(start_eval)},
           {"final_eval", eval_json(final_eval)},
-          {"best_eval", eval_json(best_eval)}};
-}
-
-bool RunMetrics::add(const json& line) {
-  if (!line.is_object() || !line.contains("step")) return false;
-  const std::int64_t step = line.at("step").get<std::int64_t>();
-  if (line.contains("eval_loss")) {
-    evals.push_back({step, number_or_nan(line, "eval_loss"), number_or_nan(line, "eval_perplexity"),
-                     number_or_nan(line, "eval_accuracy")});
-    return false;
-  }
-  if (!line.contains("loss") && !line.contains("skipped")) return false;
-  steps.push_back({step, number_or_nan(line, "loss"), number_or_nan(line, "grad_norm"), line.value("skipped", false)});
-  return true;
-}
-
-RunMetrics read_metrics(const std::filesystem::path& metrics_jsonl) {
-  RunMetrics m;
-  std::ifstream in(metrics_jsonl);
-  std::size_t number = 0;
-  for (std::string line; std::getline(in, line);) {
-    ++number;
-    if (line.empty()) continue;
-    const json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
-    DARK_CHECK(!j.is_discarded(), metrics_jsonl.string(), ":", number, ": not a JSON object");
-    m.add(j);
-  }
-  return m;
+          {"best_eval", eval_json(best_eval)},
+          {"spike_rule", std::string(enum_name(rule))},
+          {"redraw_shocks", redraw.to_json()}};
 }
 
 std::string DivergenceCheck::observe(const StepRecord& r) {

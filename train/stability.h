@@ -1,12 +1,25 @@
 // Training-stability metrics of a run: loss spikes, gradient-norm spikes, divergence, and the
 // final and best validation numbers, computed from the lines of metrics.jsonl.
 //
-// Rules (defaults from the config section `stability`):
-//   spike       a step whose value exceeds factor x the median of the previous `window`
-//               finite values (loss_factor 1.2 for the loss, grad_factor 2.0 for the
-//               gradient norm). A step is tested once at least max(1, window / 5) earlier
-//               values exist, so the first steps of a run are judged against a median of ten
-//               (window 50), not of one or two noisy values.
+// Spike rules (config section `stability`, `rule`):
+//   robust (default)  step t is a spike when its value exceeds a robust running baseline, the
+//               median m of the previous `window` finite values, by more than `sigmas` robust
+//               standard deviations (sd = 1.4826 x the median absolute deviation over the same
+//               window) AND by an absolute margin that batch noise alone does not reach: the
+//               loss by `loss_margin` nats, the gradient norm by a factor `grad_factor` (gradient
+//               norms are judged on a log scale, their noise being multiplicative). A spike is
+//               an event: it starts at the first step over the line, its height is the highest
+//               excess before the value is back within the noise band (m + sigmas x sd of the
+//               baseline frozen at its start), and its recovery time is the steps that took
+//               (none when it did not happen within `window` steps: the event then closes, and
+//               the baseline has moved on). The defaults were chosen from data: the softmax
+//               control runs of the stability experiments report (close to) none
+//               (docs/results.md, "How the detector's defaults were chosen").
+//   ratio       the rule of earlier reports: every step whose value exceeds factor x the median
+//               of the previous `window` finite values (loss_factor 1.2, grad_factor 2.0) is a
+//               spike. It fires on batch noise at small batch sizes.
+//   Either way a step is tested once at least max(1, window / 5) earlier values exist, so the
+//   first steps of a run are judged against a median of ten (window 50), not of one or two.
 //   divergence  the first step that is skipped (non-finite loss or gradient), has a
 //               non-finite loss, or, once warm-up (schedule.warmup_steps) is over, ends a
 //               stretch of n = max(1, window / 5) steps whose median loss is above the
@@ -16,82 +29,105 @@
 //               while a loss that climbs back above where training began and stays there does.
 // The core, analyze_stability(), is a pure function of the step and eval records.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
+
+#include "core/enum_names.h"
+#include "train/redraw_shock.h"
+#include "train/run_metrics.h"
 
 namespace dark::train {
 
 struct RunConfig;
 
+enum class SpikeRule { robust, ratio };
+
 // The stability section of a run config (train/config.cpp binds its rows to these members).
 struct StabilityConfig {
-  int window = 50;                  // previous steps whose median a value is compared with
-  double loss_factor = 1.2;         // loss spike: loss > loss_factor x that median
-  double grad_factor = 2.0;         // gradient-norm spike: grad_norm > grad_factor x that median
+  SpikeRule rule = SpikeRule::robust;  // how a spike is told from noise (see above)
+  int window = 50;                  // previous steps whose median (and MAD) a value is compared with
+  double loss_sigmas = 6.0;         // robust: loss excess > loss_sigmas robust sd of the window
+  double loss_margin = 0.25;        // robust: and > loss_margin nats
+  double grad_sigmas = 6.0;         // robust: log gradient-norm excess > grad_sigmas robust sd
+  double loss_factor = 1.2;         // ratio: loss > loss_factor x the median
+  double grad_factor = 2.0;         // gradient norm > grad_factor x the median (both rules)
+  int redraw_eval_batches = 2;      // validation batches measured before and after each redraw; 0 = off
+  int redraw_window = 10;           // K: training steps on each side of a redraw for its loss jump
   bool stop_on_divergence = false;  // end a diverged run early (no final checkpoint), e.g. in sweeps
 };
 
-// What the analysis needs: the section's rules and the run's warm-up.
+// What the analysis needs: the section's rules, the run's warm-up and redraw interval.
 struct StabilityOptions : StabilityConfig {
   std::int64_t warmup_steps = 0;  // divergence by "loss above the initial loss" counts after this step
+  std::int64_t redraw_interval = 0;  // attention.redraw_interval: nominal redraw steps of a run without redraws
   int divergence_span() const { return window / 5 > 1 ? window / 5 : 1; }  // n in the rule above
 };
 StabilityOptions stability_options(const RunConfig& config);
 
-// One optimizer step as metrics.jsonl records it. A skipped step has no usable grad_norm.
-struct StepRecord {
-  std::int64_t step = 0;  // 1-based
-  double loss = 0;        // NaN when the loss was not finite
-  double grad_norm = 0;   // NaN when unknown (skipped steps)
-  bool skipped = false;
-};
-struct EvalRecord {
-  std::int64_t step = 0;
-  double loss = 0, perplexity = 0, accuracy = 0;
+struct Spike {
+  std::int64_t step = 0;  // where it starts
+  double value = 0;   // the loss or gradient norm at its peak
+  double median = 0;  // the baseline: median of the window before it started
+  double ratio = 0;   // value / median
+  // Its height above the baseline: nats for the loss, log(value / median) for gradient norms
+  // (the scale the rule judges on); and in noise units, height / robust sd (NaN under the
+  // ratio rule, infinite for a window without spread).
+  double height = 0, noise_units = 0;
+  // Steps from its start until the value was back within the noise band; empty when that did
+  // not happen within the window (and always under the ratio rule, which has no band).
+  std::optional<std::int64_t> recovery_steps;
 };
 
-struct Spike {
-  std::int64_t step = 0;
-  double value = 0;   // the loss or gradient norm at that step
-  double median = 0;  // median of the previous window
-  double ratio = 0;   // value / median
+// What makes a value of one series a spike (see the rules above).
+struct SpikeCriteria {
+  SpikeRule rule = SpikeRule::robust;
+  int window = 50;
+  double sigmas = 6.0;     // robust: excess > sigmas x robust sd ...
+  double margin = 0.25;    // robust: ... and > margin (in the judged scale: nats, or log ratio)
+  double factor = 1.2;     // ratio: value > factor x median
+  bool log_scale = false;  // judge log(value) (gradient norms)
 };
+SpikeCriteria loss_spike_criteria(const StabilityConfig& c);
+SpikeCriteria grad_spike_criteria(const StabilityConfig& c);
 
 struct StabilityReport {
+  SpikeRule rule = SpikeRule::robust;  // the rule the spikes were found with
   std::int64_t steps = 0;  // step records seen
   std::vector<Spike> loss_spikes, grad_spikes;
-  std::optional<Spike> largest_loss_spike;  // highest ratio among loss_spikes
+  std::optional<Spike> largest_loss_spike;  // the highest of loss_spikes (by height)
   bool diverged = false;
   std::int64_t divergence_step = 0;  // when diverged
   std::string divergence_reason;     // "non-finite loss", "skipped step", "median loss 6.1 of steps 81-90 above the initial loss 5.5 ..."
   std::optional<EvalRecord> final_eval, best_eval;  // best = lowest validation loss
   std::optional<EvalRecord> start_eval;  // the eval at step 0: a finetuning run's starting point
   bool stopped_on_divergence = false;  // set by the trainer when stability.stop_on_divergence ended the run
+  RedrawShockReport redraw;            // the random-feature redraws' shocks (train/redraw_shock.h)
 
   nlohmann::json to_json() const;
 };
 
-// The spikes of a series: values[i] against the median of the up-to-`window` finite values
-// before it. NaN values are never spikes and never enter a median.
+// The spikes of a series under `criteria`: values[i] against the up-to-`window` finite values
+// before it. NaN values are never spikes and never enter a baseline.
+std::vector<Spike> find_spikes(const std::vector<std::int64_t>& steps, const std::vector<double>& values,
+                               const SpikeCriteria& criteria);
+// The ratio rule with its two numbers (the rule of earlier reports).
 std::vector<Spike> find_spikes(const std::vector<std::int64_t>& steps, const std::vector<double>& values, int window,
                                double factor);
 
-StabilityReport analyze_stability(const std::vector<StepRecord>& steps, const std::vector<EvalRecord>& evals,
-                                  const StabilityOptions& options);
-
-// The step and eval records of a metrics.jsonl (missing file = none). Lines that are neither
-// are ignored; a malformed line is an error naming the file and line.
-struct RunMetrics {
-  std::vector<StepRecord> steps;
-  std::vector<EvalRecord> evals;
-  // Adds one metrics.jsonl object; returns true when it was a step record.
-  bool add(const nlohmann::json& line);
+// Median and robust standard deviation (1.4826 x the median absolute deviation) of values.
+struct RobustSpread {
+  double median = 0, sd = 0;
 };
-RunMetrics read_metrics(const std::filesystem::path& metrics_jsonl);
+RobustSpread robust_spread(const std::vector<double>& values);
+
+StabilityReport analyze_stability(const RunMetrics& metrics, const StabilityOptions& options);
 
 // The divergence rule above, one step at a time (shared by analyze_stability and the
 // monitor, so a run stopped on divergence and its report agree).
@@ -116,7 +152,7 @@ class StabilityMonitor {
   StabilityMonitor(const StabilityOptions& options, RunMetrics earlier);  // earlier: a resumed run's lines
   // Records the line; true once the run has diverged.
   bool observe(const nlohmann::json& line);
-  StabilityReport report() const { return analyze_stability(metrics_.steps, metrics_.evals, options_); }
+  StabilityReport report() const { return analyze_stability(metrics_, options_); }
 
  private:
   void check(const StepRecord& r);
@@ -130,3 +166,11 @@ class StabilityMonitor {
 void write_stability(const std::filesystem::path& run_dir, const StabilityReport& report);
 
 }  // namespace dark::train
+
+namespace dark {
+template <>
+struct EnumNames<train::SpikeRule> {
+  static constexpr std::array<std::pair<train::SpikeRule, std::string_view>, 2> table{
+      {{train::SpikeRule::robust, "robust"}, {train::SpikeRule::ratio, "ratio"}}};
+};
+}  // namespace dark

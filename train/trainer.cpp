@@ -6,8 +6,9 @@
 
 #include <spdlog/spdlog.h>
 
-#include <csignal>
+#include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cmath>
 #include <filesystem>
 #include <optional>
@@ -15,6 +16,8 @@
 #include "autograd/grad_mode.h"
 #include "core/file_io.h"
 #include "nn/generate.h"
+#include "train/attention_state.h"
+#include "train/evaluate.h"
 #include "train/metrics_log.h"
 #include "train/progress.h"
 #include "train/stability.h"
@@ -44,9 +47,31 @@ class RunLog {
                          run.world_size() * run.config.data.seq_len),
         loop_start_(Clock::now()) {}
 
-  // Logs step run.step (just taken); true when stability.stop_on_divergence ends the run now.
-  bool step(const TrainingRun& run, const StepResult& r) {
-    return r.applied ? applied_step(run, r) : skipped_step(run, r);
+  // Logs step run.step (just taken) with the attention statistics measured during it (empty
+  // but on log steps); true when stability.stop_on_divergence ends the run now.
+  bool step(const TrainingRun& run, const StepResult& r, const std::vector<nn::AttentionStats>& attention) {
+    return r.applied ? applied_step(run, r, attention) : skipped_step(run, r);
+  }
+
+  // Step run.step + 1 trains with redrawn features: measures what the redraw alone does (the
+  // same validation batches, weights fixed, with the old features and the new; see
+  // train/redraw_shock.h) and records the redraw. Leaves the new features in place.
+  void redraw(TrainingRun& run) {
+    const int batches = run.config.stability.redraw_eval_batches;
+    EvalMetrics before, after;
+    if (batches > 0) {
+      set_feature_epochs(*run.model, run.redraw_intervals, run.step - 1);
+      before = evaluate(*run.model, *run.val, batches, *run.comm);
+    }
+    set_feature_epochs(*run.model, run.redraw_intervals, run.step);
+    if (batches > 0) after = evaluate(*run.model, *run.val, batches, *run.comm);
+    std::int64_t epoch = 0;
+    for (const nn::AttentionKernel* k : run.model->attention_kernels())
+      if (k->redraws_features()) epoch = std::max(epoch, k->feature_epoch());
+    write(run, {{"step", run.step + 1}, {"redraw", redraw_json(epoch, before.loss, after.loss, after.tokens)}});
+    if (batches > 0)
+      spdlog::info("features redrawn for step {} (epoch {}): held-out loss {:.4f} -> {:.4f} ({:+.4f})", run.step + 1, epoch,
+                   before.loss, after.loss, after.loss - before.loss);
   }
 
   // Evaluates the model on the validation set and logs the result at step run.step.
@@ -77,7 +102,7 @@ class RunLog {
     return stability_.observe(line) && run.config.stability.stop_on_divergence;
   }
 
-  bool applied_step(const TrainingRun& run, const StepResult& r) {
+  bool applied_step(const TrainingRun& run, const StepResult& r, const std::vector<nn::AttentionStats>& attention) {
     const TrainingConfig& tc = run.config.training;
     const std::int64_t index = run.step - 1;  // 0-based
     last_loss_ = r.loss;
@@ -91,6 +116,7 @@ class RunLog {
     // Communication not hidden behind backward (rank 0's wait), with several ranks.
     if (run.parallel) line["comm_wait_ms"] = r.comm_wait_seconds * 1e3;
     line["peak_mem_mib"] = static_cast<double>(r.peak_bytes) / (1024.0 * 1024.0);
+    if (!attention.empty()) line["attention_stats"] = attention_stats_json(attention);
     if (write(run, line)) return true;
     if (run.step % tc.log_interval == 0 || index == first_step_ || run.step == tc.steps) {
       const double eta =
@@ -226,8 +252,11 @@ TrainResult train_unchecked(RunConfig config, const TrainOptions& options) {
       NoGradGuard no_grad;
       options.before_step(run.step, *run.model);
     }
+    if (features_redrawn_at(*run.model, run.redraw_intervals, run.step)) log.redraw(run);
+    // Log steps also measure what drives the random-feature estimators' variance.
+    if ((run.step + 1) % tc.log_interval == 0) request_attention_stats(*run.model);
     const StepResult r = train_step(run);
-    if (log.step(run, r)) {
+    if (log.step(run, r, take_attention_stats(*run.model))) {
       diverged = true;
       break;
     }
