@@ -126,9 +126,9 @@ SweepPlan plan_sweep(const fs::path& sweep_file) {
   const auto where = [&](const std::string& key) { return str("sweep: ", file, ": ", key); };
   DARK_CHECK(sweep.is_object(), "sweep: ", file, ": expected a JSON object");
   for (const auto& [key, value] : sweep.items()) {
-    static const std::set<std::string> known = {"base", "set", "axes", "output", "name_keys", "launcher"};
+    static const std::set<std::string> known = {"base", "set", "axes", "seeds", "output", "name_keys", "launcher"};
     DARK_CHECK(known.contains(key), where(key),
-               ": unknown key (a sweep file has base, set, axes, output, name_keys, launcher)");
+               ": unknown key (a sweep file has base, set, axes, seeds, output, name_keys, launcher)");
   }
   DARK_CHECK(sweep.contains("base") && sweep["base"].is_string(), where("base"),
              ": expected the path of a run config (relative to the sweep file)");
@@ -168,14 +168,42 @@ SweepPlan plan_sweep(const fs::path& sweep_file) {
 
   // nlohmann::json objects sort their keys; the file's order is the grid's order.
   std::vector<std::pair<std::string, json>> axis_values;
+  std::map<std::string, std::map<std::string, json>> variants;  // named-variant axis -> label -> settings
   const nlohmann::ordered_json ordered =
       nlohmann::ordered_json::parse(read_file(sweep_file), nullptr, false, true).value("axes", nlohmann::ordered_json::object());
   for (const auto& [key, ordered_values] : ordered.items()) {
-    const json values = json::parse(ordered_values.dump());
-    DARK_CHECK(values.is_array() && !values.empty(), where("axes." + key), ": expected a non-empty list of values, got ",
-               values.dump());
+    json values = json::parse(ordered_values.dump());
+    if (ordered_values.is_object()) {
+      // Named variants: {"label": {"dotted.key": value, ...}, ...}; the point's value is the label.
+      DARK_CHECK(!ordered_values.empty(), where("axes." + key), ": expected at least one named variant");
+      values = json::array();
+      for (const auto& [label, settings] : ordered_values.items()) {
+        DARK_CHECK(settings.is_object(), where("axes." + key + "." + label),
+                   ": expected an object of dotted config keys, got ", settings.dump());
+        values.push_back(label);
+        variants[key][label] = json::parse(settings.dump());
+      }
+    }
+    DARK_CHECK(values.is_array() && !values.empty(), where("axes." + key),
+               ": expected a non-empty list of values or an object of named variants, got ", values.dump());
     plan.axes.push_back(key);
     axis_values.emplace_back(key, values);
+  }
+  // "seeds": the replicates of every point, as the last axis ("seed"): points that differ only
+  // in it are the same experiment under another seed, and reports pair kinds by seed.
+  if (sweep.contains("seeds")) {
+    const json& seeds = sweep["seeds"];
+    DARK_CHECK(seeds.is_array() && !seeds.empty(), where("seeds"), ": expected a non-empty list of seeds, e.g. [0, 1, 2], got ",
+               seeds.dump());
+    std::set<std::int64_t> distinct_seeds;
+    for (const json& seed : seeds) {
+      DARK_CHECK(seed.is_number_integer() && seed.get<std::int64_t>() >= 0, where("seeds"),
+                 ": expected non-negative integers, got ", seed.dump());
+      DARK_CHECK(distinct_seeds.insert(seed.get<std::int64_t>()).second, where("seeds"), ": seed ", seed.dump(), " twice");
+    }
+    DARK_CHECK(!axes.contains("seed"), where("seeds"), ": \"seed\" is also an axis; give the seeds in one place");
+    plan.axes.push_back("seed");
+    axis_values.emplace_back("seed", seeds);
   }
 
   // The grid, first axis slowest: `index` counts in mixed radix over the axes' lengths.
@@ -195,8 +223,15 @@ SweepPlan plan_sweep(const fs::path& sweep_file) {
                "\"; give the axes distinct labels with name_keys");
     point.dir = plan.dir / point.name;
     point.config = base;
-    for (const auto& [key, value] : point.values)
-      apply_setting(point.config, key, value, where("axes." + key + " = " + value.dump()));
+    for (const auto& [key, value] : point.values) {
+      if (!variants.contains(key)) {
+        apply_setting(point.config, key, value, where("axes." + key + " = " + value.dump()));
+        continue;
+      }
+      const std::string label = value.get<std::string>();
+      for (const auto& [setting, setting_value] : variants[key][label].items())
+        apply_setting(point.config, setting, setting_value, where("axes." + key + "." + label + "." + setting));
+    }
     apply_setting(point.config, "output.dir", point.dir.string(), where("output"));
     try {
       parse_config(point.config);
@@ -332,7 +367,7 @@ json eval_json(const std::optional<EvalRecord>& e) {
 // The stability report of a point from its metrics.jsonl, under its own stability settings.
 StabilityReport point_stability(const SweepPoint& point) {
   const RunMetrics m = read_metrics(point.dir / "metrics.jsonl");
-  return analyze_stability(m.steps, m.evals, stability_options(parse_config(point.config)));
+  return analyze_stability(m, stability_options(parse_config(point.config)));
 }
 
 // A diverged run may still exit 0 (stability.stop_on_divergence) or not
@@ -573,6 +608,17 @@ json run_sweep(const SweepPlan& plan, const SweepOptions& options) {
 
   json rows = json::array();
   for (const SweepPoint& p : plan.points) rows.push_back(summary_row(p, read_json_file(p.dir / "status.json")));
+  // A second sweep file may extend a folder with more points on the same axes (more seeds at
+  // chosen points, say): the rows of the earlier ones stay in the summary.
+  const json earlier = read_json_file(plan.dir / "summary.json");
+  if (earlier.is_object() && earlier.value("axes", json()) == json(plan.axes) && earlier["points"].is_array()) {
+    std::set<std::string> mine;
+    for (const SweepPoint& p : plan.points) mine.insert(p.name);
+    for (const json& r : earlier["points"])
+      if (r.is_object() && r["name"].is_string() && !mine.contains(r["name"].get<std::string>()) && r["dir"].is_string() &&
+          fs::exists(fs::path(r["dir"].get<std::string>()) / "metrics.jsonl"))
+        rows.push_back(r);
+  }
   const int stop = StopSignals::received();
   json summary = {{"sweep_file", plan.file.string()}, {"axes", plan.axes}, {"points", rows}};
   if (stop) summary["stopped_by_signal"] = stop == SIGINT ? "SIGINT" : "SIGTERM";

@@ -7,10 +7,18 @@
 //     "set":  {"training.steps": 300},  // dotted keys applied to every point
 //     "axes": {"attention.kind": ["softmax", "performer"],   // the grid: the cartesian product,
 //              "optimizer.lr": [1e-3, 3e-3]},                // first axis slowest
+//     "seeds": [0, 1, 2],               // optional: replicates, the last axis ("seed")
 //     "output": "runs/sweeps/lr",       // sweep folder; default runs/sweeps/<sweep file stem>
 //     "name_keys": {"optimizer.lr": "lr"},  // optional labels in point names (see below)
 //     "launcher": "mpirun -np 2"        // optional: each point trains on several ranks
 //   }
+// An axis may also be an object of named variants, each a set of dotted keys, for settings that
+// change together: "method": {"performer": {"attention.kind": "performer"}, "darkformer-whiten":
+// {"attention.kind": "darkformer", "attention.darkformer.init": "whiten"}}; a point's value on
+// it is the label. Reports take an axis named "method" as the method (train/report.h).
+// "seeds" adds the axis "seed" last: the points that differ only in it are replicates, and
+// reports give their mean and spread and pair methods by seed (same seed = same data order and
+// initial weights).
 // Paths inside the configs (data, output) stay relative to the working directory, as for
 // `darkformer train`. Each point's output.dir is <sweep folder>/<point name>.
 // launcher (or --launcher, which wins): a command the point's `darkformer train` is run
@@ -26,7 +34,9 @@
 // Sweep folder:
 //   sweep.log                      the progress lines of every invocation
 //   prepare-data.log               output of the data preparation run before the points
-//   summary.json, summary.csv      one row per point (written at the end of every invocation)
+//   summary.json, summary.csv      one row per point (written at the end of every invocation);
+//                                  rows of points another sweep file trained into the folder
+//                                  on the same axes are kept after this file's rows
 //   <point>/point_config.json      the point's config document (base + set + axis values)
 //   <point>/train.log              the child's stdout and stderr
 //   .lock                          the running sweep's "pid host" (train/run_lock.h)
