@@ -4,7 +4,10 @@
 // report's tables come from the summary. Also: point names and sweep-file errors. A sweep
 // stopped by SIGTERM records its points as interrupted and exits 75; a sweep killed with
 // SIGKILL leaves no point running (each saves its step and exits), and re-runs resume every
-// point to the losses of an uninterrupted run, no metrics line written twice.
+// point to the losses of an uninterrupted run, no metrics line written twice. Seeds and named
+// variants: the grid, names and configs they give and their errors; a second sweep file extends
+// a folder's summary; a seeded report pairs methods by seed, finds the redraws' shocks and
+// re-derives spikes with the settings it is given.
 #include <gtest/gtest.h>
 
 #include <sys/prctl.h>
@@ -14,7 +17,9 @@
 #include "child_process.h"
 #include "test_util.h"
 #include "train/checkpoint.h"
+#include "train/config.h"
 #include "train/report.h"
+#include "train/report_data.h"
 #include "train/stability.h"
 #include "train/stop_signal.h"
 #include "train/sweep.h"
@@ -134,6 +139,96 @@ TEST(Sweep, DivergedPointsAreRecordedResumesAndReports) {
   } else {
     EXPECT_NE(md.find("gnuplot is not installed"), std::string::npos) << md;
   }
+}
+
+TEST(Sweep, SeedsAndNamedVariantsMakeTheGrid) {
+  TempDir tmp;
+  const fs::path file = write_sweep(
+      tmp, R"({"method": {"performer": {"attention.kind": "performer"},
+                          "dark-whiten": {"attention.kind": "darkformer", "attention.darkformer.init": "whiten"}},
+               "optimizer.lr": [0.01]}, "seeds": [4, 5])",
+      R"({"optimizer.lr": "lr"})");
+  const SweepPlan plan = plan_sweep(file);
+  EXPECT_EQ(plan.axes, (std::vector<std::string>{"method", "optimizer.lr", "seed"}));
+  ASSERT_EQ(plan.points.size(), 4u);
+  EXPECT_EQ(plan.points[0].name, "performer_lr0.01_seed4");
+  EXPECT_EQ(plan.points[3].name, "dark-whiten_lr0.01_seed5");
+  const RunConfig c = parse_config(plan.points[3].config);
+  EXPECT_EQ(c.attention.kind, attention::Kind::darkformer);
+  EXPECT_EQ(c.attention.darkformer.init, attention::MatrixInit::whiten);
+  EXPECT_EQ(c.seed, 5);
+  EXPECT_EQ(parse_config(plan.points[0].config).attention.kind, attention::Kind::performer);
+
+  dark::testing::expect_error([&] { plan_sweep(write_sweep(tmp, R"({"seed": [1]}, "seeds": [2])")); },
+                              {"seeds: \"seed\" is also an axis"});
+  dark::testing::expect_error([&] { plan_sweep(write_sweep(tmp, R"({"optimizer.lr": [0.01]}, "seeds": [1, 1])")); },
+                              {"seeds: seed 1 twice"});
+  dark::testing::expect_error([&] { plan_sweep(write_sweep(tmp, R"({"optimizer.lr": [0.01]}, "seeds": [-1])")); },
+                              {"seeds: expected non-negative integers"});
+  dark::testing::expect_error([&] { plan_sweep(write_sweep(tmp, R"({"method": {"a": "performer"}})")); },
+                              {"axes.method.a: expected an object of dotted config keys"});
+  dark::testing::expect_error([&] { plan_sweep(write_sweep(tmp, R"({"method": {"a": {"attention.kind": "flash"}}})")); },
+                              {"point a: config: attention.kind: \"flash\" is not one of"});
+}
+
+TEST(Sweep, SeededReportsPairMethodsAndASecondSweepFileExtendsTheFolder) {
+  TempDir tmp;
+  json base = tiny_config(tmp, "unused", 20);
+  base.erase("output");
+  base["training"].update({{"generate_tokens", 0}, {"log_interval", 5}, {"checkpoint_interval", 0}});
+  base["attention"] = {{"num_features", 8}, {"redraw_interval", 6}};
+  base["stability"] = {{"redraw_eval_batches", 1}, {"redraw_window", 3}};
+  dark::testing::write_text(tmp / "base.json", base.dump(2));
+  const auto sweep_file = [&](const std::string& name, const json& seeds) {
+    const json sweep = {{"base", "../base.json"}, {"axes", {{"attention.kind", {"performer", "lfk"}}}}, {"seeds", seeds},
+                        {"output", tmp / "out"}};
+    dark::testing::write_text(tmp / ("sweeps/" + name + ".json"), sweep.dump(2));
+    return plan_sweep(tmp.path() / ("sweeps/" + name + ".json"));
+  };
+  SweepOptions options;
+  options.jobs = 2;
+  options.executable = DARKFORMER_EXE;
+  run_sweep(sweep_file("first", {1}), options);
+  const json summary = run_sweep(sweep_file("more", {2, 3}), options);
+  ASSERT_EQ(summary["points"].size(), 6u);  // the first file's points stay
+  EXPECT_EQ(summary["points"][4]["name"], "performer_seed1");
+
+  const ReportResult report = write_report(tmp.path() / "out");
+  const std::string md = read(report.markdown);
+  EXPECT_NE(md.find("## Redraw shocks (mean ± sd over 3 seeds)"), std::string::npos) << md;
+  EXPECT_NE(md.find("## Paired comparisons by seed"), std::string::npos) << md;
+  // Performer redraws at steps 7, 13 and 19 (every 6 steps, measured on 1 validation batch):
+  // its held-out jump is the mean over seeds of the trainer's before/after losses.
+  double sum = 0;
+  for (const char* point : {"performer_seed1", "performer_seed2", "performer_seed3"}) {
+    const RunMetrics m = read_metrics(tmp.path() / "out" / point / "metrics.jsonl");
+    ASSERT_EQ(m.redraws.size(), 3u) << point;
+    EXPECT_EQ(m.redraws[2].step, 19);
+    for (const RedrawRecord& r : m.redraws) sum += (r.held_out_after - r.held_out_before) / 3;
+  }
+  char want[64];
+  std::snprintf(want, sizeof want, "| performer | %.3g ± ", sum / 3);
+  EXPECT_NE(md.find(str("**Held-out jump at a redraw, mean (nats)**\n\n| kind |")), std::string::npos) << md;
+  EXPECT_NE(md.find(want), std::string::npos) << want << "\n" << md;
+  EXPECT_NE(md.find("| lfk | – |"), std::string::npos) << md;  // lfk redraws nothing
+  EXPECT_NE(md.find("| all | Final validation loss | performer − lfk |"), std::string::npos) << md;
+  EXPECT_TRUE(fs::exists(tmp.path() / "out/plots/attention_stats.gp"));
+
+  // The report re-derives spikes with the settings it is given: a margin of 0 and 0.5 sd calls
+  // batch noise spikes, more than the runs' own settings do.
+  ReportOptions loose;
+  loose.stability_overrides = {"loss_sigmas=0.5", "stability.loss_margin=0", "window=5"};
+  const auto spike_count = [&](const ReportOptions& o) {
+    std::size_t n = 0;
+    for (const ReportPoint& p : load_report_data(tmp.path() / "out", o.stability_overrides).points) n += p.stability.loss_spikes.size();
+    return n;
+  };
+  EXPECT_GT(spike_count(loose), spike_count({}));
+  const std::string loose_md = read(write_report(tmp.path() / "out", loose).markdown);
+  EXPECT_NE(loose_md.find("(settings given to the report, not the runs' own)"), std::string::npos);
+  EXPECT_NE(loose_md.find("more than 0.5 robust standard deviations"), std::string::npos) << loose_md;
+  dark::testing::expect_error([&] { write_report(tmp.path() / "out", ReportOptions{{"loss_sigmas=-1"}}); },
+                              {"report: --set stability.loss_sigmas=-1", "loss_sigmas"});
 }
 
 TEST(Sweep, ALauncherTrainsEachPointOnSeveralRanks) {

@@ -1,20 +1,20 @@
-// The sweep report: Markdown tables from summary.json, gnuplot scripts and PNGs from the
-// points' metrics (see report.h).
+// The sweep report: Markdown tables from the points' re-derived stability and metrics, and the
+// plots of report_plots.h (see report.h).
 #include "train/report.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <functional>
-#include <optional>
-#include <vector>
+#include <limits>
 
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "core/file_io.h"
-#include "train/stability.h"
-#include "train/sweep.h"
+#include "train/paired_stats.h"
+#include "train/report_data.h"
+#include "train/report_plots.h"
 
 namespace dark::train {
 namespace fs = std::filesystem;
@@ -22,96 +22,97 @@ using nlohmann::json;
 
 namespace {
 
-const std::string kKind = "attention.kind";
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 const std::string kLr = "optimizer.lr";
 const std::string kFeatures = "attention.num_features";
 
-std::string value_text(const json& v) {
-  if (v.is_null()) return "–";
-  if (v.is_string()) return v.get<std::string>();
-  if (v.is_number_float()) return short_number(v.get<double>());
-  if (v.is_array()) {
-    std::string out;
-    for (const json& item : v) out += (out.empty() ? "" : ",") + value_text(item);
-    return out;
-  }
-  return v.dump();
-}
-
 std::string number_text(double v, const char* format = "%.4g") {
-  char buf[32];
+  if (!std::isfinite(v)) return "–";
+  char buf[48];
   std::snprintf(buf, sizeof buf, format, v);
   return buf;
 }
 
 std::string leaf(const std::string& key) { return key.substr(key.rfind('.') + 1); }
 
-// The axes that make up a point's "method": attention.kind and a trainable-parameter key.
-std::vector<std::string> method_axes(const std::vector<std::string>& axes) {
-  std::vector<std::string> out;
-  for (const std::string& a : axes)
-    if (a == kKind || leaf(a) == "trainable") out.push_back(a);
-  return out;
-}
-
-std::string joined_values(const json& row, const std::vector<std::string>& keys, bool with_keys) {
-  std::string out;
-  for (const std::string& k : keys)
-    out += (out.empty() ? "" : with_keys ? ", " : "/") + (with_keys ? leaf(k) + "=" : "") + value_text(row["values"][k]);
-  return out;
-}
-
-// Distinct values of f over the rows, in first-seen (grid) order.
-std::vector<std::string> distinct(const json& rows, const std::function<std::string(const json&)>& f) {
-  std::vector<std::string> out;
-  for (const json& r : rows)
-    if (std::find(out.begin(), out.end(), f(r)) == out.end()) out.push_back(f(r));
-  return out;
-}
-
-std::optional<double> eval_field(const json& row, const char* which, const char* field) {
-  const json& e = row[which];
-  if (!e.is_object() || !e[field].is_number()) return std::nullopt;
-  return e[field].get<double>();
-}
-
+// One number per point (NaN: none), how to print it, and whether cells count ones ("k/n").
 struct Metric {
   std::string title;
-  std::function<std::optional<double>(const json&)> value;
-  bool count = false;  // cells show "k/n" (how many of the cell's points are 1)
+  std::function<double(const ReportPoint&)> value;
+  const char* format = "%.4g";
+  bool count = false;
 };
 
-const Metric kSpikes{"Loss spikes", [](const json& r) { return std::optional<double>(r["loss_spikes"].get<double>()); }};
-const Metric kDiverged{"Diverged", [](const json& r) { return std::optional<double>(r["diverged"].get<bool>() ? 1 : 0); }, true};
-const Metric kFinalLoss{"Final validation loss", [](const json& r) { return eval_field(r, "final_eval", "loss"); }};
-const Metric kAccuracy{"Next-token accuracy (final)", [](const json& r) { return eval_field(r, "final_eval", "accuracy"); }};
-
-std::string cell(const std::vector<const json*>& points, const Metric& m) {
-  if (points.empty()) return " ";
-  double sum = 0;
-  int present = 0;
-  for (const json* p : points)
-    if (const auto v = m.value(*p)) sum += *v, ++present;
-  if (m.count) return str(static_cast<int>(sum), "/", points.size());
-  return present ? number_text(sum / present) : "–";
+double eval_value(const std::optional<EvalRecord>& e, double EvalRecord::*field) { return e ? (*e).*field : kNaN; }
+double largest_height(const std::vector<Spike>& spikes) {
+  double h = 0;
+  for (const Spike& s : spikes) h = std::max(h, s.height);
+  return h;
+}
+// Over the last attention-statistics record: the largest layer's value of `field` (or the mean).
+double attention_value(const ReportPoint& p, double nn::AttentionStats::*field, bool mean) {
+  if (p.metrics.attention.empty() || p.metrics.attention.back().layers.empty()) return kNaN;
+  double sum = 0, top = -INFINITY;
+  int n = 0;
+  for (const nn::AttentionStats& s : p.metrics.attention.back().layers)
+    if (std::isfinite(s.*field)) sum += s.*field, top = std::max(top, s.*field), ++n;
+  return n == 0 ? kNaN : mean ? sum / n : top;
 }
 
-// A Markdown table: one row per value of row_key, one column per value of col_axis.
-std::string matrix(const json& rows, const std::string& row_title, const std::function<std::string(const json&)>& row_key,
-                   const std::string& col_axis, const Metric& m) {
-  const auto col_key = [&](const json& r) { return value_text(r["values"][col_axis]); };
-  const auto row_values = distinct(rows, row_key), col_values = distinct(rows, col_key);
-  std::string out = str("**", m.title, "**\n\n| ", row_title, " \\ ", leaf(col_axis), " |");
-  for (const std::string& c : col_values) out += " " + c + " |";
+const Metric kSpikes{"Loss spikes", [](const ReportPoint& p) { return static_cast<double>(p.stability.loss_spikes.size()); }, "%.3g"};
+const Metric kSpikeHeight{"Largest loss spike (nats above the baseline; 0 = none)",
+                          [](const ReportPoint& p) { return largest_height(p.stability.loss_spikes); }, "%.3g"};
+const Metric kGradSpikes{"Gradient-norm spikes",
+                         [](const ReportPoint& p) { return static_cast<double>(p.stability.grad_spikes.size()); }, "%.3g"};
+const Metric kDiverged{"Diverged", [](const ReportPoint& p) { return p.stability.diverged ? 1.0 : 0.0; }, "%.0f", true};
+const Metric kFinalLoss{"Final validation loss",
+                        [](const ReportPoint& p) { return eval_value(p.stability.final_eval, &EvalRecord::loss); }};
+const Metric kAccuracy{"Next-token accuracy (final)",
+                       [](const ReportPoint& p) { return eval_value(p.stability.final_eval, &EvalRecord::accuracy); }};
+const Metric kHeldOutMean{"Held-out jump at a redraw, mean (nats)",
+                          [](const ReportPoint& p) { return p.stability.redraw.mean_held_out_jump; }, "%.3g"};
+const Metric kHeldOutWorst{"Held-out jump at a redraw, worst (nats)",
+                           [](const ReportPoint& p) { return p.stability.redraw.worst_held_out_jump; }, "%.3g"};
+const Metric kLossJumpMean{"Training-loss jump at a redraw, mean (nats; nominal steps for runs without redraws)",
+                           [](const ReportPoint& p) { return p.stability.redraw.mean_loss_jump; }, "%.3g"};
+const Metric kLossJumpWorst{"Training-loss jump at a redraw, worst (nats)",
+                            [](const ReportPoint& p) { return p.stability.redraw.worst_loss_jump; }, "%.3g"};
+const Metric kSqNormMedian{"Median s = |q~|^2 + |k~|^2 (mean over layers), end of training",
+                           [](const ReportPoint& p) { return attention_value(p, &nn::AttentionStats::sq_norm_p50, true); }, "%.3g"};
+const Metric kSqNormTail{"99th percentile of s (largest layer), end of training",
+                         [](const ReportPoint& p) { return attention_value(p, &nn::AttentionStats::sq_norm_p99, false); }, "%.3g"};
+const Metric kLogitSpread{"99th percentile of the feature-logit spread (largest layer), end of training",
+                          [](const ReportPoint& p) { return attention_value(p, &nn::AttentionStats::logit_sd_p99, false); }, "%.3g"};
+
+// "3.21", "3.21 ± 0.04" over the cell's points, "k/n" for counts.
+std::string cell(const std::vector<const ReportPoint*>& points, const Metric& m) {
+  if (points.empty()) return " ";
+  std::vector<double> values;
+  for (const ReportPoint* p : points) values.push_back(m.value(*p));
+  const Replicates r = summarize(values);
+  if (m.count) return str(static_cast<int>(std::lround(r.n ? r.mean * r.n : 0)), "/", points.size());
+  if (r.n == 0) return "–";
+  if (r.n == 1) return number_text(r.mean, m.format);
+  return number_text(r.mean, m.format) + " ± " + number_text(r.sd, m.format);
+}
+
+// A Markdown table, one row per method, one column per `column_of` value (grid order).
+std::string method_table(const ReportData& d, const std::string& corner,
+                         const std::function<std::string(const ReportPoint&)>& column_of, const Metric& m) {
+  std::vector<std::string> columns;
+  for (const ReportPoint& p : d.points)
+    if (std::find(columns.begin(), columns.end(), column_of(p)) == columns.end()) columns.push_back(column_of(p));
+  std::string out = str("**", m.title, "**\n\n| ", corner, " |");
+  for (const std::string& c : columns) out += " " + (c.empty() ? std::string("all") : c) + " |";
   out += "\n|---|";
-  for (std::size_t i = 0; i < col_values.size(); ++i) out += "---|";
+  for (std::size_t i = 0; i < columns.size(); ++i) out += "---|";
   out += "\n";
-  for (const std::string& rv : row_values) {
-    out += "| " + rv + " |";
-    for (const std::string& cv : col_values) {
-      std::vector<const json*> in_cell;
-      for (const json& r : rows)
-        if (row_key(r) == rv && col_key(r) == cv) in_cell.push_back(&r);
+  for (const std::string& method : d.methods) {
+    out += "| " + method + " |";
+    for (const std::string& c : columns) {
+      std::vector<const ReportPoint*> in_cell;
+      for (const ReportPoint& p : d.points)
+        if (p.method == method && column_of(p) == c) in_cell.push_back(&p);
       out += str(" ", cell(in_cell, m), " |");
     }
     out += "\n";
@@ -119,180 +120,178 @@ std::string matrix(const json& rows, const std::string& row_title, const std::fu
   return out + "\n";
 }
 
-std::string all_points_table(const json& rows, const std::vector<std::string>& axes) {
-  // Finetuning runs evaluate their starting point (step 0): show it beside the end.
-  const bool has_start = std::any_of(rows.begin(), rows.end(), [](const json& r) { return eval_field(r, "start_eval", "loss").has_value(); });
+std::string method_title(const ReportData& d) { return d.method_axes.size() == 1 ? leaf(d.method_axes[0]) : "method"; }
+
+std::string detector_text(const StabilityConfig& c) {
+  if (c.rule == SpikeRule::ratio)
+    return str("Spikes by the ratio rule (`stability.rule` ratio): a step whose training loss exceeds ", number_text(c.loss_factor),
+               " x the median of the previous ", c.window, " steps (gradient norm: ", number_text(c.grad_factor),
+               " x); each such step counts.");
+  return str("Spikes by the robust rule (`stability.rule` robust): a loss spike starts at a step whose training loss "
+             "exceeds the median of the previous ",
+             c.window, " steps by more than ", number_text(c.loss_sigmas), " robust standard deviations (1.4826 x MAD of that "
+             "window) and by more than ", number_text(c.loss_margin), " nats; it counts once however many steps it lasts, "
+             "with its height (nats above the median, and in noise units) and its recovery (steps until the loss is back "
+             "within median + ", number_text(c.loss_sigmas), " sd). Gradient-norm spikes: the same on log norms with ",
+             number_text(c.grad_sigmas), " sd and a factor ", number_text(c.grad_factor), " over the median.");
+}
+
+// Paired comparisons by seed: every pair of methods in every group, each metric.
+std::string paired_section(const ReportData& d, const std::vector<const Metric*>& metrics) {
+  std::string rows;
+  int identical = 0;
+  for (const std::string& group : d.groups)
+    for (std::size_t i = 0; i < d.methods.size(); ++i)
+      for (std::size_t j = i + 1; j < d.methods.size(); ++j)
+        for (const Metric* m : metrics) {
+          std::vector<double> a, b;
+          for (const std::int64_t seed : d.seeds) {
+            const ReportPoint *pa = nullptr, *pb = nullptr;
+            for (const ReportPoint& p : d.points) {
+              if (p.group != group || !p.seed || *p.seed != seed) continue;
+              if (p.method == d.methods[i]) pa = &p;
+              if (p.method == d.methods[j]) pb = &p;
+            }
+            if (pa && pb) a.push_back(m->value(*pa)), b.push_back(m->value(*pb));
+          }
+          const PairedDifference diff = paired_difference(a, b);
+          if (diff.n < 2) continue;
+          if (diff.mean == 0 && diff.sd == 0) {
+            ++identical;  // equal for every seed (no spikes on either side, say)
+            continue;
+          }
+          const std::string verdict = !diff.distinguishable() ? "not distinguishable"
+                                      : diff.mean < 0            ? d.methods[i] + " lower"
+                                                                 : d.methods[i] + " higher";
+          rows += str("| ", group.empty() ? "all" : group, " | ", m->title, " | ", d.methods[i], " − ", d.methods[j], " | ",
+                      number_text(diff.mean, "%+.3g"), " | [", number_text(diff.low, "%+.3g"), ", ",
+                      number_text(diff.high, "%+.3g"), "] | ", diff.n, " | ", verdict, " |\n");
+        }
+  if (rows.empty()) return "";
+  std::string out = str("## Paired comparisons by seed\n\n",
+                        "Same seed = same data order, initial weights and feature draws. For each pair of methods in each group: "
+                        "the mean over seeds of the difference (first minus second) with its 95% Student t interval. A "
+                        "difference is called one only when the interval excludes zero.",
+                        identical ? str(" ", identical, " comparison(s) where both methods gave the same value for every "
+                                        "seed (no spikes on either side, say) are left out.")
+                                  : std::string(),
+                        "\n\n| group | metric | pair | mean difference | 95% interval | seeds | verdict |\n"
+                        "|---|---|---|---|---|---|---|\n");
+  return out + rows + "\n";
+}
+
+std::string spike_text(const std::optional<Spike>& s) {
+  if (!s) return "–";
+  std::string text = str(number_text(s->height, "%.3g"), " @ ", s->step);
+  if (std::isfinite(s->noise_units)) text += str(" (", number_text(s->noise_units, "%.3g"), " sd");
+  else text += " (";
+  text += s->recovery_steps ? str(", back in ", *s->recovery_steps, ")") : std::string(std::isfinite(s->noise_units) ? ", no recovery)" : "no recovery)");
+  return text;
+}
+
+std::string all_points_table(const ReportData& d) {
+  const bool has_start = std::any_of(d.points.begin(), d.points.end(), [](const ReportPoint& p) { return p.stability.start_eval.has_value(); });
+  const bool has_redraw = std::any_of(d.points.begin(), d.points.end(), [](const ReportPoint& p) { return !p.stability.redraw.shocks.empty(); });
   std::string out = "| point |";
-  for (const std::string& a : axes) out += " " + leaf(a) + " |";
+  for (const std::string& a : d.axes) out += " " + leaf(a) + " |";
   if (has_start) out += " start val loss | start accuracy |";
-  out += " status | loss spikes | largest spike (ratio @ step) | grad spikes | diverged at | final val loss | best val loss | "
-         "perplexity | accuracy | wall |\n|---|";
-  for (std::size_t i = 0; i < axes.size() + (has_start ? 2 : 0); ++i) out += "---|";
-  out += "---|---|---|---|---|---|---|---|---|---|\n";
-  for (const json& r : rows) {
-    out += "| " + r["name"].get<std::string>() + " |";
-    for (const std::string& a : axes) out += str(" ", value_text(r["values"][a]), " |");
-    const json& big = r["largest_loss_spike"];
-    const auto opt = [](std::optional<double> v, const char* format = "%.4g") { return v ? number_text(*v, format) : "–"; };
+  out += " status | loss spikes | largest spike (nats @ step) | grad spikes | diverged at |";
+  if (has_redraw) out += " redraws | held-out jump mean / worst | loss jump mean |";
+  out += " final val loss | best val loss | perplexity | accuracy | wall |\n|---|";
+  const std::size_t columns = d.axes.size() + (has_start ? 2 : 0) + 5 + (has_redraw ? 3 : 0) + 5;
+  for (std::size_t i = 0; i < columns; ++i) out += "---|";
+  out += "\n";
+  for (const ReportPoint& p : d.points) {
+    const StabilityReport& s = p.stability;
+    out += "| " + p.name() + " |";
+    for (const std::string& a : d.axes) out += str(" ", axis_value_text(p.row["values"][a]), " |");
     if (has_start)
-      out += str(" ", opt(eval_field(r, "start_eval", "loss")), " | ", opt(eval_field(r, "start_eval", "accuracy")), " |");
-    out += str(" ", r["status"].get<std::string>(), " | ", r["loss_spikes"].dump(), " | ",
-               big.is_object() ? number_text(big["ratio"].get<double>(), "%.3g") + " @ " + big["step"].dump() : "–", " | ",
-               r["grad_spikes"].dump(), " | ", r["diverged"].get<bool>() ? r["divergence_step"].dump() : "–", " | ",
-               opt(eval_field(r, "final_eval", "loss")), " | ", opt(eval_field(r, "best_eval", "loss")), " | ",
-               opt(eval_field(r, "final_eval", "perplexity")), " | ", opt(eval_field(r, "final_eval", "accuracy")), " | ",
-               r["wall_s"].is_number() ? number_text(r["wall_s"].get<double>(), "%.0f") + " s" : "–", " |\n");
+      out += str(" ", number_text(eval_value(s.start_eval, &EvalRecord::loss)), " | ",
+                 number_text(eval_value(s.start_eval, &EvalRecord::accuracy)), " |");
+    out += str(" ", p.row.value("status", "?"), " | ", s.loss_spikes.size(), " | ", spike_text(s.largest_loss_spike), " | ",
+               s.grad_spikes.size(), " | ", s.diverged ? std::to_string(s.divergence_step) : std::string("–"), " |");
+    if (has_redraw)
+      out += str(" ", s.redraw.nominal ? std::string("none (nominal ") + std::to_string(s.redraw.shocks.size()) + ")"
+                                       : std::to_string(s.redraw.shocks.size()),
+                 " | ", number_text(s.redraw.mean_held_out_jump, "%.3g"), " / ", number_text(s.redraw.worst_held_out_jump, "%.3g"),
+                 " | ", number_text(s.redraw.mean_loss_jump, "%.3g"), " |");
+    const json& wall = p.row["wall_s"];
+    out += str(" ", number_text(eval_value(s.final_eval, &EvalRecord::loss)), " | ",
+               number_text(eval_value(s.best_eval, &EvalRecord::loss)), " | ",
+               number_text(eval_value(s.final_eval, &EvalRecord::perplexity)), " | ",
+               number_text(eval_value(s.final_eval, &EvalRecord::accuracy)), " | ",
+               wall.is_number() ? number_text(wall.get<double>(), "%.0f") + " s" : "–", " |\n");
   }
   return out + "\n";
 }
 
-// ---------------------------------------------------------------- plots
-
-std::string gp_string(const std::string& s) {  // a single-quoted gnuplot string
-  std::string out = "'";
-  for (const char c : s) out += c == '\'' ? std::string("''") : std::string(1, c);
-  return out + "'";
-}
-
-// Writes <name>.loss.dat (step, loss) and <name>.spikes.dat (the spike steps) for each point;
-// returns the loss_curves.gp script.
-std::string loss_curves_script(const json& rows, const std::vector<std::string>& axes, const fs::path& plots) {
-  const std::vector<std::string> methods = method_axes(axes);
-  std::vector<std::string> others;
-  for (const std::string& a : axes)
-    if (std::find(methods.begin(), methods.end(), a) == methods.end()) others.push_back(a);
-  const auto panel_of = [&](const json& r) { return methods.empty() ? std::string("all points") : joined_values(r, methods, false); };
-  const auto curve_of = [&](const json& r) { return others.empty() ? r["name"].get<std::string>() : joined_values(r, others, true); };
-  const std::vector<std::string> curves = distinct(rows, curve_of);
-
-  std::vector<std::pair<std::string, std::string>> panels;  // title, plot command
-  for (const std::string& panel : distinct(rows, panel_of)) {
-    std::string plot;
-    for (const json& r : rows) {
-      if (panel_of(r) != panel) continue;
-      const std::string name = r["name"];
-      const RunMetrics m = read_metrics(fs::path(r["dir"].get<std::string>()) / "metrics.jsonl");
-      std::string loss_dat, spike_dat;
-      const json& spike_steps = r["loss_spike_steps"];
-      for (const StepRecord& s : m.steps) {
-        if (s.skipped || !(s.loss > 0)) continue;  // the y axis is logarithmic
-        loss_dat += str(s.step, " ", s.loss, "\n");
-        if (std::find(spike_steps.begin(), spike_steps.end(), json(s.step)) != spike_steps.end()) spike_dat += str(s.step, " ", s.loss, "\n");
-      }
-      if (loss_dat.empty()) continue;
-      const auto color = std::find(curves.begin(), curves.end(), curve_of(r)) - curves.begin() + 1;
-      write_file_atomic(plots / (name + ".loss.dat"), loss_dat);
-      plot += str(plot.empty() ? "plot " : ", \\\n     ", gp_string(name + ".loss.dat"), " using 1:2 with lines lc ", color,
-                  " title ", gp_string(curve_of(r)));
-      if (!spike_dat.empty()) {
-        write_file_atomic(plots / (name + ".spikes.dat"), spike_dat);
-        plot += str(", \\\n     ", gp_string(name + ".spikes.dat"), " using 1:2 with points pt 7 ps 1.2 lc ", color, " notitle");
-      }
-    }
-    if (!plot.empty()) panels.emplace_back(panel, plot);
-  }
-  if (panels.empty()) return "";
-  const std::size_t columns = std::min<std::size_t>(panels.size(), 3), rows_n = (panels.size() + columns - 1) / columns;
-  std::string gp = str("# Training loss per method (panels), one curve per remaining axis values; dots: loss spikes.\n",
-                       "set terminal pngcairo noenhanced size ", 520 * columns, ",", 400 * rows_n, "\n",
-                       "set output 'loss_curves.png'\nset logscale y\nset xlabel 'step'\nset ylabel 'training loss'\n",
-                       "set key top right\nset grid\n",
-                       "set multiplot layout ", rows_n, ",", columns, " title 'Training loss (dots: loss spikes)'\n");
-  for (const auto& [title, plot] : panels) gp += str("set title ", gp_string(title), "\n", plot, "\n");
-  return gp + "unset multiplot\n";
-}
-
-// Writes accuracy_m_<i>.dat (m, accuracy) per combination of the other axes; returns the script.
-std::string accuracy_script(const json& rows, const std::vector<std::string>& axes, const fs::path& plots) {
-  std::vector<std::string> others;
-  for (const std::string& a : axes)
-    if (a != kFeatures) others.push_back(a);
-  const auto group_of = [&](const json& r) { return others.empty() ? std::string("accuracy") : joined_values(r, others, true); };
-  std::string plot;
-  int index = 0;
-  for (const std::string& group : distinct(rows, group_of)) {
-    std::vector<std::pair<double, double>> points;
-    for (const json& r : rows)
-      if (group_of(r) == group)
-        if (const auto acc = eval_field(r, "final_eval", "accuracy")) points.emplace_back(r["values"][kFeatures].get<double>(), *acc);
-    if (points.empty()) continue;
-    std::sort(points.begin(), points.end());
-    std::string dat;
-    for (const auto& [m, acc] : points) dat += str(m, " ", acc, "\n");
-    const std::string file = str("accuracy_m_", ++index, ".dat");
-    write_file_atomic(plots / file, dat);
-    plot += str(plot.empty() ? "plot " : ", \\\n     ", gp_string(file), " using 1:2 with linespoints pt 7 title ", gp_string(group));
-  }
-  if (plot.empty()) return "";
-  return str("# Final next-token accuracy against the number of random features m.\n",
-             "set terminal pngcairo noenhanced size 720,480\nset output 'accuracy_vs_m.png'\n",
-             "set logscale x 2\nset xlabel 'num_features (m)'\nset ylabel 'next-token accuracy'\nset key bottom right\nset grid\n",
-             plot, "\n");
-}
-
-bool have_gnuplot() { return std::system("command -v gnuplot > /dev/null 2>&1") == 0; }
-
-// Runs each script in `plots`; returns "" or what went wrong.
-std::string run_gnuplot(const fs::path& plots, const std::vector<std::string>& scripts) {
-  for (const std::string& s : scripts) {
-    const std::string command = str("cd ", gp_string(plots.string()), " && gnuplot ", s, " > ", s, ".log 2>&1");
-    if (std::system(command.c_str()) != 0)
-      return str("gnuplot failed on ", (plots / s).string(), "; see ", (plots / (s + ".log")).string());
-  }
-  return "";
-}
-
 }  // namespace
 
-ReportResult write_report(const fs::path& sweep_dir) {
-  const fs::path summary_path = sweep_dir / "summary.json";
-  DARK_CHECK(fs::exists(summary_path), "report: ", summary_path.string(), " not found (run `darkformer sweep` first)");
-  const json summary = json::parse(read_file(summary_path), nullptr, /*allow_exceptions=*/false);
-  DARK_CHECK(summary.is_object() && summary["points"].is_array() && summary["axes"].is_array(), "report: ",
-             summary_path.string(), ": not a sweep summary (expected \"axes\" and \"points\")");
-  const json& rows = summary["points"];
-  const std::vector<std::string> axes = summary["axes"];
-  const std::vector<std::string> methods = method_axes(axes);
-  const auto has_axis = [&](const std::string& a) { return std::find(axes.begin(), axes.end(), a) != axes.end(); };
-  const auto method_of = [&](const json& r) { return joined_values(r, methods, false); };
-  const std::string method_title = methods.size() == 1 ? leaf(methods[0]) : "method";
+ReportResult write_report(const fs::path& sweep_dir, const ReportOptions& options) {
+  const ReportData d = load_report_data(sweep_dir, options.stability_overrides);
+  const auto has_axis = [&](const std::string& a) { return std::find(d.axes.begin(), d.axes.end(), a) != d.axes.end(); };
+  const auto group_of = [](const ReportPoint& p) { return p.group; };
+  int done = 0, diverged = 0;
+  for (const ReportPoint& p : d.points) done += p.row["status"] == "done", diverged += p.row["status"] == "diverged";
+  const std::string spread = d.seeded() ? str(" (mean ± sd over ", d.seeds.size(), " seeds)") : std::string();
 
-  int counts[3] = {0, 0, 0};
-  for (const json& r : rows) counts[r["status"] == "done" ? 0 : r["status"] == "diverged" ? 1 : 2]++;
   std::string md = str("# Sweep report: ", sweep_dir.filename().string(), "\n\n",
-                       "Generated by `darkformer report` from `summary.json` (sweep file `",
-                       summary.value("sweep_file", "?"), "`): ", rows.size(), " points, ", counts[0], " done, ", counts[1],
-                       " diverged, ", counts[2], " failed or not run.\n\n",
-                       "A loss spike is a step whose training loss exceeds `stability.loss_factor` (default 1.2) times the "
-                       "median of the previous `stability.window` (default 50) steps; a run diverged at its first skipped "
-                       "or non-finite step, or when, after warm-up, the median loss of `stability.window` / 5 consecutive steps "
-                       "rose above its initial loss (the highest of its first `stability.window` / 5 steps). Accuracy is next-token top-1 "
-                       "on the validation windows at the end of the run. Cells that hold several points show their mean "
-                       "(divergence: diverged/points).\n\n");
-  if (!methods.empty() && has_axis(kLr)) {
-    md += "## Method x learning rate\n\n";
-    for (const Metric* m : {&kSpikes, &kDiverged, &kFinalLoss, &kAccuracy}) md += matrix(rows, method_title, method_of, kLr, *m);
+                       "Generated by `darkformer report` from `summary.json` (sweep file `", d.summary.value("sweep_file", "?"),
+                       "`) and each point's `metrics.jsonl`: ", d.points.size(), " points, ", done, " done, ", diverged,
+                       " diverged, ", d.points.size() - done - diverged, " failed or not run",
+                       d.seeded() ? str("; seeds ", d.seeds.size()) : std::string(), ".\n\n", detector_text(d.detector),
+                       options.stability_overrides.empty() ? "" : " (settings given to the report, not the runs' own)",
+                       " A run diverged at its first skipped or non-finite step, or when, after warm-up, the median loss of "
+                       "`stability.window` / 5 consecutive steps rose above its initial loss. Accuracy is next-token top-1 on "
+                       "the validation windows at the end of the run. Cells that hold several points show their mean, ± their "
+                       "standard deviation when there are several (divergence: diverged/points).\n\n");
+  if (!d.method_axes.empty() && has_axis(kLr)) {
+    md += "## Method x learning rate" + spread + "\n\n";
+    const auto lr_of = [](const ReportPoint& p) { return axis_value_text(p.row["values"][kLr]); };
+    for (const Metric* m : {&kSpikes, &kSpikeHeight, &kGradSpikes, &kDiverged, &kFinalLoss, &kAccuracy})
+      md += method_table(d, method_title(d) + " \\ lr", lr_of, *m);
   }
   if (has_axis(kFeatures)) {
-    md += "## Method x number of random features (m)\n\n";
-    const auto row_key = [&](const json& r) { return methods.empty() ? std::string("all") : method_of(r); };
-    for (const Metric* m : {&kFinalLoss, &kAccuracy, &kSpikes}) md += matrix(rows, method_title, row_key, kFeatures, *m);
+    md += "## Method x number of random features (m)" + spread + "\n\n";
+    const auto m_of = [](const ReportPoint& p) { return axis_value_text(p.row["values"][kFeatures]); };
+    for (const Metric* m : {&kFinalLoss, &kAccuracy, &kSpikes}) md += method_table(d, method_title(d) + " \\ num_features", m_of, *m);
   }
-  md += "## All points\n\n" + all_points_table(rows, axes);
+  if (!has_axis(kLr) && !has_axis(kFeatures) && d.methods.size() > 1) {
+    md += "## Methods" + spread + "\n\n";
+    for (const Metric* m : {&kFinalLoss, &kAccuracy, &kSpikes, &kSpikeHeight, &kGradSpikes, &kDiverged})
+      md += method_table(d, method_title(d), group_of, *m);
+  }
+  const bool redraws = std::any_of(d.points.begin(), d.points.end(), [](const ReportPoint& p) { return !p.stability.redraw.nominal && !p.stability.redraw.shocks.empty(); });
+  if (redraws) {
+    md += "## Redraw shocks" + spread + "\n\n"
+          "At each redraw of the random features (the step that first trains with them): the **held-out jump**, the loss "
+          "of the same validation batches with the weights fixed, with the new features minus with the old "
+          "(`stability.redraw_eval_batches`), and the **training-loss jump**, the mean loss of the `stability.redraw_window` "
+          "steps from the redraw minus that of as many steps before. Runs that redraw nothing (lfk, softmax) get the "
+          "training-loss jump at the steps where their `attention.redraw_interval` would have redrawn: the control for "
+          "the curve's own trend and batch noise.\n\n";
+    for (const Metric* m : {&kHeldOutMean, &kHeldOutWorst, &kLossJumpMean, &kLossJumpWorst})
+      md += method_table(d, method_title(d), group_of, *m);
+  }
+  if (std::any_of(d.points.begin(), d.points.end(), [](const ReportPoint& p) { return !p.metrics.attention.empty(); })) {
+    md += "## What drives the estimators' variance" + spread + "\n\n"
+          "s = |q~|^2 + |k~|^2 of the attention inputs (after the d^(-1/4) scale and DARKFormer's M) over the positions and "
+          "heads of a training batch; one random feature's relative variance for a pair of such vectors is about "
+          "exp(s) - 1. The logit spread is the standard deviation of a query's or key's m feature logits. Curves over "
+          "training in `plots/attention_stats.png`.\n\n";
+    for (const Metric* m : {&kSqNormMedian, &kSqNormTail, &kLogitSpread}) md += method_table(d, method_title(d), group_of, *m);
+  }
+  if (d.seeded()) {
+    std::vector<const Metric*> paired = {&kFinalLoss, &kAccuracy, &kSpikes, &kSpikeHeight, &kGradSpikes};
+    if (redraws) paired.insert(paired.end(), {&kHeldOutMean, &kHeldOutWorst, &kLossJumpMean});
+    md += paired_section(d, paired);
+  }
+  md += "## All points\n\n" + all_points_table(d);
 
   ReportResult result;
   const fs::path plots = sweep_dir / "plots";
   fs::create_directories(plots);
-  std::vector<std::string> scripts;
-  if (const std::string gp = loss_curves_script(rows, axes, plots); !gp.empty()) {
-    write_file_atomic(plots / "loss_curves.gp", gp);
-    scripts.push_back("loss_curves.gp");
-  }
-  if (has_axis(kFeatures))
-    if (const std::string gp = accuracy_script(rows, axes, plots); !gp.empty()) {
-      write_file_atomic(plots / "accuracy_vs_m.gp", gp);
-      scripts.push_back("accuracy_vs_m.gp");
-    }
+  const std::vector<std::string> scripts = write_plot_scripts(d, plots);
   md += "## Plots\n\n";
   if (scripts.empty()) {
     result.plot_note = "no point has training metrics to plot";

@@ -1,24 +1,36 @@
-// `darkformer report SWEEP_DIR`: report.md and PNG plots of a sweep, generated from its
-// summary.json (written by `darkformer sweep`) and the points' metrics.jsonl.
+// `darkformer report SWEEP_DIR`: report.md and PNG plots of a sweep, from its summary.json
+// (written by `darkformer sweep`) and the points' metrics.jsonl. Each point's stability is
+// re-derived from its metrics with the current rules (train/stability.h), so a report of old
+// runs uses today's detector; ReportOptions::stability_overrides tries other settings.
 //
-// Tables (each cell from summary data; a cell holding several points shows their mean, or
-// "k/n" for divergence):
-//   method x learning rate   when optimizer.lr is an axis and attention.kind or a
-//                            *.trainable key is (method = kind, "/" trainable): loss spikes,
-//                            diverged, final validation loss, next-token accuracy
-//   method x num_features    when attention.num_features is an axis: final validation loss,
-//                            next-token accuracy
-//   all points               always: axis values, status, stability metrics, validation
-// Plots (gnuplot, pngcairo; data files and .gp scripts in SWEEP_DIR/plots/):
-//   loss_curves.png          training loss against step, one panel per method, one curve per
-//                            remaining axis values, loss spikes marked
-//   accuracy_vs_m.png        next-token accuracy against m (log2 axis) when m is an axis
-// Without gnuplot the report says so and is written all the same.
+// Points group into methods (attention.kind, a *.trainable key or an axis named "method"),
+// groups (the other axes but the seed) and seeds (train/report_data.h). Cells that hold
+// several points show mean ± sd over them (seeds), counts of divergence "k/n".
+// Tables:
+//   detector            the spike rule and settings applied
+//   method x lr         when optimizer.lr is an axis: loss spikes, largest spike height,
+//                       gradient-norm spikes, diverged, final validation loss, accuracy
+//   method x m          when attention.num_features is an axis
+//   redraw shocks       when a point redrew its features: mean and worst held-out and loss
+//                       jumps per method and group (runs without redraws: the nominal control)
+//   attention inputs    when the runs logged them: s = |q~|^2 + |k~|^2 at the end of training
+//   paired comparisons  with two or more seeds: for each pair of methods in each group, the
+//                       mean difference over seeds with a 95% t interval; "not
+//                       distinguishable" unless the interval excludes zero
+//   all points          every point with its spikes (height, noise units, recovery), redraw
+//                       shock, validation and wall time
+// Plots: train/report_plots.h. Without gnuplot the report says so and is written all the same.
 #pragma once
 #include <filesystem>
 #include <string>
+#include <vector>
 
 namespace dark::train {
+
+struct ReportOptions {
+  // Settings of the stability section ("loss_margin=0.3") that replace the points' own.
+  std::vector<std::string> stability_overrides;
+};
 
 struct ReportResult {
   std::filesystem::path markdown;  // SWEEP_DIR/report.md
@@ -26,6 +38,6 @@ struct ReportResult {
   std::string plot_note;           // why not, when they were not
 };
 
-ReportResult write_report(const std::filesystem::path& sweep_dir);
+ReportResult write_report(const std::filesystem::path& sweep_dir, const ReportOptions& options = {});
 
 }  // namespace dark::train

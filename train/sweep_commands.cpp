@@ -44,13 +44,31 @@ int sweep_command(const CommandArgs& args) {
 }
 
 int report_command(const CommandArgs& args) {
-  const std::vector<FlagSpec> specs = {kHelpFlag};
-  if (print_help_if_asked(args, "usage: darkformer report SWEEP_DIR\n"
-                           "Writes SWEEP_DIR/report.md (tables from summary.json) and PNG plots in SWEEP_DIR/plots/ (gnuplot).",
+  const std::vector<FlagSpec> specs = {
+      {"--set", "KEY=VALUE", "",
+       "a stability setting that replaces the runs' own, e.g. --set loss_margin=0.3 (repeatable; see `darkformer "
+       "config-keys`, section stability)",
+       true},
+      kHelpFlag};
+  if (print_help_if_asked(args, "usage: darkformer report SWEEP_DIR [--set KEY=VALUE]...\n"
+                           "Writes SWEEP_DIR/report.md (tables from summary.json and the points' metrics, their stability\n"
+                           "re-derived with the current rules) and PNG plots in SWEEP_DIR/plots/ (gnuplot).",
                      specs))
     return 0;
-  DARK_CHECK(args.size() == 1, "report: expected one argument, the sweep folder (darkformer report SWEEP_DIR)");
-  const ReportResult r = write_report(args[0]);
+  std::vector<std::string> positional, flags;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    if (args[i].rfind("--", 0) == 0) {
+      flags.push_back(args[i]);
+      if (i + 1 < args.size() && args[i].find('=') == std::string::npos) flags.push_back(args[++i]);
+    } else {
+      positional.push_back(args[i]);
+    }
+  }
+  const Args a(flags, specs);
+  DARK_CHECK(positional.size() == 1, "report: expected one argument, the sweep folder (darkformer report SWEEP_DIR)");
+  ReportOptions options;
+  options.stability_overrides = a.all("--set");
+  const ReportResult r = write_report(positional[0], options);
   std::printf("wrote %s\n", r.markdown.c_str());
   if (!r.plotted) std::printf("no plots: %s\n", r.plot_note.c_str());
   return 0;
