@@ -2,7 +2,8 @@
 // config, so eval, generate, probe and export-hf work on a copy of the run folder, from
 // another working directory, with the data cache gone; prepared data are found by the
 // documented rule (--data, else the recorded absolute path), and a missing folder is a clear
-// error. Also the pieces: tokenizer files that rebuild the same tokenizer, checkpoint files.
+// error; runs that differ only in their seed share the prepared data. Also the pieces:
+// tokenizer files that rebuild the same tokenizer, checkpoint files.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -16,6 +17,7 @@
 #include "test_util.h"
 #include "train/checkpoint.h"
 #include "train/commands.h"
+#include "train/model_builder.h"
 #include "train/trainer.h"
 #include "train_test_util.h"
 
@@ -195,6 +197,25 @@ TEST(RunFolder, ATamperedTokenizerFileIsRejected) {
   write_text(ck / "state.json", state.dump(2));
   expect_error([&] { generate_command({"--checkpoint", tmp / "run", "--prompt", "ka"}); },
                {"rebuilt from its file has hash", "sentencepiece-0000000000000000"});
+}
+
+// A sweep's seeds replicate one experiment: runs that differ only in `seed` share the prepared
+// folder and its tokenizer. (The seed once keyed the tokenizer's sampling: each seed rebuilt
+// the folder over the others' while they trained.)
+TEST(RunFolder, RunsThatDifferOnlyInTheirSeedShareThePreparedData) {
+  TempDir tmp;
+  json config = tiny_config(tmp, "run", 10);
+  config["data"]["tokenizer"] = "sentencepiece";
+  config["data"]["vocab_size"] = 300;
+  RunConfig first = parse_config(config);
+  const std::string hash = prepare_data_for(first).tokenizer->hash();
+  const auto written = fs::last_write_time(tmp / "data/meta.json");
+  for (const int seed : {4, 5}) {
+    config["seed"] = seed;
+    RunConfig other = parse_config(config);
+    EXPECT_EQ(prepare_data_for(other).tokenizer->hash(), hash) << "seed " << seed;
+    EXPECT_EQ(fs::last_write_time(tmp / "data/meta.json"), written) << "seed " << seed << " rebuilt the folder";
+  }
 }
 
 }  // namespace

@@ -13,9 +13,10 @@ std::unique_ptr<nn::CausalLM> build_model(const RunConfig& c) {
 }
 
 data::PreparedData prepare_data_for(RunConfig& config) {
-  data::DataConfig data = config.data;
-  data.seed = config.seed;  // keys the tokenizer's line sampling
-  data::PreparedData prepared = data::prepare(data);
+  // The data section alone decides the prepared folder, tokenizer included (its line sampling
+  // keeps DataConfig's own seed): runs that differ only in `seed`, a sweep's replicates, read
+  // the same tokens, and do not rebuild one folder over each other.
+  data::PreparedData prepared = data::prepare(config.data);
   const int tokenizer_vocab = prepared.tokenizer->vocab_size();
   if (config.model.vocab_size == 0) config.model.vocab_size = tokenizer_vocab;
   DARK_CHECK(config.model.vocab_size >= tokenizer_vocab, "config: model.vocab_size: ", config.model.vocab_size,
