@@ -481,24 +481,26 @@ std::vector<Field> make_schema() {
            "run folder (checkpoints, metrics, config.json); \"\" = runs/<config file stem>"),
 
       choice(DARK_CONFIG_MEMBER(stability.rule),
-             "how a loss or gradient-norm spike is told from batch noise: robust = above the median of the "
-             "previous window by more than sigmas robust sd (1.4826 MAD) and by an absolute margin, counted as "
-             "events with height and recovery; ratio = every step above factor x that median (earlier reports)"),
+             "how a loss or gradient-norm spike is told from batch noise: robust = above the running level "
+             "(median of the last window / 5 steps) by more than sigmas noise sd (robust, from step-to-step "
+             "differences over the window) and by an absolute margin, counted as events with height and recovery; "
+             "ratio = every step above factor x the median of the window (earlier reports)"),
       integer(DARK_CONFIG_MEMBER(stability.window), 1,
-              "previous steps whose median (and median absolute deviation) a step's loss and gradient norm are "
-              "compared with"),
+              "previous steps a step's loss and gradient norm are compared with: the noise is measured over them, "
+              "the level over the last window / 5"),
       number(DARK_CONFIG_MEMBER(stability.loss_sigmas), positive(),
-             "robust rule: a loss spike exceeds the window's median by more than loss_sigmas robust sd ..."),
+             "robust rule: a loss spike exceeds the level by more than loss_sigmas noise sd ..."),
       number(DARK_CONFIG_MEMBER(stability.loss_margin), non_negative(),
              "... and by more than loss_margin nats (what batch noise alone does not reach)"),
       number(DARK_CONFIG_MEMBER(stability.grad_sigmas), positive(),
-             "robust rule: a gradient-norm spike exceeds the median of the window's log norms by more than "
-             "grad_sigmas robust sd (and the norm exceeds grad_factor x its median)"),
+             "robust rule: a gradient-norm spike exceeds the level of the log norms by more than grad_sigmas noise "
+             "sd ..."),
+      number(DARK_CONFIG_MEMBER(stability.grad_margin), {1.0, true, std::nullopt, false},
+             "... and the (unclipped) norm exceeds grad_margin x its level"),
       number(DARK_CONFIG_MEMBER(stability.loss_factor), {1.0, true, std::nullopt, false},
              "ratio rule: a loss spike is a step whose loss exceeds loss_factor x that median"),
       number(DARK_CONFIG_MEMBER(stability.grad_factor), {1.0, true, std::nullopt, false},
-             "gradient-norm spike: the (unclipped) norm exceeds grad_factor x that median (the ratio rule's "
-             "whole test, the robust rule's absolute margin)"),
+             "ratio rule: a gradient-norm spike is a step whose (unclipped) norm exceeds grad_factor x that median"),
       integer(DARK_CONFIG_MEMBER(stability.redraw_eval_batches), 0,
               "validation batches evaluated with the weights fixed just before and just after each random-feature "
               "redraw (the redraw's held-out shock, in metrics.jsonl); 0 = off"),

@@ -37,6 +37,11 @@ json spike_json(const Spike& s) {
           {"recovery_steps", s.recovery_steps ? json(*s.recovery_steps) : json(nullptr)}};
 }
 
+json excursion_json(const Excursion& e) {
+  return {{"noise_units", e.noise_units}, {"noise_units_step", e.noise_units_step}, {"height", e.height},
+          {"height_step", e.height_step}};
+}
+
 json eval_json(const std::optional<EvalRecord>& e) {
   if (!e) return nullptr;
   return {{"step", e->step}, {"loss", e->loss}, {"perplexity", e->perplexity}, {"accuracy", e->accuracy}};
@@ -56,9 +61,9 @@ SpikeCriteria loss_spike_criteria(const StabilityConfig& c) {
   return {c.rule, c.window, c.loss_sigmas, c.loss_margin, c.loss_factor, /*log_scale=*/false};
 }
 
-// On the log scale the margin log(grad_factor) means: the norm exceeds grad_factor x its median.
+// On the log scale the margin log(grad_margin) means: the norm exceeds grad_margin x its level.
 SpikeCriteria grad_spike_criteria(const StabilityConfig& c) {
-  return {c.rule, c.window, c.grad_sigmas, std::log(c.grad_factor), c.grad_factor, /*log_scale=*/true};
+  return {c.rule, c.window, c.grad_sigmas, std::log(c.grad_margin), c.grad_factor, /*log_scale=*/true};
 }
 
 RobustSpread robust_spread(const std::vector<double>& values) {
@@ -73,6 +78,58 @@ RobustSpread robust_spread(const std::vector<double>& values) {
 }
 
 namespace {
+
+// The values as the robust rule judges them: their logs when asked (non-positive ones become NaN).
+std::vector<double> judged_values(const std::vector<double>& values, bool log_scale) {
+  if (!log_scale) return values;
+  std::vector<double> out;
+  for (const double v : values) out.push_back(v > 0 ? std::log(v) : kNaN);
+  return out;
+}
+
+// The robust sd of a series' noise: 1.4826 x the MAD of its step-to-step differences / sqrt(2).
+// A trend cancels in a difference, so a falling loss curve does not pass for noise (over the 50
+// steps of a run's steep start the plain MAD is several times the batch noise, and a real
+// spike there would hide under it).
+double noise_sd(const std::vector<double>& values) {
+  std::vector<double> differences;
+  for (std::size_t i = 1; i < values.size(); ++i) differences.push_back(values[i] - values[i - 1]);
+  return differences.empty() ? 0.0 : robust_spread(differences).sd / std::sqrt(2.0);
+}
+
+// The robust rule's baseline before each value of a series (stability.h): the level, the
+// median of the previous n = max(1, window / 5) values (a short median follows a falling curve,
+// so heights are measured from where the curve is, not from where it was half a window ago);
+// the noise, noise_sd over the previous `window` values. While fewer than n values precede (the
+// first steps of a run, where a finetuning run without warm-up blows up), the noise is that of
+// the whole series.
+class RunningBaseline {
+ public:
+  RunningBaseline(const std::vector<double>& values, int window)
+      : window_(static_cast<std::size_t>(window)), level_(static_cast<std::size_t>(std::max(1, window / 5))) {
+    std::vector<double> finite;
+    for (const double v : values)
+      if (std::isfinite(v)) finite.push_back(v);
+    whole_noise_ = noise_sd(finite);
+  }
+  // The baseline of the next value; empty before the first.
+  std::optional<RobustSpread> next() const {
+    if (history_.empty()) return std::nullopt;
+    const auto last = [&](std::size_t n) {
+      return std::vector<double>(history_.end() - static_cast<std::ptrdiff_t>(std::min(n, history_.size())), history_.end());
+    };
+    RobustSpread base;
+    base.median = robust_spread(last(level_)).median;
+    base.sd = history_.size() < level_ ? whole_noise_ : noise_sd(last(window_));
+    return base;
+  }
+  void push(double v) { history_.push_back(v); }
+
+ private:
+  std::size_t window_, level_;
+  double whole_noise_ = 0;
+  std::vector<double> history_;  // finite values so far, oldest first
+};
 
 std::vector<Spike> ratio_spikes(const std::vector<std::int64_t>& steps, const std::vector<double>& values, int window,
                                 double factor) {
@@ -100,11 +157,10 @@ std::vector<Spike> ratio_spikes(const std::vector<std::int64_t>& steps, const st
 // positive; others are skipped like NaN).
 std::vector<Spike> robust_spikes(const std::vector<std::int64_t>& steps, const std::vector<double>& values,
                                  const SpikeCriteria& k) {
-  const std::size_t min_history = static_cast<std::size_t>(std::max(1, k.window / 5));
-  const auto judged = [&](double v) { return k.log_scale ? (v > 0 ? std::log(v) : kNaN) : v; };
+  const std::vector<double> judged = judged_values(values, k.log_scale);
   const auto raw = [&](double x) { return k.log_scale ? std::exp(x) : x; };
   std::vector<Spike> spikes;
-  std::vector<double> history;  // judged finite values before i, oldest first
+  RunningBaseline baseline(judged, k.window);
   struct Open {
     std::int64_t start = 0;
     double median = 0, sd = 0, band = 0, peak = 0;
@@ -117,27 +173,44 @@ std::vector<Spike> robust_spikes(const std::vector<std::int64_t>& steps, const s
                       o.sd > 0 ? height / o.sd : std::numeric_limits<double>::infinity(), recovery});
     open.reset();
   };
-  for (std::size_t i = 0; i < values.size(); ++i) {
-    const double v = judged(values[i]);
+  for (std::size_t i = 0; i < judged.size(); ++i) {
+    const double v = judged[i];
     if (!std::isfinite(v)) continue;
     if (open) {
       if (v <= open->band) close(steps[i] - open->start);
       else if (steps[i] - open->start >= k.window) close(std::nullopt);
       else open->peak = std::max(open->peak, v);
-    } else if (history.size() >= min_history) {
-      const std::size_t n = std::min(history.size(), static_cast<std::size_t>(k.window));
-      const RobustSpread base = robust_spread(std::vector<double>(history.end() - static_cast<std::ptrdiff_t>(n), history.end()));
-      const double excess = v - base.median;
-      if (excess > k.sigmas * base.sd && excess > k.margin)
-        open = Open{steps[i], base.median, base.sd, base.median + k.sigmas * base.sd, v};
+    } else if (const auto base = baseline.next()) {
+      const double excess = v - base->median;
+      if (excess > k.sigmas * base->sd && excess > k.margin)
+        open = Open{steps[i], base->median, base->sd, base->median + k.sigmas * base->sd, v};
     }
-    history.push_back(v);
+    baseline.push(v);
   }
   if (open) close(std::nullopt);  // still high when the run ended
   return spikes;
 }
 
 }  // namespace
+
+Excursion largest_excursion(const std::vector<std::int64_t>& steps, const std::vector<double>& values, int window,
+                            bool log_scale) {
+  DARK_CHECK(steps.size() == values.size() && window >= 1, "largest_excursion: ", steps.size(), " steps, ", values.size(),
+             " values, window ", window);
+  const std::vector<double> judged = judged_values(values, log_scale);
+  Excursion e;
+  RunningBaseline baseline(judged, window);
+  for (std::size_t i = 0; i < judged.size(); ++i) {
+    if (!std::isfinite(judged[i])) continue;
+    if (const auto base = baseline.next()) {
+      const double excess = judged[i] - base->median;
+      if (excess > e.height) e.height = excess, e.height_step = steps[i];
+      if (base->sd > 0 && excess / base->sd > e.noise_units) e.noise_units = excess / base->sd, e.noise_units_step = steps[i];
+    }
+    baseline.push(judged[i]);
+  }
+  return e;
+}
 
 std::vector<Spike> find_spikes(const std::vector<std::int64_t>& steps, const std::vector<double>& values,
                                const SpikeCriteria& criteria) {
@@ -177,6 +250,8 @@ StabilityReport analyze_stability(const RunMetrics& metrics, const StabilityOpti
   r.grad_spikes = find_spikes(step_numbers, grad_norms, grad_spike_criteria(options));
   for (const Spike& s : r.loss_spikes)
     if (!r.largest_loss_spike || s.height > r.largest_loss_spike->height) r.largest_loss_spike = s;
+  r.loss_excursion = largest_excursion(step_numbers, losses, options.window);
+  r.grad_excursion = largest_excursion(step_numbers, grad_norms, options.window, /*log_scale=*/true);
 
   DivergenceCheck divergence(options);
   for (const StepRecord& s : steps) {
@@ -214,6 +289,8 @@ json StabilityReport::to_json() const {
           {"final_eval", eval_json(final_eval)},
           {"best_eval", eval_json(best_eval)},
           {"spike_rule", std::string(enum_name(rule))},
+          {"loss_excursion", excursion_json(loss_excursion)},
+          {"grad_excursion", excursion_json(grad_excursion)},
           {"redraw_shocks", redraw.to_json()}};
 }
 

@@ -2,24 +2,31 @@
 // final and best validation numbers, computed from the lines of metrics.jsonl.
 //
 // Spike rules (config section `stability`, `rule`):
-//   robust (default)  step t is a spike when its value exceeds a robust running baseline, the
-//               median m of the previous `window` finite values, by more than `sigmas` robust
-//               standard deviations (sd = 1.4826 x the median absolute deviation over the same
-//               window) AND by an absolute margin that batch noise alone does not reach: the
-//               loss by `loss_margin` nats, the gradient norm by a factor `grad_factor` (gradient
-//               norms are judged on a log scale, their noise being multiplicative). A spike is
-//               an event: it starts at the first step over the line, its height is the highest
-//               excess before the value is back within the noise band (m + sigmas x sd of the
-//               baseline frozen at its start), and its recovery time is the steps that took
-//               (none when it did not happen within `window` steps: the event then closes, and
-//               the baseline has moved on). The defaults were chosen from data: the softmax
-//               control runs of the stability experiments report (close to) none
-//               (docs/results.md, "How the detector's defaults were chosen").
+//   robust (default)  step t is a spike when its value exceeds a robust running baseline by
+//               more than `sigmas` noise standard deviations AND by an absolute margin that batch
+//               noise alone does not reach: the loss by `loss_margin` nats, the gradient norm by a
+//               factor `grad_margin` (gradient norms are judged on a log scale, their noise being
+//               multiplicative). The baseline: its level m is the median of the previous
+//               n = max(1, window / 5) finite values; its noise sd is 1.4826 x the median
+//               absolute deviation of the step-to-step differences over the previous `window`
+//               values, / sqrt 2. Differences, because a trend cancels in them: over the steep
+//               start of a run the plain MAD of the values is several times the batch noise
+//               (a 2.9-nat spike with a 70x gradient norm hid under it in redraw_shock); a short
+//               median, because a long one lags behind a falling curve and understates heights.
+//               A spike is an event: it starts at the first step over the line, its height is
+//               the highest excess before the value is back within the noise band (m + sigmas
+//               x sd of the baseline frozen at its start), and its recovery time is the steps
+//               that took (none when it did not happen within `window` steps: the event then
+//               closes, and the baseline has moved on). Every step from the second is tested:
+//               while fewer than n values precede it, the noise is the whole run's, so that a
+//               finetuning run that blows up on its second step (no warm-up, too high a rate)
+//               shows that spike. The defaults were chosen from data: the softmax control runs
+//               of the stability experiments report (close to) none (docs/results.md, "How the
+//               detector's defaults were chosen").
 //   ratio       the rule of earlier reports: every step whose value exceeds factor x the median
 //               of the previous `window` finite values (loss_factor 1.2, grad_factor 2.0) is a
-//               spike. It fires on batch noise at small batch sizes.
-//   Either way a step is tested once at least max(1, window / 5) earlier values exist, so the
-//   first steps of a run are judged against a median of ten (window 50), not of one or two.
+//               spike. It fires on batch noise at small batch sizes. A step is tested once at
+//               least max(1, window / 5) earlier values exist.
 //   divergence  the first step that is skipped (non-finite loss or gradient), has a
 //               non-finite loss, or, once warm-up (schedule.warmup_steps) is over, ends a
 //               stretch of n = max(1, window / 5) steps whose median loss is above the
@@ -52,12 +59,13 @@ enum class SpikeRule { robust, ratio };
 // The stability section of a run config (train/config.cpp binds its rows to these members).
 struct StabilityConfig {
   SpikeRule rule = SpikeRule::robust;  // how a spike is told from noise (see above)
-  int window = 50;                  // previous steps whose median (and MAD) a value is compared with
-  double loss_sigmas = 6.0;         // robust: loss excess > loss_sigmas robust sd of the window
-  double loss_margin = 0.25;        // robust: and > loss_margin nats
-  double grad_sigmas = 6.0;         // robust: log gradient-norm excess > grad_sigmas robust sd
+  int window = 50;                  // previous steps a value is compared with (robust: noise over them, level over window / 5)
+  double loss_sigmas = 7.0;         // robust: loss excess > loss_sigmas noise sd ...
+  double loss_margin = 0.25;        // ... and > loss_margin nats
+  double grad_sigmas = 6.0;         // robust: log gradient-norm excess > grad_sigmas noise sd ...
+  double grad_margin = 4.0;         // ... and the norm > grad_margin x its level
   double loss_factor = 1.2;         // ratio: loss > loss_factor x the median
-  double grad_factor = 2.0;         // gradient norm > grad_factor x the median (both rules)
+  double grad_factor = 2.0;         // ratio: gradient norm > grad_factor x the median
   int redraw_eval_batches = 2;      // validation batches measured before and after each redraw; 0 = off
   int redraw_window = 10;           // K: training steps on each side of a redraw for its loss jump
   bool stop_on_divergence = false;  // end a diverged run early (no final checkpoint), e.g. in sweeps
@@ -89,7 +97,7 @@ struct Spike {
 struct SpikeCriteria {
   SpikeRule rule = SpikeRule::robust;
   int window = 50;
-  double sigmas = 6.0;     // robust: excess > sigmas x robust sd ...
+  double sigmas = 7.0;     // robust: excess > sigmas x noise sd ...
   double margin = 0.25;    // robust: ... and > margin (in the judged scale: nats, or log ratio)
   double factor = 1.2;     // ratio: value > factor x median
   bool log_scale = false;  // judge log(value) (gradient norms)
@@ -97,11 +105,24 @@ struct SpikeCriteria {
 SpikeCriteria loss_spike_criteria(const StabilityConfig& c);
 SpikeCriteria grad_spike_criteria(const StabilityConfig& c);
 
+// How far a series strays above its running baseline (the robust rule's level and noise) at
+// any tested step, spike or not: the largest excess in noise units and the
+// largest in the series' units (nats). On a control run it is the noise floor the detector's
+// thresholds must clear (docs/results.md, "How the detector's defaults were chosen").
+struct Excursion {
+  double noise_units = 0, height = 0;
+  std::int64_t noise_units_step = 0, height_step = 0;
+};
+// `log_scale`: judged on log values (gradient norms); the height is then log(value / level).
+Excursion largest_excursion(const std::vector<std::int64_t>& steps, const std::vector<double>& values, int window,
+                            bool log_scale = false);
+
 struct StabilityReport {
   SpikeRule rule = SpikeRule::robust;  // the rule the spikes were found with
   std::int64_t steps = 0;  // step records seen
   std::vector<Spike> loss_spikes, grad_spikes;
   std::optional<Spike> largest_loss_spike;  // the highest of loss_spikes (by height)
+  Excursion loss_excursion, grad_excursion;  // the largest excursions above the baseline (grad: log scale)
   bool diverged = false;
   std::int64_t divergence_step = 0;  // when diverged
   std::string divergence_reason;     // "non-finite loss", "skipped step", "median loss 6.1 of steps 81-90 above the initial loss 5.5 ..."
@@ -126,6 +147,7 @@ struct RobustSpread {
   double median = 0, sd = 0;
 };
 RobustSpread robust_spread(const std::vector<double>& values);
+
 
 StabilityReport analyze_stability(const RunMetrics& metrics, const StabilityOptions& options);
 
