@@ -211,7 +211,7 @@ TEST(Sweep, SeededReportsPairMethodsAndASecondSweepFileExtendsTheFolder) {
   EXPECT_NE(md.find(str("**Held-out jump at a redraw, mean (nats)**\n\n| kind |")), std::string::npos) << md;
   EXPECT_NE(md.find(want), std::string::npos) << want << "\n" << md;
   EXPECT_NE(md.find("| lfk | – |"), std::string::npos) << md;  // lfk redraws nothing
-  EXPECT_NE(md.find("| all | Final validation loss | performer − lfk |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| all | final val loss | performer − lfk |"), std::string::npos) << md;
   EXPECT_TRUE(fs::exists(tmp.path() / "out/plots/attention_stats.gp"));
 
   // The report re-derives spikes with the settings it is given: a margin of 0 and 0.5 sd calls
@@ -226,7 +226,7 @@ TEST(Sweep, SeededReportsPairMethodsAndASecondSweepFileExtendsTheFolder) {
   EXPECT_GT(spike_count(loose), spike_count({}));
   const std::string loose_md = read(write_report(tmp.path() / "out", loose).markdown);
   EXPECT_NE(loose_md.find("(settings given to the report, not the runs' own)"), std::string::npos);
-  EXPECT_NE(loose_md.find("more than 0.5 robust standard deviations"), std::string::npos) << loose_md;
+  EXPECT_NE(loose_md.find("more than 0.5 noise standard deviations"), std::string::npos) << loose_md;
   dark::testing::expect_error([&] { write_report(tmp.path() / "out", ReportOptions{{"loss_sigmas=-1"}}); },
                               {"report: --set stability.loss_sigmas=-1", "loss_sigmas"});
 }

@@ -38,6 +38,7 @@ std::string leaf(const std::string& key) { return key.substr(key.rfind('.') + 1)
 // One number per point (NaN: none), how to print it, and whether cells count ones ("k/n").
 struct Metric {
   std::string title;
+  std::string short_title;  // in the paired comparisons' rows
   std::function<double(const ReportPoint&)> value;
   const char* format = "%.4g";
   bool count = false;
@@ -59,29 +60,37 @@ double attention_value(const ReportPoint& p, double nn::AttentionStats::*field, 
   return n == 0 ? kNaN : mean ? sum / n : top;
 }
 
-const Metric kSpikes{"Loss spikes", [](const ReportPoint& p) { return static_cast<double>(p.stability.loss_spikes.size()); }, "%.3g"};
-const Metric kSpikeHeight{"Largest loss spike (nats above the baseline; 0 = none)",
+const Metric kSpikes{"Loss spikes", "loss spikes",
+                     [](const ReportPoint& p) { return static_cast<double>(p.stability.loss_spikes.size()); }, "%.3g"};
+const Metric kSpikeHeight{"Largest loss spike (nats above the level; 0 = none)", "largest loss spike (nats)",
                           [](const ReportPoint& p) { return largest_height(p.stability.loss_spikes); }, "%.3g"};
-const Metric kGradSpikes{"Gradient-norm spikes",
+const Metric kGradSpikes{"Gradient-norm spikes", "gradient-norm spikes",
                          [](const ReportPoint& p) { return static_cast<double>(p.stability.grad_spikes.size()); }, "%.3g"};
-const Metric kDiverged{"Diverged", [](const ReportPoint& p) { return p.stability.diverged ? 1.0 : 0.0; }, "%.0f", true};
-const Metric kFinalLoss{"Final validation loss",
+const Metric kDiverged{"Diverged", "diverged", [](const ReportPoint& p) { return p.stability.diverged ? 1.0 : 0.0; }, "%.0f", true};
+const Metric kFinalLoss{"Final validation loss", "final val loss",
                         [](const ReportPoint& p) { return eval_value(p.stability.final_eval, &EvalRecord::loss); }};
-const Metric kAccuracy{"Next-token accuracy (final)",
+const Metric kFromStart{"Validation loss change over the run (final − start; finetuning runs, > 0: ended worse than they started)",
+                        "val loss change (final − start)",
+                        [](const ReportPoint& p) {
+                          return eval_value(p.stability.final_eval, &EvalRecord::loss) -
+                                 eval_value(p.stability.start_eval, &EvalRecord::loss);
+                        }};
+const Metric kAccuracy{"Next-token accuracy (final)", "final accuracy",
                        [](const ReportPoint& p) { return eval_value(p.stability.final_eval, &EvalRecord::accuracy); }};
-const Metric kHeldOutMean{"Held-out jump at a redraw, mean (nats)",
+const Metric kHeldOutMean{"Held-out jump at a redraw, mean (nats)", "held-out jump, mean",
                           [](const ReportPoint& p) { return p.stability.redraw.mean_held_out_jump; }, "%.3g"};
-const Metric kHeldOutWorst{"Held-out jump at a redraw, worst (nats)",
+const Metric kHeldOutWorst{"Held-out jump at a redraw, worst (nats)", "held-out jump, worst",
                            [](const ReportPoint& p) { return p.stability.redraw.worst_held_out_jump; }, "%.3g"};
 const Metric kLossJumpMean{"Training-loss jump at a redraw, mean (nats; nominal steps for runs without redraws)",
+                           "loss jump, mean",
                            [](const ReportPoint& p) { return p.stability.redraw.mean_loss_jump; }, "%.3g"};
-const Metric kLossJumpWorst{"Training-loss jump at a redraw, worst (nats)",
+const Metric kLossJumpWorst{"Training-loss jump at a redraw, worst (nats)", "loss jump, worst",
                             [](const ReportPoint& p) { return p.stability.redraw.worst_loss_jump; }, "%.3g"};
-const Metric kSqNormMedian{"Median s = |q~|^2 + |k~|^2 (mean over layers), end of training",
+const Metric kSqNormMedian{"Median s = |q~|^2 + |k~|^2 (mean over layers), end of training", "median s",
                            [](const ReportPoint& p) { return attention_value(p, &nn::AttentionStats::sq_norm_p50, true); }, "%.3g"};
-const Metric kSqNormTail{"99th percentile of s (largest layer), end of training",
+const Metric kSqNormTail{"99th percentile of s (largest layer), end of training", "s p99",
                          [](const ReportPoint& p) { return attention_value(p, &nn::AttentionStats::sq_norm_p99, false); }, "%.3g"};
-const Metric kLogitSpread{"99th percentile of the feature-logit spread (largest layer), end of training",
+const Metric kLogitSpread{"99th percentile of the feature-logit spread (largest layer), end of training", "logit spread p99",
                           [](const ReportPoint& p) { return attention_value(p, &nn::AttentionStats::logit_sd_p99, false); }, "%.3g"};
 
 // "3.21", "3.21 ± 0.04" over the cell's points, "k/n" for counts.
@@ -92,8 +101,8 @@ std::string cell(const std::vector<const ReportPoint*>& points, const Metric& m)
   const Replicates r = summarize(values);
   if (m.count) return str(static_cast<int>(std::lround(r.n ? r.mean * r.n : 0)), "/", points.size());
   if (r.n == 0) return "–";
-  if (r.n == 1) return number_text(r.mean, m.format);
-  return number_text(r.mean, m.format) + " ± " + number_text(r.sd, m.format);
+  if (r.n == 1 || r.sd == 0) return number_text(r.mean, m.format);  // one point, or the same value for every seed
+  return number_text(r.mean, m.format) + " ± " + number_text(r.sd, "%.2g");
 }
 
 // A Markdown table, one row per method, one column per `column_of` value (grid order).
@@ -128,12 +137,14 @@ std::string detector_text(const StabilityConfig& c) {
                " x the median of the previous ", c.window, " steps (gradient norm: ", number_text(c.grad_factor),
                " x); each such step counts.");
   return str("Spikes by the robust rule (`stability.rule` robust): a loss spike starts at a step whose training loss "
-             "exceeds the median of the previous ",
-             c.window, " steps by more than ", number_text(c.loss_sigmas), " robust standard deviations (1.4826 x MAD of that "
-             "window) and by more than ", number_text(c.loss_margin), " nats; it counts once however many steps it lasts, "
-             "with its height (nats above the median, and in noise units) and its recovery (steps until the loss is back "
-             "within median + ", number_text(c.loss_sigmas), " sd). Gradient-norm spikes: the same on log norms with ",
-             number_text(c.grad_sigmas), " sd and a factor ", number_text(c.grad_factor), " over the median.");
+             "exceeds the running level (the median of the previous ",
+             std::max(1, c.window / 5), " steps) by more than ", number_text(c.loss_sigmas),
+             " noise standard deviations (1.4826 x the MAD of the step-to-step differences over the previous ", c.window,
+             " steps, / sqrt 2) and by more than ", number_text(c.loss_margin),
+             " nats; it counts once however many steps it lasts, with its height (nats above the level, and in noise "
+             "units) and its recovery (steps until the loss is back within level + ",
+             number_text(c.loss_sigmas), " sd). Gradient-norm spikes: the same on log norms with ", number_text(c.grad_sigmas),
+             " sd and a factor ", number_text(c.grad_margin), " over the level.");
 }
 
 // Paired comparisons by seed: every pair of methods in every group, each metric.
@@ -163,7 +174,7 @@ std::string paired_section(const ReportData& d, const std::vector<const Metric*>
           const std::string verdict = !diff.distinguishable() ? "not distinguishable"
                                       : diff.mean < 0            ? d.methods[i] + " lower"
                                                                  : d.methods[i] + " higher";
-          rows += str("| ", group.empty() ? "all" : group, " | ", m->title, " | ", d.methods[i], " − ", d.methods[j], " | ",
+          rows += str("| ", group.empty() ? "all" : group, " | ", m->short_title, " | ", d.methods[i], " − ", d.methods[j], " | ",
                       number_text(diff.mean, "%+.3g"), " | [", number_text(diff.low, "%+.3g"), ", ",
                       number_text(diff.high, "%+.3g"), "] | ", diff.n, " | ", verdict, " |\n");
         }
@@ -195,10 +206,11 @@ std::string all_points_table(const ReportData& d) {
   std::string out = "| point |";
   for (const std::string& a : d.axes) out += " " + leaf(a) + " |";
   if (has_start) out += " start val loss | start accuracy |";
-  out += " status | loss spikes | largest spike (nats @ step) | grad spikes | diverged at |";
+  out += " status | loss spikes | largest spike (nats @ step) | largest excursion (sd / nats) | grad spikes | largest grad "
+         "excursion (sd / x) | diverged at |";
   if (has_redraw) out += " redraws | held-out jump mean / worst | loss jump mean |";
   out += " final val loss | best val loss | perplexity | accuracy | wall |\n|---|";
-  const std::size_t columns = d.axes.size() + (has_start ? 2 : 0) + 5 + (has_redraw ? 3 : 0) + 5;
+  const std::size_t columns = d.axes.size() + (has_start ? 2 : 0) + 7 + (has_redraw ? 3 : 0) + 5;
   for (std::size_t i = 0; i < columns; ++i) out += "---|";
   out += "\n";
   for (const ReportPoint& p : d.points) {
@@ -209,7 +221,10 @@ std::string all_points_table(const ReportData& d) {
       out += str(" ", number_text(eval_value(s.start_eval, &EvalRecord::loss)), " | ",
                  number_text(eval_value(s.start_eval, &EvalRecord::accuracy)), " |");
     out += str(" ", p.row.value("status", "?"), " | ", s.loss_spikes.size(), " | ", spike_text(s.largest_loss_spike), " | ",
-               s.grad_spikes.size(), " | ", s.diverged ? std::to_string(s.divergence_step) : std::string("–"), " |");
+               number_text(s.loss_excursion.noise_units, "%.3g"), " / ", number_text(s.loss_excursion.height, "%.3g"), " | ",
+               s.grad_spikes.size(), " | ", number_text(s.grad_excursion.noise_units, "%.3g"), " / ",
+               number_text(std::exp(s.grad_excursion.height), "%.3g"), " | ",
+               s.diverged ? std::to_string(s.divergence_step) : std::string("–"), " |");
     if (has_redraw)
       out += str(" ", s.redraw.nominal ? std::string("none (nominal ") + std::to_string(s.redraw.shocks.size()) + ")"
                                        : std::to_string(s.redraw.shocks.size()),
@@ -233,6 +248,7 @@ ReportResult write_report(const fs::path& sweep_dir, const ReportOptions& option
   const auto group_of = [](const ReportPoint& p) { return p.group; };
   int done = 0, diverged = 0;
   for (const ReportPoint& p : d.points) done += p.row["status"] == "done", diverged += p.row["status"] == "diverged";
+  const bool finetuning = std::any_of(d.points.begin(), d.points.end(), [](const ReportPoint& p) { return p.stability.start_eval.has_value(); });
   const std::string spread = d.seeded() ? str(" (mean ± sd over ", d.seeds.size(), " seeds)") : std::string();
 
   std::string md = str("# Sweep report: ", sweep_dir.filename().string(), "\n\n",
@@ -250,6 +266,7 @@ ReportResult write_report(const fs::path& sweep_dir, const ReportOptions& option
     const auto lr_of = [](const ReportPoint& p) { return axis_value_text(p.row["values"][kLr]); };
     for (const Metric* m : {&kSpikes, &kSpikeHeight, &kGradSpikes, &kDiverged, &kFinalLoss, &kAccuracy})
       md += method_table(d, method_title(d) + " \\ lr", lr_of, *m);
+    if (finetuning) md += method_table(d, method_title(d) + " \\ lr", lr_of, kFromStart);
   }
   if (has_axis(kFeatures)) {
     md += "## Method x number of random features (m)" + spread + "\n\n";
@@ -260,6 +277,7 @@ ReportResult write_report(const fs::path& sweep_dir, const ReportOptions& option
     md += "## Methods" + spread + "\n\n";
     for (const Metric* m : {&kFinalLoss, &kAccuracy, &kSpikes, &kSpikeHeight, &kGradSpikes, &kDiverged})
       md += method_table(d, method_title(d), group_of, *m);
+    if (finetuning) md += method_table(d, method_title(d), group_of, kFromStart);
   }
   const bool redraws = std::any_of(d.points.begin(), d.points.end(), [](const ReportPoint& p) { return !p.stability.redraw.nominal && !p.stability.redraw.shocks.empty(); });
   if (redraws) {
@@ -283,6 +301,7 @@ ReportResult write_report(const fs::path& sweep_dir, const ReportOptions& option
   }
   if (d.seeded()) {
     std::vector<const Metric*> paired = {&kFinalLoss, &kAccuracy, &kSpikes, &kSpikeHeight, &kGradSpikes};
+    if (finetuning) paired.push_back(&kFromStart);
     if (redraws) paired.insert(paired.end(), {&kHeldOutMean, &kHeldOutWorst, &kLossJumpMean});
     md += paired_section(d, paired);
   }

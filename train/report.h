@@ -17,8 +17,9 @@
 //   paired comparisons  with two or more seeds: for each pair of methods in each group, the
 //                       mean difference over seeds with a 95% t interval; "not
 //                       distinguishable" unless the interval excludes zero
-//   all points          every point with its spikes (height, noise units, recovery), redraw
-//                       shock, validation and wall time
+//   all points          every point with its spikes (height, noise units, recovery), its largest
+//                       excursion above the baseline (spike or not: a control's noise floor),
+//                       redraw shock, validation and wall time
 // Plots: train/report_plots.h. Without gnuplot the report says so and is written all the same.
 #pragma once
 #include <filesystem>

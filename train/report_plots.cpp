@@ -74,15 +74,20 @@ std::string loss_script(const ReportData& d, const fs::path& plots) {
         if (!s.skipped && s.loss > 0 && std::isfinite(s.loss)) curve.emplace_back(s.step, s.loss);
       if (curve.empty()) continue;
       // EMA over about 1/30 of the run (at least 5 steps): smooth enough to read, short enough
-      // that a spike still shows.
+      // that a spike still shows. Labels of spikes at the same step stack by method.
       const double span = std::max(5.0, static_cast<double>(curve.size()) / 30.0), alpha = 2.0 / (span + 1.0);
       std::string dat;
       double ema = curve.front().second;
-      for (const auto& [step, loss] : curve) {
+      for (std::size_t i = 0; i < curve.size(); ++i) {
+        const auto [step, loss] = curve[i];
         ema = alpha * loss + (1 - alpha) * ema;
         dat += str(step, " ", loss, " ", ema, "\n");
-        lo = std::min(lo, loss), hi = std::max(hi, loss);
+        lo = std::min(lo, loss);
+        // The range follows the curve after its first tenth (a run from scratch starts at
+        // ln(vocabulary), far above where it goes) and every spike's peak.
+        if (i >= curve.size() / 10) hi = std::max(hi, ema);
       }
+      for (const Spike& s : p->stability.loss_spikes) hi = std::max(hi, s.value);
       const std::string base = safe(p->name());
       write_file_atomic(plots / (base + ".loss.dat"), dat);
       plot += str(plot.empty() ? "plot " : ", \\\n     ", gp_string(base + ".loss.dat"), " using 1:2 with lines lw 1 lc rgb ",
@@ -94,7 +99,8 @@ std::string loss_script(const ReportData& d, const fs::path& plots) {
         write_file_atomic(plots / (base + ".spikes.dat"), spikes);
         plot += str(", \\\n     ", gp_string(base + ".spikes.dat"), " using 1:2 with points pt 7 ps 1.1 lc rgb ",
                     gp_string(colour(m)), " notitle, \\\n     ", gp_string(base + ".spikes.dat"),
-                    " using 1:2:(sprintf('+%.2f', $3)) with labels offset 0,0.9 font ',8' tc rgb ", gp_string(colour(m)),
+                    " using 1:2:(sprintf('+%.2f', $3)) with labels offset 0,", 0.9 + 0.9 * static_cast<double>(m),
+                    " font ',8' tc rgb ", gp_string(colour(m)),
                     " notitle");
       }
       for (const RedrawRecord& r : p->metrics.redraws) redraw_steps[r.step] = true;
@@ -103,9 +109,10 @@ std::string loss_script(const ReportData& d, const fs::path& plots) {
     for (const auto& [step, unused] : redraw_steps)
       arrows += str("set arrow from first ", step, ", graph 0 to first ", step, ", graph 0.04 nohead lc rgb '#555555'\n");
     ++panels;
-    // Linear where the range is small (a finetuning run, a stalled one), log where a run falls
-    // from ln(vocabulary) to a fraction of it.
-    gp += str(hi / lo > 2.0 ? "set logscale y\n" : "unset logscale y\n", "set title ",
+    // Linear where the range is small (a finetuning run, a stalled one), log where it is not
+    // (a blow-up to several times the loss).
+    gp += str(hi / lo > 2.0 ? "set logscale y\n" : "unset logscale y\n", "set yrange [", lo * 0.98, ":", hi * 1.05, "]\n",
+              "set title ",
               gp_string(panel_title(d, group) + (redraw_steps.empty() ? "" : " (ticks: redraws)")), "\n", arrows, plot,
               "\nunset arrow\n");
   }
