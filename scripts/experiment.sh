@@ -45,6 +45,14 @@ case "$name" in
         --set schedule.warmup_steps=100 --set training.eval_interval=200 --set output.dir=runs/small-softmax-600
     fi
     ;;
+  finetune_swap_seeds)
+    # The base: configs/quickstart.json trained with softmax for 600 of its 1000 steps (~6 min on 2 cores).
+    if [[ ! -d runs/quickstart-softmax-600/checkpoints ]]; then
+      echo "experiment: pretraining the softmax base model (runs/quickstart-softmax-600)"
+      "$build"/darkformer train --config configs/quickstart.json --set training.steps=600 \
+        --set training.eval_interval=200 --set training.generate_tokens=0 --set output.dir=runs/quickstart-softmax-600
+    fi
+    ;;
 esac
 
 start=$(date +%s)
