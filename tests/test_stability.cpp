@@ -81,7 +81,7 @@ std::vector<double> noisy_curve(int n, double noise, bool heavy_tails, std::uint
 TEST(RobustSpikes, PureNoiseGivesNoSpikesAtAnyBatchNoiseLevel) {
   // Per-step sds from a large batch (0.01 nats) to batch size 4 (0.15, measured on SmolLM2's
   // softmax control), over 400 steps (the experiments' runs are 80-400 steps long). The
-  // softmax controls of the experiments reached at most 6.3 robust sd (docs/results.md);
+  // softmax controls of the experiments reached at most 6.9 noise sd (docs/results.md 4.1);
   // noise with heavier tails than these would need a higher threshold.
   int ratio_rule_spikes = 0;
   for (const double noise : {0.01, 0.03, 0.08, 0.15})

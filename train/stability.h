@@ -108,7 +108,7 @@ SpikeCriteria grad_spike_criteria(const StabilityConfig& c);
 // How far a series strays above its running baseline (the robust rule's level and noise) at
 // any tested step, spike or not: the largest excess in noise units and the
 // largest in the series' units (nats). On a control run it is the noise floor the detector's
-// thresholds must clear (docs/results.md, "How the detector's defaults were chosen").
+// thresholds must clear (docs/results.md, section 4.1).
 struct Excursion {
   double noise_units = 0, height = 0;
   std::int64_t noise_units_step = 0, height_step = 0;
