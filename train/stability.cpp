@@ -131,6 +131,18 @@ class RunningBaseline {
   std::vector<double> history_;  // finite values so far, oldest first
 };
 
+// Calls visit(i, value, baseline) for each finite judged value in order, with the baseline of
+// the values before it (empty for the first).
+template <typename Visit>
+void for_each_with_baseline(const std::vector<double>& judged, int window, Visit visit) {
+  RunningBaseline baseline(judged, window);
+  for (std::size_t i = 0; i < judged.size(); ++i) {
+    if (!std::isfinite(judged[i])) continue;
+    visit(i, judged[i], baseline.next());
+    baseline.push(judged[i]);
+  }
+}
+
 std::vector<Spike> ratio_spikes(const std::vector<std::int64_t>& steps, const std::vector<double>& values, int window,
                                 double factor) {
   const std::size_t min_history = static_cast<std::size_t>(std::max(1, window / 5));
@@ -160,7 +172,6 @@ std::vector<Spike> robust_spikes(const std::vector<std::int64_t>& steps, const s
   const std::vector<double> judged = judged_values(values, k.log_scale);
   const auto raw = [&](double x) { return k.log_scale ? std::exp(x) : x; };
   std::vector<Spike> spikes;
-  RunningBaseline baseline(judged, k.window);
   struct Open {
     std::int64_t start = 0;
     double median = 0, sd = 0, band = 0, peak = 0;
@@ -173,20 +184,17 @@ std::vector<Spike> robust_spikes(const std::vector<std::int64_t>& steps, const s
                       o.sd > 0 ? height / o.sd : std::numeric_limits<double>::infinity(), recovery});
     open.reset();
   };
-  for (std::size_t i = 0; i < judged.size(); ++i) {
-    const double v = judged[i];
-    if (!std::isfinite(v)) continue;
+  for_each_with_baseline(judged, k.window, [&](std::size_t i, double v, const std::optional<RobustSpread>& base) {
     if (open) {
       if (v <= open->band) close(steps[i] - open->start);
       else if (steps[i] - open->start >= k.window) close(std::nullopt);
       else open->peak = std::max(open->peak, v);
-    } else if (const auto base = baseline.next()) {
+    } else if (base) {
       const double excess = v - base->median;
       if (excess > k.sigmas * base->sd && excess > k.margin)
         open = Open{steps[i], base->median, base->sd, base->median + k.sigmas * base->sd, v};
     }
-    baseline.push(v);
-  }
+  });
   if (open) close(std::nullopt);  // still high when the run ended
   return spikes;
 }
@@ -199,16 +207,12 @@ Excursion largest_excursion(const std::vector<std::int64_t>& steps, const std::v
              " values, window ", window);
   const std::vector<double> judged = judged_values(values, log_scale);
   Excursion e;
-  RunningBaseline baseline(judged, window);
-  for (std::size_t i = 0; i < judged.size(); ++i) {
-    if (!std::isfinite(judged[i])) continue;
-    if (const auto base = baseline.next()) {
-      const double excess = judged[i] - base->median;
-      if (excess > e.height) e.height = excess, e.height_step = steps[i];
-      if (base->sd > 0 && excess / base->sd > e.noise_units) e.noise_units = excess / base->sd, e.noise_units_step = steps[i];
-    }
-    baseline.push(judged[i]);
-  }
+  for_each_with_baseline(judged, window, [&](std::size_t i, double v, const std::optional<RobustSpread>& base) {
+    if (!base) return;
+    const double excess = v - base->median;
+    if (excess > e.height) e.height = excess, e.height_step = steps[i];
+    if (base->sd > 0 && excess / base->sd > e.noise_units) e.noise_units = excess / base->sd, e.noise_units_step = steps[i];
+  });
   return e;
 }
 

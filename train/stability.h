@@ -20,9 +20,9 @@
 //               closes, and the baseline has moved on). Every step from the second is tested:
 //               while fewer than n values precede it, the noise is the whole run's, so that a
 //               finetuning run that blows up on its second step (no warm-up, too high a rate)
-//               shows that spike. The defaults were chosen from data: the softmax control runs
-//               of the stability experiments report (close to) none (docs/results.md, "How the
-//               detector's defaults were chosen").
+//               shows that spike. The defaults were chosen from data: the control runs of the
+//               stability experiments report none at the rates they are stable at
+//               (docs/results.md, section 4.1).
 //   ratio       the rule of earlier reports: every step whose value exceeds factor x the median
 //               of the previous `window` finite values (loss_factor 1.2, grad_factor 2.0) is a
 //               spike. It fires on batch noise at small batch sizes. A step is tested once at
@@ -147,7 +147,6 @@ struct RobustSpread {
   double median = 0, sd = 0;
 };
 RobustSpread robust_spread(const std::vector<double>& values);
-
 
 StabilityReport analyze_stability(const RunMetrics& metrics, const StabilityOptions& options);
 
