@@ -18,12 +18,12 @@ Tensor SoftmaxAttention::forward(const Tensor& q, const Tensor& k, const Tensor&
     const double s = std::pow(static_cast<double>(shape_.head_dim), -0.25);
     store_stats(measure_attention_stats(mul_scalar(q, s), mul_scalar(k, s), Tensor()));
   }
-  return flash_attention(q, k, v, /*causal=*/true, scale(), key_mask);
+  return flash_attention(q, k, v, /*causal=*/true, scale(), key_mask, shape_.window);
 }
 
 Tensor SoftmaxAttention::decode(const Tensor& q, const Tensor& k, const Tensor& v,
                                 std::unique_ptr<nn::DecodeState>& state) {
-  return attend_with_cache(q, k, v, scale(), state);
+  return attend_with_cache(q, k, v, scale(), state, shape_.window);
 }
 
 }  // namespace dark::attention

@@ -119,8 +119,12 @@ Tensor rope(const Tensor& x, double theta, std::int64_t position_offset = 0);
 // with them. A query that sees no real key (causal with T > S: rows t < T - S; or every key
 // it may see padded, e.g. left padding) outputs 0 and gets zero gradient. An all-ones mask
 // gives the same bits as no mask; causal outputs at t do not depend on the mask after t.
+// window > 0 (sliding-window attention, e.g. Gemma's local layers; requires causal): query t
+// also loses the keys s <= t + (S - T) - window, so it sees at most the window keys ending at
+// its own position (Hugging Face's sliding-window mask). Work is O(T window), not O(T S);
+// window >= S changes nothing (same bits as window = 0, which means no window).
 Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
-                       const Tensor& key_mask = Tensor());
+                       const Tensor& key_mask = Tensor(), std::int64_t window = 0);
 // Mean over rows whose target != ignore_index of logsumexp(logits[n]) - logits[n, target[n]];
 // 0 (and zero gradient) when every row is ignored. logits: (N, V) float, targets: (N) i32 / i64,
 // gradient flows to logits only. The (N, V) softmax is never stored: backward rebuilds it
@@ -133,9 +137,12 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, std::int64_t i
 // target that is not a class nor ignore_index is an error.
 Tensor linear_cross_entropy(const Tensor& hidden, const Tensor& weight, const Tensor& targets,
                             std::int64_t ignore_index = -100, std::int64_t chunk = 0);
-// silu(gate) * up and gelu(gate) * up (exact gelu), elementwise on same-shape tensors.
+// silu(gate) * up, gelu(gate) * up (exact gelu) and gelu_tanh(gate) * up (the tanh
+// approximation 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), Hugging Face's
+// gelu_pytorch_tanh), elementwise on same-shape tensors.
 Tensor swiglu(const Tensor& gate, const Tensor& up);
 Tensor geglu(const Tensor& gate, const Tensor& up);
+Tensor geglu_tanh(const Tensor& gate, const Tensor& up);
 // Linear attention of the random-feature kinds (Performer / LFK / DARKFormer) on feature
 // LOGITS, one tape entry. q_logits: (B, T, Hq, m), k_logits: (B, T, Hkv, m), v: (B, T, Hkv, Dv)
 // with Hq % Hkv == 0 (query head h uses kv head h / (Hq / Hkv)) -> (B, T, Hq, Dv).

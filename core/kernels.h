@@ -125,19 +125,22 @@ DARK_DECLARE_KERNEL(rope, void(const Tensor& x, const Tensor& cos, const Tensor&
 // Flash attention with grouped-query heads (query head h reads kv head h / (Hq / Hkv)).
 // q: (B, T, Hq, D); k, v: (B, S, Hkv, D); each with unit stride on D and a stride >= D on
 // the sequence axis (other strides arbitrary). causal: query t sees keys s <= t + S - T.
+// window > 0 (requires causal; sliding-window attention) additionally hides the keys
+// s <= t + S - T - window: query t sees at most the window keys ending at its own position,
+// and key tiles wholly outside the window are skipped (O(T window) work). window = 0: none.
 // key_mask: undefined (every key is real) or (B, S) i32 contiguous (whatever q's dtype),
 // 0 = padded key: it gets no weight. out: (B, T, Hq, D) and lse: (B, Hq, T) contiguous; a
 // query row that sees no real key gets out = 0 and lse = -inf.
 DARK_DECLARE_KERNEL(flash_attention_forward, void(const Tensor& q, const Tensor& k, const Tensor& v,
                                                   const Tensor& key_mask, Tensor& out, Tensor& lse, bool causal,
-                                                  double scale))
+                                                  double scale, std::int64_t window))
 // out, lse from the forward; dout: (B, T, Hq, D) contiguous. dq, dk, dv contiguous with
 // q's, k's and v's shapes, written (not accumulated); padded keys get dk = dv = 0.
 // Deterministic: fixed summation order, independent of the thread count.
 DARK_DECLARE_KERNEL(flash_attention_backward, void(const Tensor& q, const Tensor& k, const Tensor& v,
                                                    const Tensor& key_mask, const Tensor& out, const Tensor& lse,
                                                    const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv, bool causal,
-                                                   double scale))
+                                                   double scale, std::int64_t window))
 
 // Cross entropy over rows of logits: (N, V) with targets: (N) (i32 / i64, read from the
 // tensor) contiguous. lse: (N) gets each row's logsumexp (0 for ignored rows); loss (one
@@ -161,8 +164,10 @@ DARK_DECLARE_KERNEL(cross_entropy_chunk_backward, void(Tensor& logits, const Ten
                                                        const Tensor& targets, std::int64_t v0))
 
 // Gated activations of the feed-forward block: out = act(gate) * up, elementwise on
-// same-shape contiguous tensors (swiglu: act = silu; geglu: act = exact gelu).
-enum class GluOp : std::uint8_t { swiglu, geglu };
+// same-shape contiguous tensors (swiglu: act = silu; geglu: act = exact gelu; geglu_tanh:
+// act = tanh-approximated gelu, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), Hugging
+// Face's gelu_pytorch_tanh, Gemma's).
+enum class GluOp : std::uint8_t { swiglu, geglu, geglu_tanh };
 DARK_DECLARE_KERNEL(glu_forward, void(GluOp op, const Tensor& gate, const Tensor& up, Tensor& out))
 // dgate = dout * up * act'(gate), dup = dout * act(gate); either may be undefined (skipped).
 DARK_DECLARE_KERNEL(glu_backward, void(GluOp op, const Tensor& gate, const Tensor& up, const Tensor& dout,

@@ -20,6 +20,9 @@ struct AttentionShape {
   std::int64_t n_heads = 0, n_kv_heads = 0, head_dim = 0;
   int layer = 0;
   DType dtype = DType::f32;  // the model's parameter dtype (for a kernel's own parameters)
+  // Sliding-window attention (Gemma's local layers): > 0 means query t sees only the keys s
+  // with t - s < window (itself and the window - 1 before it); 0 = every earlier key.
+  std::int64_t window = 0;
 };
 
 // What a kernel keeps between decoding calls: a key/value cache for softmax, the recurrent

@@ -54,7 +54,12 @@ GatedMlp::GatedMlp(std::int64_t dim, std::int64_t hidden, MlpKind kind_, const I
 
 Tensor GatedMlp::forward(const Tensor& x) const {
   const Tensor gate = gate_proj.forward(x), up = up_proj.forward(x);
-  return down_proj.forward(kind == MlpKind::swiglu ? swiglu(gate, up) : geglu(gate, up));
+  switch (kind) {
+    case MlpKind::swiglu: return down_proj.forward(swiglu(gate, up));
+    case MlpKind::geglu: return down_proj.forward(geglu(gate, up));
+    case MlpKind::geglu_tanh: return down_proj.forward(geglu_tanh(gate, up));
+  }
+  throw Error(str("GatedMlp: unknown MLP kind ", static_cast<int>(kind)));
 }
 
 Tensor dropout(const Tensor& x, double p, std::uint64_t seed, std::uint64_t stream) {

@@ -39,10 +39,11 @@ class RMSNorm : public Module {
   double eps;
 };
 
-// The gated MLP's activation: SwiGLU (silu gate) or GeGLU (gelu gate).
-enum class MlpKind { swiglu, geglu };
+// The gated MLP's activation: SwiGLU (silu gate), GeGLU (exact erf gelu gate) or GeGLU with
+// the tanh-approximated gelu (Gemma's gelu_pytorch_tanh).
+enum class MlpKind { swiglu, geglu, geglu_tanh };
 
-// Gated MLP: down(act(gate(x)) * up(x)), act = silu (SwiGLU) or gelu (GeGLU).
+// Gated MLP: down(act(gate(x)) * up(x)), act = silu (SwiGLU), gelu (GeGLU) or tanh gelu.
 class GatedMlp : public Module {
  public:
   GatedMlp(std::int64_t dim, std::int64_t hidden, MlpKind kind, const Init& init, const Init& out_init);
@@ -59,7 +60,7 @@ Tensor dropout(const Tensor& x, double p, std::uint64_t seed, std::uint64_t stre
 namespace dark {
 template <>
 struct EnumNames<nn::MlpKind> {
-  static constexpr std::array<std::pair<nn::MlpKind, std::string_view>, 2> table{
-      {{nn::MlpKind::swiglu, "swiglu"}, {nn::MlpKind::geglu, "geglu"}}};
+  static constexpr std::array<std::pair<nn::MlpKind, std::string_view>, 3> table{
+      {{nn::MlpKind::swiglu, "swiglu"}, {nn::MlpKind::geglu, "geglu"}, {nn::MlpKind::geglu_tanh, "geglu_tanh"}}};
 };
 }  // namespace dark

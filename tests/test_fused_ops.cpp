@@ -7,6 +7,13 @@
 // same checks against a masked reference, plus zero gradients for padded keys, outputs
 // independent of padded keys' values, exact zeros for queries without real keys, all-ones
 // mask = no mask bitwise, causal prefixes independent of later positions and mask entries.
+// Sliding-window flash attention (window W: query t sees keys t + S - T - W < s <= t + S - T):
+// gradchecks and forward + gradients against the masked naive composition for W in {1, 3,
+// T - 1, >= T}, sizes that are not multiples of the tiles, GQA, key masks and S > T; W >= S
+// gives the bits of no window; deterministic over thread counts (both backward schedules);
+// decoding with a windowed key/value cache equals the forward pass; a timing line (printed).
+// geglu_tanh (tanh-approximated gelu gate) against the formula composed of small ops and
+// by gradcheck, including the far tails.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -17,6 +24,7 @@
 #include <functional>
 #include <iostream>
 #include <limits>
+#include <numbers>
 #include <string>
 #include <vector>
 
@@ -25,6 +33,8 @@
 #include "autograd/ops.h"
 #include "autograd/tape.h"
 #include "tests/test_util.h"
+#include "attention/kv_cache.h"
+#include "attention/softmax_attention.h"
 #include "core/allocator.h"
 
 namespace dark {
@@ -200,11 +210,12 @@ TEST(FusedRope, PositionZeroIsIdentityAndErrors) {
 // flash_attention
 
 // softmax(q k^T * scale + mask) v with the kv heads expanded for grouped-query attention.
-// real: (B, S) key padding mask as 0 / 1 (empty = none). Hidden scores (causal or padded)
+// real: (B, S) key padding mask as 0 / 1 (empty = none). window > 0: query i also does not
+// see keys j <= i + (S - T) - window. Hidden scores (causal, outside the window or padded)
 // are -inf; a row with no visible key is left unmasked and its output multiplied by 0 (so
 // it is 0 with zero gradient, as the fused op defines).
 Tensor naive_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
-                       const std::vector<std::int32_t>& real = {}) {
+                       const std::vector<std::int32_t>& real = {}, std::int64_t window = 0) {
   const std::int64_t b = q.shape()[0], t = q.shape()[1], hq = q.shape()[2], d = q.shape()[3];
   const std::int64_t s = k.shape()[1], hkv = k.shape()[2], group = hq / hkv;
   const Tensor qh = permute(q, {0, 2, 1, 3});  // (B, Hq, T, D)
@@ -220,7 +231,10 @@ Tensor naive_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool c
     for (std::int64_t i = 0; i < t; ++i) {
       std::vector<double> row;
       for (std::int64_t j = 0; j < s; ++j)
-        row.push_back((causal && j > i + (s - t)) || (!real.empty() && real[bb * s + j] == 0) ? 1.0 : 0.0);
+        row.push_back((causal && j > i + (s - t)) || (window > 0 && j <= i + (s - t) - window) ||
+                              (!real.empty() && real[bb * s + j] == 0)
+                          ? 1.0
+                          : 0.0);
       const bool any = std::find(row.begin(), row.end(), 0.0) != row.end();
       if (!any) std::fill(row.begin(), row.end(), 0.0);
       hidden.insert(hidden.end(), row.begin(), row.end());
@@ -611,6 +625,209 @@ TEST(FusedFlashAttention, TimingAgainstNaive) {
 }
 
 // ---------------------------------------------------------------------------------------
+// flash_attention with a sliding window
+
+Fn window_attention_fn(double scale, std::int64_t window, const Tensor& mask = Tensor()) {
+  return [=](const std::vector<Tensor>& in) { return flash_attention(in[0], in[1], in[2], true, scale, mask, window); };
+}
+Fn window_naive_attention_fn(double scale, std::int64_t window, const std::vector<std::int32_t>& real = {}) {
+  return [=](const std::vector<Tensor>& in) { return naive_attention(in[0], in[1], in[2], true, scale, real, window); };
+}
+std::string window_name(const AttentionCase& c, std::int64_t window) {
+  return c.name() + " window " + std::to_string(window);
+}
+
+TEST(FusedFlashAttentionWindow, Gradcheck) {
+  struct Case {
+    AttentionCase c;
+    std::vector<std::int64_t> windows;
+  };
+  const std::vector<Case> cases = {
+      {{1, 13, 13, 4, 2, 8, true}, {1, 3, 12}},  // GQA, odd sizes; W = 1, 3, T - 1
+      {{1, 70, 70, 2, 1, 4, true}, {5}},         // two query tiles, the first key tile skipped
+      {{2, 5, 13, 2, 2, 8, true}, {1, 3, 9}},    // T < S (cached prefix)
+      {{1, 9, 4, 2, 1, 4, true}, {2}},           // T > S: rows 0..4 see no key
+  };
+  for (const Case& k : cases)
+    for (const std::int64_t w : k.windows)
+      expect_gradcheck(window_attention_fn(0.37, w), k.c.inputs(DType::f64), {true, true, true}, window_name(k.c, w));
+  const AttentionCase c{2, 13, 13, 2, 1, 8, true};
+  for (const Padding kind : kPaddings)
+    expect_gradcheck(window_attention_fn(0.37, 4, mask_tensor(padding_mask(kind, c.b, c.s), c.b)),
+                     c.inputs(DType::f64, 11), {true, true, true}, window_name(c, 4) + padding_name(kind));
+}
+
+// Sizes that are not multiples of the tiles (forward 64 x 128, backward 128 x 64): windows
+// that skip whole key tiles, straddle tile edges, or cover everything.
+TEST(FusedFlashAttentionWindow, MatchesNaive) {
+  struct Case {
+    AttentionCase c;
+    std::vector<std::int64_t> windows;
+  };
+  const std::vector<Case> cases = {
+      {{2, 300, 300, 4, 2, 16, true}, {1, 3, 100, 130, 299, 300, 1000}},
+      {{1, 70, 330, 4, 2, 8, true}, {1, 3, 69, 70, 200, 329, 330}},  // S > T: a cached prefix of 260
+      {{1, 1, 200, 2, 1, 8, true}, {1, 3, 64, 199}},                 // one decoding step
+      {{2, 9, 4, 2, 1, 4, true}, {1, 2}},                             // T > S
+  };
+  for (DType dt : {DType::f64, DType::f32})
+    for (const Case& k : cases)
+      for (const std::int64_t w : k.windows) {
+        const double scale = 1.0 / std::sqrt(static_cast<double>(k.c.d));
+        expect_matches_naive(window_attention_fn(scale, w), window_naive_attention_fn(scale, w), k.c.inputs(dt), {},
+                             window_name(k.c, w));
+      }
+}
+
+TEST(FusedFlashAttentionWindow, MaskedMatchesNaive) {
+  const std::vector<AttentionCase> cases = {{2, 150, 150, 4, 2, 8, true}, {2, 70, 200, 2, 1, 8, true}};
+  for (DType dt : {DType::f64, DType::f32})
+    for (const AttentionCase& c : cases)
+      for (const std::int64_t w : {3, 40, 149})
+        for (const Padding kind : kPaddings) {
+          const double scale = 1.0 / std::sqrt(static_cast<double>(c.d));
+          const std::vector<std::int32_t> real = padding_mask(kind, c.b, c.s);
+          expect_matches_naive(window_attention_fn(scale, w, mask_tensor(real, c.b)),
+                               window_naive_attention_fn(scale, w, real), c.inputs(dt, 21), {},
+                               window_name(c, w) + padding_name(kind));
+        }
+}
+
+// W >= S hides nothing: the same bits as no window (T == S and S > T), forward and backward.
+TEST(FusedFlashAttentionWindow, WindowOfAtLeastSIsNoWindow) {
+  for (const AttentionCase& c : {AttentionCase{2, 300, 300, 4, 2, 16, true}, AttentionCase{1, 70, 330, 4, 2, 8, true}})
+    for (DType dt : {DType::f32, DType::f64}) {
+      const std::vector<Tensor> in = c.inputs(dt);
+      const GradRun none = run_with_grad(window_attention_fn(0.25, 0), in, {true, true, true});
+      for (const std::int64_t w : {c.s, c.s + 1, std::int64_t{1} << 40}) {
+        const GradRun windowed = run_with_grad(window_attention_fn(0.25, w), in, {true, true, true});
+        EXPECT_TRUE(same_bits(windowed.out, none.out)) << window_name(c, w);
+        for (int i = 0; i < 3; ++i) EXPECT_TRUE(same_bits(windowed.grads[i], none.grads[i])) << window_name(c, w);
+      }
+    }
+}
+
+// Rows whose whole window is padded (left padding longer than the window) give exactly 0
+// and zero dq; keys no query's window reaches (S > T) get dk = dv = 0.
+TEST(FusedFlashAttentionWindow, RowsAndKeysOutsideEveryWindow) {
+  const std::int64_t t = 40, s = 40, w = 3;
+  const std::vector<std::int32_t> real = padding_mask(Padding::left, 1, s);
+  const std::int64_t pad = std::find(real.begin(), real.end(), 1) - real.begin();
+  ASSERT_GT(pad, w) << "the test needs left padding longer than the window";
+  const std::vector<Tensor> in = AttentionCase{1, t, s, 2, 1, 8, true}.inputs(DType::f64);
+  const GradRun r = run_with_grad(window_attention_fn(0.4, w, mask_tensor(real, 1)), in, {true, true, true});
+  const std::vector<double> out = values(r.out), dq = values(r.grads[0]);
+  for (std::int64_t i = 0; i < pad * 2 * 8; ++i) {
+    ASSERT_EQ(out[i], 0.0) << i;
+    ASSERT_EQ(dq[i], 0.0) << i;
+  }
+  // S > T: queries 0..T-1 sit at positions S-T..S-1, so keys < S - T - W + 1 are unseen.
+  const AttentionCase c{1, 10, 50, 2, 1, 8, true};
+  const GradRun p = run_with_grad(window_attention_fn(0.4, 5), c.inputs(DType::f64), {true, true, true});
+  const std::vector<double> dk = values(p.grads[1]), dv = values(p.grads[2]);
+  const std::int64_t unseen = c.s - c.t - 5 + 1;
+  for (std::int64_t i = 0; i < unseen * c.hkv * c.d; ++i) {
+    ASSERT_EQ(dk[i], 0.0) << i;
+    ASSERT_EQ(dv[i], 0.0) << i;
+  }
+  EXPECT_NE(dk[unseen * c.hkv * c.d], 0.0);
+}
+
+TEST(FusedFlashAttentionWindow, Errors) {
+  const Tensor q = randn({1, 4, 2, 8}, 1, DType::f32), k = randn({1, 4, 1, 8}, 2, DType::f32);
+  testing::expect_error([&] { flash_attention(q, k, k, /*causal=*/false, 1.0, Tensor(), 3); },
+                        {"flash_attention", "window", "causal"});
+  testing::expect_error([&] { flash_attention(q, k, k, true, 1.0, Tensor(), -1); }, {"flash_attention", "window", "-1"});
+}
+
+// Same bits across runs and thread counts (3 threads: the split backward schedule, 1, 2, 4:
+// the fused one), with and without a key mask.
+TEST(FusedFlashAttentionWindow, BackwardDeterministic) {
+  const std::vector<Tensor> in = AttentionCase{2, 333, 333, 4, 2, 32, true}.inputs(DType::f32);
+  const int saved = omp_get_max_threads();
+  for (const Tensor& mask : {Tensor(), mask_tensor(padding_mask(Padding::holes, 2, 333), 2)}) {
+    std::vector<std::vector<float>> runs;
+    for (int threads : {3, 3, 1, 2, 4}) {
+      omp_set_num_threads(threads);
+      const GradRun r = run_with_grad(window_attention_fn(0.125, 70, mask), in, {true, true, true});
+      std::vector<float> bits = r.out.to_vector<float>();
+      for (const Tensor& g : r.grads) {
+        const std::vector<float> gv = g.to_vector<float>();
+        bits.insert(bits.end(), gv.begin(), gv.end());
+      }
+      runs.push_back(bits);
+    }
+    omp_set_num_threads(saved);
+    for (std::size_t i = 1; i < runs.size(); ++i) {
+      ASSERT_EQ(runs[i].size(), runs[0].size());
+      EXPECT_EQ(std::memcmp(runs[0].data(), runs[i].data(), runs[0].size() * sizeof(float)), 0)
+          << "run " << i << (mask.defined() ? " masked" : "");
+    }
+  }
+}
+
+// Decoding through SoftmaxAttention with a window (a prefill longer than the window, then
+// single tokens and a short chunk) equals the windowed forward pass; the key/value cache
+// never holds more than the window.
+TEST(FusedFlashAttentionWindow, DecodingEqualsTheForwardPass) {
+  const std::int64_t hq = 4, hkv = 2, d = 8, len = 31;
+  for (const std::int64_t w : {1, 3, 5, 40}) {
+    nn::AttentionShape shape{hq, hkv, d, /*layer=*/0, DType::f64};
+    shape.window = w;
+    attention::SoftmaxAttention attn(shape);
+    const Tensor q = randn({2, len, hq, d}, 31, DType::f64), k = randn({2, len, hkv, d}, 32, DType::f64),
+                 v = randn({2, len, hkv, d}, 33, DType::f64);
+    const Tensor full = attn.forward(q, k, v);
+    expect_close(full, naive_attention(q, k, v, true, 1.0 / std::sqrt(double(d)), {}, w), 1e-12, 1e-12,
+                 "forward, window " + std::to_string(w));
+    std::unique_ptr<nn::DecodeState> state;
+    std::vector<Tensor> parts;
+    std::int64_t at = 0;
+    for (const std::int64_t n : {9, 1, 1, 3, 1, 7, 1, 1, 1, 6}) {
+      auto part = [&](const Tensor& x) { return slice(x, 1, at, at + n).contiguous(); };
+      parts.push_back(attn.decode(part(q), part(k), part(v), state));
+      at += n;
+      const auto* cache = dynamic_cast<const attention::KeyValueCache*>(state.get());
+      ASSERT_NE(cache, nullptr);
+      EXPECT_EQ(cache->keys.size(1), std::min(at, w)) << "cache length after position " << at;
+    }
+    ASSERT_EQ(at, len);
+    expect_close(concat(parts, 1), full, 1e-12, 1e-12, "decode vs forward, window " + std::to_string(w));
+  }
+}
+
+// Speed, printed only: windowed (W = 512) against full causal flash attention at T = 4096,
+// B = 1, H = 4, D = 64, float32, forward and forward + backward.
+TEST(FusedFlashAttentionWindow, TimingAgainstFullCausal) {
+  const std::vector<Tensor> in = AttentionCase{1, 4096, 4096, 4, 4, 64, true}.inputs(DType::f32);
+  std::vector<Tensor> leaves;
+  for (const Tensor& x : in) leaves.push_back(x.detach().set_requires_grad(true));
+  const Tensor dout = randn(in[0].shape(), 9, DType::f32);
+  auto time_ms = [&](std::int64_t window, bool with_backward) {
+    double best = 1e30;
+    for (int rep = 0; rep < 3; ++rep) {
+      for (Tensor& x : leaves) x.zero_grad();
+      const auto start = std::chrono::steady_clock::now();
+      if (with_backward) {
+        backward(flash_attention(leaves[0], leaves[1], leaves[2], true, 0.125, Tensor(), window), dout);
+      } else {
+        NoGradGuard no_grad;
+        flash_attention(leaves[0], leaves[1], leaves[2], true, 0.125, Tensor(), window);
+      }
+      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+      if (rep > 0) best = std::min(best, ms);
+    }
+    return best;
+  };
+  const double full_fwd = time_ms(0, false), win_fwd = time_ms(512, false);
+  const double full_all = time_ms(0, true), win_all = time_ms(512, true);
+  std::cout << "[ timing   ] flash_attention B=1 T=4096 H=4 D=64 f32 causal, " << omp_get_max_threads()
+            << " threads: forward full " << full_fwd << " ms, window 512 " << win_fwd << " ms (" << full_fwd / win_fwd
+            << "x); fwd+bwd full " << full_all << " ms, window 512 " << win_all << " ms (" << full_all / win_all
+            << "x)\n";
+}
+
+// ---------------------------------------------------------------------------------------
 // cross_entropy
 
 // -mean over counted rows of log_softmax(logits)[n, target[n]], picked with index_select.
@@ -728,7 +945,7 @@ TEST(FusedLinearCrossEntropy, IgnoredRowsAndBadTargets) {
 }
 
 // ---------------------------------------------------------------------------------------
-// swiglu / geglu
+// swiglu / geglu / geglu_tanh
 
 TEST(FusedGlu, Gradcheck) {
   for (const bool gelu_gate : {false, true}) {
@@ -755,6 +972,73 @@ TEST(FusedGlu, MatchesNaive) {
     expect_matches_naive(ge, ge_naive, {gate, up}, {true, false}, "geglu gate only");
   }
   EXPECT_THROW(swiglu(randn({3, 4}, 1, DType::f32), randn({4}, 2, DType::f32)), Error);
+}
+
+// gelu_tanh(gate) * up written with small ops: 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) up.
+Tensor naive_geglu_tanh(const Tensor& g, const Tensor& up) {
+  const Tensor u = mul_scalar(add(g, mul_scalar(mul(mul(g, g), g), 0.044715)), std::sqrt(2.0 / std::numbers::pi));
+  return mul(mul(mul_scalar(g, 0.5), add_scalar(tanh(u), 1.0)), up);
+}
+
+TEST(FusedGegluTanh, Gradcheck) {
+  const Fn fn = [](const std::vector<Tensor>& in) { return geglu_tanh(in[0], in[1]); };
+  expect_gradcheck(fn, {randn({3, 17}, 1, DType::f64), randn({3, 17}, 2, DType::f64)}, {true, true}, "geglu_tanh[3,17]");
+  expect_gradcheck(fn, {core::transpose(randn({5, 4}, 3, DType::f64), 0, 1), randn({4, 5}, 4, DType::f64)},
+                   {true, true}, "geglu_tanh[4,5]T");
+  expect_gradcheck(fn, {mul_scalar(randn({2, 9}, 5, DType::f64), 4.0), randn({2, 9}, 6, DType::f64)}, {true, true},
+                   "geglu_tanh[2,9] wide gate");
+}
+
+// Against the formula of small ops (float64 and float32, the gate over about [-12, 12]) and,
+// in float64 over [-5, 5], the closed-form derivative.
+TEST(FusedGegluTanh, MatchesNaive) {
+  const Fn fused = [](const std::vector<Tensor>& in) { return geglu_tanh(in[0], in[1]); };
+  const Fn naive = [](const std::vector<Tensor>& in) { return naive_geglu_tanh(in[0], in[1]); };
+  const Fn unary = [](const std::vector<Tensor>& in) { return mul(gelu_tanh(in[0]), in[1]); };
+  for (DType dt : {DType::f64, DType::f32}) {
+    const Tensor gate = mul_scalar(randn({2, 9, 333}, 1, dt), 3.0), up = randn({2, 9, 333}, 2, dt);
+    expect_matches_naive(fused, naive, {gate, up}, {}, "geglu_tanh");
+    expect_matches_naive(fused, unary, {gate, up}, {}, "geglu_tanh vs gelu_tanh * up");
+    expect_matches_naive(fused, naive, {gate, up}, {true, false}, "geglu_tanh gate only");
+    expect_matches_naive(fused, naive, {gate, up}, {false, true}, "geglu_tanh up only");
+  }
+  // Elementwise on a grid, with up = 1 and dout = 1: act and act' against the formulas in
+  // long double (whose tanh keeps 1 + tanh(u) accurate to ~1e-12 relative down to x = -5).
+  // act' is compared absolutely where |act'| < 1 (it crosses 0 near x = -0.75).
+  std::vector<double> xs;
+  for (int i = -5000; i <= 5000; ++i) xs.push_back(i * 1e-3);
+  const long double c = std::sqrt(2.0L / std::numbers::pi_v<long double>), a = 0.044715L;
+  for (DType dt : {DType::f64, DType::f32}) {
+    Tensor g = Tensor::from_vector(xs, {static_cast<std::int64_t>(xs.size())}).to(dt).set_requires_grad(true);
+    const Tensor up = Tensor::ones(g.shape(), dt);
+    const Tensor out = geglu_tanh(g, up);
+    backward(out, Tensor::ones(out.shape(), dt));
+    const std::vector<double> got = values(out), slope = values(g.grad()), x = values(g.detach());
+    double worst_act = 0, worst_slope = 0;
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const long double xi = x[i], t = std::tanh(c * (xi + a * xi * xi * xi));
+      const double act = static_cast<double>(0.5L * xi * (1 + t));
+      const double d = static_cast<double>(0.5L * (1 + t) + 0.5L * xi * (1 - t * t) * c * (1 + 3 * a * xi * xi));
+      worst_act = std::max(worst_act, std::fabs(got[i] - act) / std::max(std::fabs(act), 1e-30));
+      worst_slope = std::max(worst_slope, std::fabs(slope[i] - d) / std::max(std::fabs(d), 1.0));
+    }
+    std::cout << "[ accuracy ] geglu_tanh " << dtype_name(dt) << " on [-5, 5]: act max relative error " << worst_act
+              << ", act' max error " << worst_slope << "\n";
+    const double tol = dt == DType::f64 ? 1e-11 : 5e-6;
+    EXPECT_LT(worst_act, tol) << dtype_name(dt) << ": worst relative error of act";
+    EXPECT_LT(worst_slope, tol) << dtype_name(dt) << ": worst relative error of act'";
+  }
+  // Far tails: no NaN or inf, act -> 0 (x -> -inf) and x (x -> +inf), act' -> 0 and 1.
+  Tensor tails = Tensor::from_vector(std::vector<double>{-200, -40, -12, 12, 40, 200}, {6}).to(DType::f32);
+  tails.set_requires_grad(true);
+  const Tensor out = geglu_tanh(tails, Tensor::ones({6}, DType::f32));
+  backward(out, Tensor::ones({6}, DType::f32));
+  const std::vector<double> o = values(out), d = values(tails.grad());
+  const std::vector<double> want_o = {0, 0, 0, 12, 40, 200}, want_d = {0, 0, 0, 1, 1, 1};
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_NEAR(o[i], want_o[i], 1e-6 * std::fabs(want_o[i]) + 1e-30) << i;
+    EXPECT_NEAR(d[i], want_d[i], 1e-6) << i;
+  }
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
-// The CUDA kernels of the fused model ops (argmax, RMSNorm, RoPE, SwiGLU / GeGLU, cross
-// entropy, flash attention, linear attention and the fused random-feature attention) and of
+// The CUDA kernels of the fused model ops (argmax, RMSNorm, RoPE, SwiGLU / GeGLU / GeGLU-tanh,
+// cross entropy, flash attention (also with a sliding window), linear attention and the fused
+// random-feature attention) and of
 // the optimizer, against the CPU: forward values and input gradients in f32 (tolerance 1e-4
 // relative) and bf16 (inputs rounded to bf16 on both sides; 5e-2 elementwise and 2e-2 in
 // relative L2), the CPU computing in float64. Shapes cross tile and chunk boundaries, use
@@ -47,6 +48,10 @@ std::vector<OpCase> fused_cases() {
   add("rope[1,5,2,64]+7", {{{1, 5, 2, 64}}}, [](auto& x) { return rope(x[0], 500000.0, 7); });
   add("swiglu[7,33]", {{{7, 33}}, {{7, 33}}}, [](auto& x) { return swiglu(x[0], x[1]); });
   add("geglu[4,65]", {{{4, 65}}, {{4, 65}}}, [](auto& x) { return geglu(x[0], x[1]); });
+  add("geglu_tanh[4,65]", {{{4, 65}}, {{4, 65}}}, [](auto& x) { return geglu_tanh(x[0], x[1]); });
+  // gate over about [-15, 15]: the tails, where 1 + tanh cancels
+  add("geglu_tanh_wide[3,300]", {{{3, 300}}, {{3, 300}}},
+      [](auto& x) { return geglu_tanh(mul_scalar(x[0], 4.0), x[1]); });
   add("cross_entropy[9,37]", {{{9, 37}}}, [](auto& x) { return cross_entropy(x[0], targets_on(x[0], 9, 37)); });
   add("cross_entropy[3,5000]", {{{3, 5000}}}, [](auto& x) { return cross_entropy(x[0], targets_on(x[0], 3, 5000)); });
   add("linear_cross_entropy[33,24,1000]/300", {{{33, 24}}, {{1000, 24}}},
@@ -69,6 +74,30 @@ std::vector<OpCase> fused_cases() {
     auto view = [](const Tensor& t) { return permute(t, {0, 2, 1, 3}); };
     return flash_attention(view(x[0]), view(x[1]), view(x[2]), true, 0.25);
   });
+  // sliding-window flash attention (window W: query t sees keys t + S - T - W < s <= t + S - T),
+  // T and S not multiples of the tiles (64; 32 for f32 at D = 256): W = 1, 3, T - 1, >= T, and
+  // windows that skip whole key tiles. With W = 1 each query sees only its own key: out = v
+  // and dq = dk = 0 exactly in exact arithmetic (nothing to compare relatively), so only the
+  // output and dv are compared there.
+  add("flash_window1_gqa[2,150,4/2,16]",
+      {{{2, 150, 4, 16}, S::normal, false, false}, {{2, 150, 2, 16}, S::normal, false, false}, {{2, 150, 2, 16}}},
+      [](auto& x) { return flash_attention(x[0], x[1], x[2], true, 0.25, Tensor(), 1); });
+  for (const std::int64_t w : {2, 3, 37, 149, 150, 400})
+    add("flash_window" + std::to_string(w) + "_gqa[2,150,4/2,16]", {{{2, 150, 4, 16}}, {{2, 150, 2, 16}}, {{2, 150, 2, 16}}},
+        [w](auto& x) { return flash_attention(x[0], x[1], x[2], true, 0.25, Tensor(), w); });
+  for (const std::int64_t w : {3, 30, 219})
+    add("flash_window" + std::to_string(w) + "_prefix[1,20/220,3,40]",
+        {{{1, 20, 3, 40}}, {{1, 220, 3, 40}}, {{1, 220, 3, 40}}},
+        [w](auto& x) { return flash_attention(x[0], x[1], x[2], true, 1.0 / std::sqrt(40.0), Tensor(), w); });
+  for (const Padding kind : kPaddings)
+    add(std::string("flash_window40_") + (kind == Padding::left ? "left" : kind == Padding::right ? "right" : "holes") +
+            "[2,130,2,32]",
+        {{{2, 130, 2, 32}}, {{2, 130, 2, 32}}, {{2, 130, 2, 32}}},
+        [kind](auto& x) { return flash_attention(x[0], x[1], x[2], true, 0.2, mask_on(x[0], kind, 2, 130), 40); });
+  add("flash_window45_d256[1,100,2/1,256]", {{{1, 100, 2, 256}}, {{1, 100, 1, 256}}, {{1, 100, 1, 256}}},
+      [](auto& x) { return flash_attention(x[0], x[1], x[2], true, 1.0 / 16.0, Tensor(), 45); });
+  add("flash_window5_decode[2,1/90,4/2,64]", {{{2, 1, 4, 64}}, {{2, 90, 2, 64}}, {{2, 90, 2, 64}}},
+      [](auto& x) { return flash_attention(x[0], x[1], x[2], true, 0.125, Tensor(), 5); });
   // linear attention on feature logits: q (B, T, Hq, m), k (B, T, Hkv, m), v (B, T, Hkv, Dv)
   add("linear_causal_gqa[2,150,4/2,16,8]", {{{2, 150, 4, 16}}, {{2, 150, 2, 16}}, {{2, 150, 2, 8}}},
       [](auto& x) { return linear_attention(x[0], x[1], x[2], true, 1e-6, 16); });
@@ -173,6 +202,25 @@ TEST(GpuFlashAttention, BackwardIsDeterministic) {
                                            v.grad().to_vector<float>()};
   };
   EXPECT_EQ(grads(), grads());
+}
+
+// With a sliding window: the window >= S gives the bits of no window, and the backward is
+// bitwise reproducible.
+TEST(GpuFlashAttention, WindowIsDeterministicAndAWindowOfAtLeastSIsNone) {
+  DARK_REQUIRE_GPU();
+  auto run = [](std::int64_t window) {
+    const Device dev = Device::cuda(0);
+    Tensor q = Tensor::randn({2, 150, 4, 32}, 4, 0, DType::f32, dev).set_requires_grad(true);
+    Tensor k = Tensor::randn({2, 150, 2, 32}, 4, 1, DType::f32, dev).set_requires_grad(true);
+    Tensor v = Tensor::randn({2, 150, 2, 32}, 4, 2, DType::f32, dev).set_requires_grad(true);
+    const Tensor out = flash_attention(q, k, v, true, 0.2, Tensor(), window);
+    backward(out, Tensor::randn({2, 150, 4, 32}, 4, 3, DType::f32, dev));
+    return std::vector<std::vector<float>>{out.to_vector<float>(), q.grad().to_vector<float>(),
+                                           k.grad().to_vector<float>(), v.grad().to_vector<float>()};
+  };
+  EXPECT_EQ(run(20), run(20));
+  EXPECT_EQ(run(150), run(0));
+  EXPECT_EQ(run(1000), run(0));
 }
 
 // The optimizer kernels over a flat buffer with decay ranges: the CUDA update equals the

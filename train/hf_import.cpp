@@ -132,8 +132,11 @@ nn::ModelConfig llama_shape(const HfConfig& c) {
     m.mlp = nn::MlpKind::swiglu;
   } else if (act == "gelu") {
     m.mlp = nn::MlpKind::geglu;
+  } else if (act == "gelu_pytorch_tanh") {
+    m.mlp = nn::MlpKind::geglu_tanh;
   } else {
-    c.fail("hidden_act", str("\"", act, "\" is not supported; \"silu\" (swiglu) or \"gelu\" (geglu, exact GELU)"));
+    c.fail("hidden_act", str("\"", act, "\" is not supported; \"silu\" (swiglu), \"gelu\" (geglu, exact GELU) or ",
+                             "\"gelu_pytorch_tanh\" (geglu_tanh, tanh-approximated GELU)"));
   }
   for (const char* key : {"attention_bias", "mlp_bias"})
     if (c.flag(key, false)) c.fail(key, "true is not supported: our projections have no bias");

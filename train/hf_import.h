@@ -4,7 +4,8 @@
 //                 hidden_size, intermediate_size, num_hidden_layers, num_attention_heads,
 //                 num_key_value_heads, vocab_size, rms_norm_eps, rope_theta (transformers 4)
 //                 or rope_parameters {"rope_type": "default", "rope_theta"} (transformers 5),
-//                 tie_word_embeddings, hidden_act "silu" (swiglu) or "gelu" (geglu),
+//                 tie_word_embeddings, hidden_act "silu" (swiglu), "gelu" (geglu) or
+//                 "gelu_pytorch_tanh" (geglu_tanh),
 //                 max_position_embeddings. What our model does not implement is an error
 //                 naming the key: rope scaling, attention_bias, mlp_bias, a head_dim other than
 //                 hidden_size / num_attention_heads, partial rotary embeddings, other models.

@@ -1,7 +1,7 @@
-// Flash attention, fused: softmax(q k^T * scale + causal / key padding mask) v for
-// grouped-query heads as one tape entry. The forward saves only the output and the per-row
-// logsumexp (B, Hq, T); the backward kernel recomputes the probabilities tile by tile
-// (FlashAttention-2), so no (T, S) matrix ever exists for the whole sequence.
+// Flash attention, fused: softmax(q k^T * scale + causal / sliding-window / key padding
+// mask) v for grouped-query heads as one tape entry. The forward saves only the output and
+// the per-row logsumexp (B, Hq, T); the backward kernel recomputes the probabilities tile by
+// tile (FlashAttention-2), so no (T, S) matrix ever exists for the whole sequence.
 #include "autograd/ops.h"
 #include "autograd/ops/op_util.h"
 
@@ -20,7 +20,7 @@ Tensor attention_layout(const Tensor& x) {
 }  // namespace
 
 Tensor flash_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, bool causal, double scale,
-                       const Tensor& key_mask) {
+                       const Tensor& key_mask, std::int64_t window) {
   const char* name = "flash_attention";
   ops_detail::check_floating(name, q_in);
   ops_detail::check_same(name, q_in, k_in);
@@ -42,23 +42,27 @@ Tensor flash_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_i
                                       key_mask.shape()[1] == k_in.shape()[1] && key_mask.device() == q_in.device()),
              name, ": key_mask must be (B, S) on q's device, got ", key_mask.describe(), " for q ", q_in.describe(),
              ", k ", k_in.describe());
+  DARK_CHECK(window >= 0, name, ": window must be >= 0 (0 = no window), got ", window);
+  DARK_CHECK(window == 0 || causal, name, ": a sliding window (window = ", window,
+             ") needs causal attention; pass causal = true or window = 0");
   const Tensor q = attention_layout(q_in);
   const Tensor k = attention_layout(k_in);
   const Tensor v = attention_layout(v_in);
   const Tensor mask = ops_detail::kernel_key_mask(key_mask);
   Tensor out = Tensor::empty(q.shape(), q.dtype(), q.device());
   Tensor lse = Tensor::empty({batch, hq, q.shape()[1]}, grad_dtype(q.dtype()), q.device());
-  kernels::flash_attention_forward().get(q.device().type, q.dtype())(q, k, v, mask, out, lse, causal, scale);
+  kernels::flash_attention_forward().get(q.device().type, q.dtype())(q, k, v, mask, out, lse, causal, scale,
+                                                                     window);
   if (should_record({&q_in, &k_in, &v_in})) {
     record(name, {q_in, k_in, v_in}, {&out},
            [q = q.detach(), k = k.detach(), v = v.detach(), mask, out = out.detach(), lse, causal,
-            scale](BackwardContext& g) {
+            scale, window](BackwardContext& g) {
              const Tensor dout = g.out_grad().contiguous();
              Tensor dq = Tensor::empty(q.shape(), q.dtype(), q.device());
              Tensor dk = Tensor::empty(k.shape(), k.dtype(), k.device());
              Tensor dv = Tensor::empty(v.shape(), v.dtype(), v.device());
              kernels::flash_attention_backward().get(q.device().type, q.dtype())(q, k, v, mask, out, lse, dout, dq, dk,
-                                                                                 dv, causal, scale);
+                                                                                 dv, causal, scale, window);
              if (g.needs_grad(0)) g.set_input_grad(0, dq);
              if (g.needs_grad(1)) g.set_input_grad(1, dk);
              if (g.needs_grad(2)) g.set_input_grad(2, dv);

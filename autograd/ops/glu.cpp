@@ -1,6 +1,7 @@
-// Gated activations of the feed-forward block, fused: swiglu = silu(gate) * up and
-// geglu = gelu(gate) * up (exact gelu). One tape entry; the backward kernel recomputes the
-// activation from gate, so only the inputs are saved.
+// Gated activations of the feed-forward block, fused: swiglu = silu(gate) * up,
+// geglu = gelu(gate) * up (exact gelu) and geglu_tanh = gelu_tanh(gate) * up (the tanh
+// approximation, Hugging Face's gelu_pytorch_tanh). One tape entry; the backward kernel
+// recomputes the activation from gate, so only the inputs are saved.
 #include "autograd/ops.h"
 #include "autograd/ops/op_util.h"
 
@@ -34,5 +35,6 @@ Tensor glu(GluOp op, const char* name, const Tensor& gate_in, const Tensor& up_i
 
 Tensor swiglu(const Tensor& gate, const Tensor& up) { return glu(GluOp::swiglu, "swiglu", gate, up); }
 Tensor geglu(const Tensor& gate, const Tensor& up) { return glu(GluOp::geglu, "geglu", gate, up); }
+Tensor geglu_tanh(const Tensor& gate, const Tensor& up) { return glu(GluOp::geglu_tanh, "geglu_tanh", gate, up); }
 
 }  // namespace dark

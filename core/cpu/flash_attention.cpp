@@ -6,6 +6,11 @@
 // out = acc / l and lse = m + log(l). Per thread only O(kFwdBlockQ * (kFwdBlockK + D)) scratch.
 // Padded keys (key mask 0) get score -inf in every tile, so they carry no probability; the
 // tile geometry stays that of the unmasked call (an all-ones mask changes no bit).
+// Sliding window (window > 0, causal): query t also loses the keys s <= t + S - T - window.
+// Key tiles wholly before every query's window are never visited (forward and backward
+// walk only the tiles between the first window start and the causal end: O(T window) work);
+// in the tile that straddles a row's window start, the keys before it get score -inf like
+// padded keys. window >= S is window 0 (the same tiles, the same bits).
 //
 // Backward: D_i = rowsum(dO * O) first; then, tile pair by tile pair, P = exp(S - lse) is
 // recomputed and
@@ -52,12 +57,17 @@ struct Geometry {
   std::int64_t batch, t, s, hq, hkv, d, group;
   std::int64_t q_strides[3], k_strides[3], v_strides[3];  // batch, sequence, head (D has stride 1)
   bool causal;
+  std::int64_t window;           // > 0: sliding window (causal only); 0: none (also for window >= S)
   const std::int32_t* key_mask;  // (B, S), 0 = padded key; nullptr: every key is real
 
-  Geometry(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask_, bool causal_)
+  Geometry(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask_, bool causal_,
+           std::int64_t window_)
       : batch(q.shape()[0]), t(q.shape()[1]), s(k.shape()[1]), hq(q.shape()[2]), hkv(k.shape()[2]),
         d(q.shape()[3]), group(q.shape()[2] / k.shape()[2]), causal(causal_),
+        window(window_ < s ? window_ : 0),
         key_mask(key_mask_.defined() ? key_mask_.data<std::int32_t>() : nullptr) {
+    DARK_CHECK(window_ >= 0 && (window_ == 0 || causal_), "flash_attention: window must be >= 0 and needs causal, got ",
+               window_, causal_ ? " (causal)" : " (not causal)");
     for (int i = 0; i < 3; ++i) {
       q_strides[i] = q.stride(i);
       k_strides[i] = k.stride(i);
@@ -66,8 +76,16 @@ struct Geometry {
   }
   // Keys [0, key_end(t)) are visible to query t (may be <= 0: none).
   std::int64_t key_end(std::int64_t tq) const { return causal ? std::min(s, tq + (s - t) + 1) : s; }
+  // The first key visible to query t (keys before it are outside its window).
+  std::int64_t key_begin(std::int64_t tq) const {
+    return window > 0 ? std::max<std::int64_t>(0, tq + (s - t) - window + 1) : 0;
+  }
   // The first query that sees key sk.
   std::int64_t query_begin(std::int64_t sk) const { return causal ? std::max<std::int64_t>(0, sk - (s - t)) : 0; }
+  // One past the last query that sees key sk (its window has moved past sk after that).
+  std::int64_t query_end(std::int64_t sk) const {
+    return window > 0 ? std::clamp<std::int64_t>(sk - (s - t) + window, 0, t) : t;
+  }
 };
 
 template <class T>
@@ -175,6 +193,18 @@ void visible_columns(const Geometry& g, std::int64_t t0, std::int64_t rows, std:
     visible[r] = std::clamp<std::int64_t>(g.key_end(t0 + r) - s0, 0, cols);
 }
 
+// Scores of keys before each row's window start in the tile of key block [s0, s0 + cols)
+// for queries t0 .. t0 + rows - 1 become -inf (nothing without a window).
+template <class T>
+void mask_before_window(const Geometry& g, std::int64_t t0, std::int64_t rows, std::int64_t s0, std::int64_t cols,
+                        T* tile, std::int64_t ld) {
+  if (g.window == 0) return;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const std::int64_t hidden = std::clamp<std::int64_t>(g.key_begin(t0 + r) - s0, 0, cols);
+    std::fill(tile + r * ld, tile + r * ld + hidden, neg_inf<T>());
+  }
+}
+
 // Scores of padded keys in the tile of key block [s0, s0 + cols) of batch b become -inf.
 template <class T>
 void mask_padded_keys(const Geometry& g, std::int64_t b, std::int64_t s0, T* tile, std::int64_t ld, std::int64_t rows,
@@ -242,8 +272,8 @@ struct ForwardScratch {
 
 template <class T>
 void flash_attention_forward_kernel(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
-                                    Tensor& out, Tensor& lse, bool causal, double scale_d) {
-  const Geometry g(q, k, v, key_mask, causal);
+                                    Tensor& out, Tensor& lse, bool causal, double scale_d, std::int64_t window) {
+  const Geometry g(q, k, v, key_mask, causal, window);
   const T scale = static_cast<T>(scale_d);
   const T* pq = q.data<T>();
   const T* pk = k.data<T>();
@@ -273,11 +303,12 @@ void flash_attention_forward_kernel(const Tensor& q, const Tensor& k, const Tens
     std::fill(s.l.begin(), s.l.begin() + rows, T(0));
     std::fill(s.acc.data(), s.acc.data() + rows * d, T(0));
     const std::int64_t key_end = std::max<std::int64_t>(0, g.key_end(t0 + rows - 1));
-    for (std::int64_t s0 = 0; s0 < key_end; s0 += kFwdBlockK) {
+    for (std::int64_t s0 = g.key_begin(t0) / kFwdBlockK * kFwdBlockK; s0 < key_end; s0 += kFwdBlockK) {
       const std::int64_t cols = std::min(key_end, s0 + kFwdBlockK) - s0;
       if (!gemm('N', 'T', rows, cols, d, scale, qt, g.q_strides[1], kh + s0 * g.k_strides[1], g.k_strides[1], T(0),
                 s.tile.data(), kFwdBlockK))
         return false;
+      mask_before_window(g, t0, rows, s0, cols, s.tile.data(), kFwdBlockK);
       mask_padded_keys(g, b, s0, s.tile.data(), kFwdBlockK, rows, cols);
       visible_columns(g, t0, rows, s0, cols, s.visible.data());
       online_softmax(s.tile.data(), kFwdBlockK, rows, cols, s.visible.data(), s.m.data(), s.l.data(), s.alpha.data());
@@ -343,6 +374,7 @@ bool backward_tile(const BackwardArgs<T>& a, std::int64_t b, std::int64_t h, std
   const std::int64_t ldo = g.hq * d, ldkv = g.hkv * d;
   if (!gemm('N', 'T', rows, cols, d, a.scale, qt, g.q_strides[1], kt, g.k_strides[1], T(0), s.p.data(), kBwdBlockK))
     return false;
+  mask_before_window(g, t0, rows, s0, cols, s.p.data(), kBwdBlockK);
   mask_padded_keys(g, b, s0, s.p.data(), kBwdBlockK, rows, cols);
   visible_columns(g, t0, rows, s0, cols, s.visible.data());
   probabilities(s.p.data(), kBwdBlockK, rows, cols, s.visible.data(), a.lse + (b * g.hq + h) * g.t + t0);
@@ -402,8 +434,8 @@ bool use_fused_schedule(const Geometry& g) {
 template <class T>
 void flash_attention_backward_kernel(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
                                      const Tensor& out, const Tensor& lse, const Tensor& dout, Tensor& dq, Tensor& dk,
-                                     Tensor& dv, bool causal, double scale_d) {
-  const Geometry g(q, k, v, key_mask, causal);
+                                     Tensor& dv, bool causal, double scale_d, std::int64_t window) {
+  const Geometry g(q, k, v, key_mask, causal, window);
   const std::int64_t d = g.d;
   const T* po = out.data<T>();
   const T* pdo = dout.data<T>();
@@ -435,15 +467,16 @@ void flash_attention_backward_kernel(const Tensor& q, const Tensor& k, const Ten
     s.visible.resize(kBwdBlockQ);
     return s;
   };
-  // The query tiles that see key tile s0 start at this one.
+  // The query tiles that see key tile s0 start at this one and end before query_tiles_end.
   auto first_query_tile = [&](std::int64_t s0) { return g.query_begin(s0) / kBwdBlockQ * kBwdBlockQ; };
+  auto query_tiles_end = [&](std::int64_t s0) { return g.query_end(std::min(g.s, s0 + kBwdBlockK) - 1); };
   // fused: one task per (b, kv head) does everything.
   auto fused_task = [&](std::int64_t i, BackwardScratch<T>& s) {
     const std::int64_t kv = i % g.hkv, b = i / g.hkv;
     for (std::int64_t s0 = 0; s0 < g.s; s0 += kBwdBlockK) {
       zero_key_tile(a, b, kv, s0);
       for (std::int64_t h = kv * g.group; h < (kv + 1) * g.group; ++h)
-        for (std::int64_t t0 = first_query_tile(s0); t0 < g.t; t0 += kBwdBlockQ)
+        for (std::int64_t t0 = first_query_tile(s0); t0 < query_tiles_end(s0); t0 += kBwdBlockQ)
           if (!backward_tile(a, b, h, t0, s0, true, s) || !backward_tile_dq(a, b, h, t0, s0, s)) return false;
     }
     return true;
@@ -453,7 +486,7 @@ void flash_attention_backward_kernel(const Tensor& q, const Tensor& k, const Ten
     const std::int64_t s0 = i % key_tiles * kBwdBlockK, kv = i / key_tiles % g.hkv, b = i / (key_tiles * g.hkv);
     zero_key_tile(a, b, kv, s0);
     for (std::int64_t h = kv * g.group; h < (kv + 1) * g.group; ++h)
-      for (std::int64_t t0 = first_query_tile(s0); t0 < g.t; t0 += kBwdBlockQ)
+      for (std::int64_t t0 = first_query_tile(s0); t0 < query_tiles_end(s0); t0 += kBwdBlockQ)
         if (!backward_tile(a, b, h, t0, s0, true, s)) return false;
     return true;
   };
@@ -461,7 +494,7 @@ void flash_attention_backward_kernel(const Tensor& q, const Tensor& k, const Ten
   auto query_tile_task = [&](std::int64_t i, BackwardScratch<T>& s) {
     const std::int64_t t0 = i % query_tiles * kBwdBlockQ, h = i / query_tiles % g.hq, b = i / (query_tiles * g.hq);
     const std::int64_t key_end = g.key_end(std::min(g.t, t0 + kBwdBlockQ) - 1);
-    for (std::int64_t s0 = 0; s0 < key_end; s0 += kBwdBlockK)
+    for (std::int64_t s0 = g.key_begin(t0) / kBwdBlockK * kBwdBlockK; s0 < key_end; s0 += kBwdBlockK)
       if (!backward_tile(a, b, h, t0, s0, false, s) || !backward_tile_dq(a, b, h, t0, s0, s)) return false;
     return true;
   };

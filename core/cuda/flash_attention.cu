@@ -1,5 +1,7 @@
 // Flash attention on CUDA for f32 and bf16, forward and backward, with grouped-query heads,
-// causal masking (query t sees keys s <= t + S - T), a key padding mask and the CPU kernel's
+// causal masking (query t sees keys s <= t + S - T), an optional sliding window (query t
+// also loses the keys s <= t + S - T - window; key tiles wholly outside every row's window
+// are skipped, so the work is O(T window)), a key padding mask and the CPU kernel's
 // contract (core/kernels.h): only out and the row logsumexp are saved; a row that sees no
 // real key gets out = 0, lse = -inf and zero gradients; padded keys get dk = dv = 0.
 //
@@ -33,6 +35,7 @@ struct AttnShape {
   std::int64_t batch, t, s, hq, hkv, d, group;
   std::int64_t q_stride[3], k_stride[3], v_stride[3];  // batch, sequence, head (D has stride 1)
   bool causal;
+  std::int64_t window;  // > 0: sliding window (causal only); 0: none (also for window >= S)
   float scale;
   const std::int32_t* key_mask;  // (B, S); nullptr: every key is real
 
@@ -40,7 +43,20 @@ struct AttnShape {
   __device__ __forceinline__ bool visible(std::int64_t b, std::int64_t tq, std::int64_t sk) const {
     if (tq >= t || sk >= s) return false;
     if (causal && sk > tq + (s - t)) return false;
+    if (window > 0 && sk <= tq + (s - t) - window) return false;
     return key_mask == nullptr || key_mask[b * s + sk] != 0;
+  }
+  // The first key of the tile (of `tile` keys) holding query tq's first visible key.
+  __device__ __forceinline__ std::int64_t first_key_tile(std::int64_t tq, int tile) const {
+    if (window == 0) return 0;
+    const std::int64_t first = tq + (s - t) - window + 1;
+    return first <= 0 ? 0 : first / tile * tile;
+  }
+  // One past the last query that sees key sk (t without a window).
+  __device__ __forceinline__ std::int64_t query_end(std::int64_t sk) const {
+    if (window == 0) return t;
+    const std::int64_t end = sk - (s - t) + window;
+    return end < 0 ? 0 : (end > t ? t : end);
   }
 };
 
@@ -110,7 +126,7 @@ __global__ void __launch_bounds__(128) flash_forward_kernel(const T* q, const T*
   float o[kD / 8][4] = {};
   float m[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};
   const std::int64_t s_end = g.causal ? std::min(g.s, t0 + C::kBr + g.s - g.t) : g.s;
-  for (std::int64_t s0 = 0; s0 < s_end; s0 += C::kBc) {
+  for (std::int64_t s0 = g.first_key_tile(t0, C::kBc); s0 < s_end; s0 += C::kBc) {
     __syncthreads();  // the previous tile's readers are done (and the Q tile is loaded)
     load_tile<T, kD, C::kBc>(sk, C::kLd, kh + s0 * g.k_stride[1], g.k_stride[1], g.s - s0, g.d, C::kThreads);
     load_tile<T, kD, C::kBc>(sv, C::kLd, vh + s0 * g.v_stride[1], g.v_stride[1], g.s - s0, g.d, C::kThreads);
@@ -224,7 +240,7 @@ __global__ void __launch_bounds__(128) flash_dq_kernel(const T* q, const T* k, c
 
   float acc[kD / 8][4] = {};
   const std::int64_t s_end = g.causal ? std::min(g.s, t0 + C::kBq + g.s - g.t) : g.s;
-  for (std::int64_t s0 = 0; s0 < s_end; s0 += C::kBk) {
+  for (std::int64_t s0 = g.first_key_tile(t0, C::kBk); s0 < s_end; s0 += C::kBk) {
     __syncthreads();
     load_tile<T, kD, C::kBk>(sk, C::kLd, kh + s0 * g.k_stride[1], g.k_stride[1], g.s - s0, g.d, kThreadsN);
     load_tile<T, kD, C::kBk>(sv, C::kLd, vh + s0 * g.v_stride[1], g.v_stride[1], g.s - s0, g.d, kThreadsN);
@@ -290,10 +306,12 @@ __global__ void __launch_bounds__(128) flash_dkv_kernel(const T* q, const T* k, 
   load_tile<T, kD, C::kBk>(sv, C::kLd, v + b * g.v_stride[0] + kvh * g.v_stride[2] + s0 * g.v_stride[1], g.v_stride[1],
                            g.s - s0, g.d, kThreadsN);
   float acc_k[C::kDo / 8][4] = {}, acc_v[C::kDo / 8][4] = {};
-  // The first query that sees key s0 (the earliest key of the tile).
+  // The first query that sees key s0 (the earliest key of the tile), and one past the last
+  // query that sees the tile's last key.
   const std::int64_t q_first = g.causal ? std::max<std::int64_t>(0, s0 - (g.s - g.t)) : 0;
+  const std::int64_t q_end = g.query_end(std::min(g.s, s0 + C::kBk) - 1);
   for (std::int64_t h = kvh * g.group; h < (kvh + 1) * g.group; ++h) {
-    for (std::int64_t t0 = q_first / C::kBq * C::kBq; t0 < g.t; t0 += C::kBq) {
+    for (std::int64_t t0 = q_first / C::kBq * C::kBq; t0 < q_end; t0 += C::kBq) {
       __syncthreads();
       load_tile<T, kD, C::kBq>(sq, C::kLd, q + b * g.q_stride[0] + h * g.q_stride[2] + t0 * g.q_stride[1],
                                g.q_stride[1], g.t - t0, g.d, kThreadsN);
@@ -355,12 +373,16 @@ __global__ void __launch_bounds__(128) flash_dkv_kernel(const T* q, const T* k, 
     }
 }
 
-AttnShape shape_of(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask, bool causal, double scale) {
+AttnShape shape_of(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask, bool causal, double scale,
+                   std::int64_t window) {
+  DARK_CHECK(window >= 0 && (window == 0 || causal), "flash_attention: window must be >= 0 and needs causal, got ",
+             window, causal ? " (causal)" : " (not causal)");
   AttnShape g;
   g.batch = q.shape()[0], g.t = q.shape()[1], g.hq = q.shape()[2], g.d = q.shape()[3];
   g.s = k.shape()[1], g.hkv = k.shape()[2], g.group = g.hq / g.hkv;
   for (int i = 0; i < 3; ++i) g.q_stride[i] = q.stride(i), g.k_stride[i] = k.stride(i), g.v_stride[i] = v.stride(i);
   g.causal = causal;
+  g.window = window < g.s ? window : 0;
   g.scale = static_cast<float>(scale);
   g.key_mask = key_mask.defined() ? key_mask.data<std::int32_t>() : nullptr;
   return g;
@@ -418,13 +440,13 @@ void backward_padded(const Tensor& q, const Tensor& k, const Tensor& v, const Te
 
 template <class T>
 void flash_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask, Tensor& out, Tensor& lse,
-                   bool causal, double scale) {
+                   bool causal, double scale, std::int64_t window) {
   check_dtype<T>("flash_attention_forward", {{"q", &q}, {"k", &k}, {"v", &v}, {"out", &out}});
   DARK_CHECK(lse.dtype() == DType::f32, "flash_attention_forward: lse ", lse.describe(), " must be f32");
   if (q.numel() == 0) return;
   DeviceGuard guard(q);
   check_architecture<T>(q);
-  const AttnShape g = shape_of(q, k, v, key_mask, causal, scale);
+  const AttnShape g = shape_of(q, k, v, key_mask, causal, scale, window);
   if (g.s == 0) {  // no key at all: every row sees none
     out.fill_(0.0);
     lse.fill_(-std::numeric_limits<double>::infinity());
@@ -441,12 +463,12 @@ void flash_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
 template <class T>
 void flash_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask, const Tensor& out,
                     const Tensor& lse, const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv, bool causal,
-                    double scale) {
+                    double scale, std::int64_t window) {
   check_dtype<T>("flash_attention_backward",
                  {{"q", &q}, {"k", &k}, {"v", &v}, {"out", &out}, {"dout", &dout}, {"dq", &dq}, {"dk", &dk}, {"dv", &dv}});
   DeviceGuard guard(q);
   check_architecture<T>(q);
-  const AttnShape g = shape_of(q, k, v, key_mask, causal, scale);
+  const AttnShape g = shape_of(q, k, v, key_mask, causal, scale, window);
   if (g.t == 0 || g.s == 0 || g.d == 0) {
     dq.fill_(0.0), dk.fill_(0.0), dv.fill_(0.0);
     return;

@@ -2,6 +2,8 @@
 // tensors, with the CPU's formulas (core/cpu/glu.cpp):
 //   swiglu: act = g sigmoid(g),          act' = s (1 + g (1 - s)),  s = sigmoid(g)
 //   geglu:  act = g Phi(g) (exact gelu),  act' = Phi(g) + g phi(g)
+//   geglu_tanh: act = g s,  act' = s + g c (1 + 3 a g^2) 2 s (1 - s),  s = sigmoid(2 c (g + a g^3))
+//           = 0.5 (1 + tanh(c (g + a g^3))), c = sqrt(2/pi), a = 0.044715 (tanh-approximated gelu)
 // forward out = act(gate) up; backward dgate = dout up act'(gate), dup = dout act(gate),
 // either skipped when undefined.
 #include <cstdint>
@@ -19,6 +21,11 @@ __device__ __forceinline__ void act_and_slope(GluOp op, A g, A& act, A& slope) {
     const A s = A(1) / (A(1) + dmath::exp(-g));
     act = g * s;
     slope = s * (A(1) + g * (A(1) - s));
+  } else if (op == GluOp::geglu_tanh) {
+    const A g2 = g * g;
+    const A s = A(1) / (A(1) + dmath::exp(A(-2 * 0.79788456080286535588) * (g + A(0.044715) * g2 * g)));
+    act = g * s;
+    slope = s + g * (A(2 * 0.79788456080286535588) * (A(1) + A(3 * 0.044715) * g2)) * (s * (A(1) - s));
   } else {
     const A cdf = A(0.5) * dmath::erfc(-g * A(0.70710678118654752440));
     const A pdf = A(0.39894228040143267794) * dmath::exp(A(-0.5) * g * g);

@@ -25,7 +25,8 @@ assert type(model).__name__ == "LlamaForCausalLM"
 
 cfg = dict(vocab_size=hf["vocab_size"], d_model=hf["hidden_size"], n_layers=hf["num_hidden_layers"],
            n_heads=hf["num_attention_heads"], n_kv_heads=hf["num_key_value_heads"], d_ff=hf["intermediate_size"],
-           mlp="swiglu" if hf["hidden_act"] == "silu" else "geglu", rope_theta=hf["rope_theta"],
+           mlp={"silu": "swiglu", "gelu": "geglu", "gelu_pytorch_tanh": "geglu_tanh"}[hf["hidden_act"]],
+           rope_theta=hf["rope_theta"],
            norm_eps=hf["rms_norm_eps"], tie_embeddings=hf["tie_word_embeddings"])
 params = {k: v.to(torch.float64) for k, v in load_file(os.path.join(directory, "model.safetensors")).items()}
 tokens = torch.randint(0, cfg["vocab_size"], (2, 65), generator=torch.Generator().manual_seed(0))
