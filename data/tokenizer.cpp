@@ -1,12 +1,15 @@
-// ByteTokenizer and the tokenizer factory.
+// ByteTokenizer and the tokenizer factory (a GGUF file's tokenizer.ggml.model picks the
+// GGUF tokenizer class).
 #include "data/tokenizer.h"
 
 #include <cstdio>
 
 #include "core/error.h"
 #include "data/bpe_tokenizer.h"
+#include "data/gguf.h"
 #include "data/hf_tokenizer_json.h"
 #include "data/sentencepiece_tokenizer.h"
+#include "data/spm_tokenizer.h"
 
 namespace dark::data {
 
@@ -37,11 +40,19 @@ std::string ByteTokenizer::piece(std::int32_t id) const {
   return text;
 }
 
+std::unique_ptr<Tokenizer> load_gguf_tokenizer(const std::string& path) {
+  const std::string model = GgufFile::open(path).get_string("tokenizer.ggml.model");
+  if (model == "gpt2") return BpeTokenizer::from_gguf(path);
+  if (model == "llama") return SpmTokenizer::from_gguf(path);
+  throw Error(str(path, ": tokenizer.ggml.model is '", model,
+                  "'; supported: \"gpt2\" (byte-level BPE), \"llama\" (SentencePiece)"));
+}
+
 std::unique_ptr<Tokenizer> load_tokenizer(TokenizerKind kind, const std::string& model_path) {
   switch (kind) {
     case TokenizerKind::byte: return std::make_unique<ByteTokenizer>();
     case TokenizerKind::sentencepiece: return SentencePieceTokenizer::load(model_path);
-    case TokenizerKind::gguf: return BpeTokenizer::from_gguf(model_path);
+    case TokenizerKind::gguf: return load_gguf_tokenizer(model_path);
     case TokenizerKind::hf: return load_hf_tokenizer(model_path);
   }
   throw Error("tokenizer: unknown kind");

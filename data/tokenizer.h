@@ -26,8 +26,8 @@ enum class TokenizerKind { sentencepiece, byte, gguf, hf };
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
-  // "byte", "sentencepiece", "gguf" (byte-level BPE from GGUF metadata) or "hf" (byte-level
-  // BPE from a Hugging Face tokenizer.json).
+  // "byte", "sentencepiece", "gguf" (from GGUF metadata: byte-level BPE or SentencePiece-style,
+  // as tokenizer.ggml.model says) or "hf" (byte-level BPE from a Hugging Face tokenizer.json).
   virtual std::string kind() const = 0;
   virtual std::vector<std::int32_t> encode(std::string_view text) const = 0;
   // eos and bos decode to nothing. Throws on an id outside the vocabulary.
@@ -61,9 +61,13 @@ class ByteTokenizer final : public Tokenizer {
 };
 
 // Loads a tokenizer by kind: byte (model_path ignored), sentencepiece (a .model file) or
-// gguf (the byte-level BPE tokenizer in a .gguf file's metadata, see bpe_tokenizer.h) or hf (a
-// Hugging Face tokenizer.json and the special tokens of the files beside it, hf_tokenizer_json.h).
+// gguf (the tokenizer in a .gguf file's metadata, load_gguf_tokenizer) or hf (a Hugging Face
+// tokenizer.json and the special tokens of the files beside it, hf_tokenizer_json.h).
 std::unique_ptr<Tokenizer> load_tokenizer(TokenizerKind kind, const std::string& model_path);
+// The tokenizer of a .gguf file by its tokenizer.ggml.model: "gpt2" the byte-level BPE
+// (bpe_tokenizer.h), "llama" the SentencePiece-style one (spm_tokenizer.h); any other value is
+// an error naming the file, the key and the supported values.
+std::unique_ptr<Tokenizer> load_gguf_tokenizer(const std::string& path);
 // The same with the kind as spelled in files ("byte", ...); an unknown spelling is an error.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& kind, const std::string& model_path);
 

@@ -4,7 +4,12 @@
 //   gguf, hf (BPE) "tokenizer.bpe.json": {"format": "darkformer-bpe-tokenizer",
 //                  "format_version": 1, "pre", "tokens", "token_types", "merges", "bos_id",
 //                  "eos_id", "unk_id", "pad_id", "add_bos"} (data/bpe_tokenizer.h BpeVocab)
+//   gguf (SPM)     "tokenizer.spm.json": {"format": "darkformer-spm-tokenizer",
+//                  "format_version": 1, "tokens", "scores", "token_types", "bos_id", "eos_id",
+//                  "unk_id", "pad_id", "add_bos", "add_eos", "add_space_prefix"}
+//                  (data/spm_tokenizer.h SpmVocab)
 //   byte           nothing: the byte tokenizer has no data
+// Both GGUF tokenizers have kind "gguf"; tokenizer_from_file tells them apart by "format".
 // Rebuilding from the file gives a tokenizer with the same hash() (the hash is a function of
 // the model bytes or of the vocabulary), which callers check against the hash they recorded.
 #pragma once
@@ -17,7 +22,7 @@
 namespace dark::data {
 
 struct TokenizerFile {
-  std::string name;   // a plain file name: "tokenizer.model" or "tokenizer.bpe.json"
+  std::string name;   // a plain file name: "tokenizer.model", "tokenizer.bpe.json" or "tokenizer.spm.json"
   std::string bytes;
 };
 

@@ -16,6 +16,7 @@
 #include "data/tokenizer_file.h"
 #include "data/sentencepiece_tokenizer.h"
 #include "data/shard.h"
+#include "data/spm_tokenizer.h"
 #include "tests/gguf_test_writer.h"
 #include "train/config.h"
 #include "train/safetensors.h"
@@ -141,6 +142,54 @@ std::string gguf_tokenizer(const std::string& pre, bool with_types, std::uint64_
   return w.build().bytes;
 }
 
+// A small SentencePiece-style vocabulary (tokenizer.ggml.model "llama"): specials, a
+// user-defined "\n" and two-space token, the 256 byte tokens and a few scored pieces.
+dark::data::SpmVocab small_spm_vocab() {
+  dark::data::SpmVocab v;
+  auto add = [&](const std::string& t, float score, int type) {
+    v.tokens.push_back(t);
+    v.scores.push_back(score);
+    v.token_types.push_back(type);
+  };
+  add("<pad>", 0, 3);
+  add("<eos>", 0, 3);
+  add("<bos>", 0, 3);
+  add("<unk>", 0, 2);
+  add("\n", 0, 4);
+  add("  ", 0, 4);
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof name, "<0x%02X>", b);
+    add(name, 0, 6);
+  }
+  const char* pieces[] = {"\xe2\x96\x81", "h", "e", "l", "o", "he", "ll", "hell", "hello", "\xe2\x96\x81hello", "x", "42"};
+  float score = -1;
+  for (const char* p : pieces) add(p, score -= 0.5f, 1);
+  v.pad_id = 0;
+  v.eos_id = 1;
+  v.bos_id = 2;
+  v.unk_id = 3;
+  return v;
+}
+
+std::string gguf_spm_tokenizer() {
+  const dark::data::SpmVocab v = small_spm_vocab();
+  GgufTestWriter w(3);
+  w.kv_string("tokenizer.ggml.model", "llama");
+  w.kv_string("tokenizer.ggml.pre", "default");
+  w.kv_raw("tokenizer.ggml.tokens", dark::testing::kGgufArray, GgufTestWriter::string_array_payload(v.tokens));
+  w.kv_raw("tokenizer.ggml.scores", dark::testing::kGgufArray,
+           GgufTestWriter::array_payload<float>(dark::testing::kGgufF32, v.scores));
+  w.kv_raw("tokenizer.ggml.token_type", dark::testing::kGgufArray,
+           GgufTestWriter::array_payload<std::int32_t>(dark::testing::kGgufI32, v.token_types));
+  w.kv<std::uint32_t>("tokenizer.ggml.bos_token_id", dark::testing::kGgufU32, 2);
+  w.kv<std::uint32_t>("tokenizer.ggml.eos_token_id", dark::testing::kGgufU32, 1);
+  w.kv<std::uint32_t>("tokenizer.ggml.unknown_token_id", dark::testing::kGgufU32, 3);
+  w.kv<std::uint8_t>("tokenizer.ggml.add_bos_token", dark::testing::kGgufBool, 1);
+  w.kv<std::uint8_t>("tokenizer.ggml.add_space_prefix", dark::testing::kGgufBool, 0);
+  return w.build().bytes;
+}
+
 void gguf_seeds() {
   seed("fuzz_gguf", "tensors.gguf", gguf_with_tensors());
   seed("fuzz_gguf", "tokenizer.gguf", gguf_tokenizer("smollm", true));
@@ -151,6 +200,7 @@ void gguf_seeds() {
   seed("fuzz_bpe_gguf", "gpt2.gguf", gguf_tokenizer("gpt2", false));
   // Once accepted as eos id 0 (cut to int32); tests/test_bpe_tokenizer.cpp has its test.
   seed("fuzz_bpe_gguf", "regression-eos-id-above-int32.gguf", gguf_tokenizer("gpt2", false, std::uint64_t{1} << 32));
+  seed("fuzz_bpe_gguf", "spm.gguf", gguf_spm_tokenizer());
 }
 
 void tokenizer_seeds() {
@@ -179,7 +229,8 @@ void tokenizer_seeds() {
 }
 
 // The JSON tokenizer files: a small vocabulary with merges and a special token, as our
-// tokenizer.bpe.json (leading byte 0) and as Hugging Face tokenizer.json (leading byte 1).
+// tokenizer.bpe.json (leading byte 0) and as Hugging Face tokenizer.json (leading byte 1);
+// the small SentencePiece-style vocabulary as tokenizer.spm.json (leading byte 0).
 void tokenizer_file_seeds() {
   dark::data::BpeVocab v;
   v.tokens = {"<|endoftext|>", "<|im_start|>"};
@@ -199,6 +250,8 @@ void tokenizer_file_seeds() {
          std::string(1, '\0') + dark::data::tokenizer_file(t)->bytes);
     seed("fuzz_tokenizer_files", std::string("hf_") + pre + ".json", std::string(1, '\1') + dark::data::hf_tokenizer_json(v));
   }
+  const dark::data::SpmTokenizer spm(small_spm_vocab());
+  seed("fuzz_tokenizer_files", "spm.json", std::string(1, '\0') + dark::data::tokenizer_file(spm)->bytes);
 }
 
 void shard_seeds() {

@@ -1,6 +1,6 @@
 // libFuzzer target: the two JSON tokenizer files we read, chosen by the first input byte:
-//   even: tokenizer.bpe.json, the byte-level BPE file a checkpoint carries
-//         (data/tokenizer_file.h tokenizer_from_file);
+//   even: tokenizer.bpe.json or tokenizer.spm.json, the GGUF tokenizer files a checkpoint
+//         carries (data/tokenizer_file.h tokenizer_from_file, kind "gguf");
 //   odd:  a Hugging Face tokenizer.json (data/hf_tokenizer_json.h parse_hf_tokenizer_json),
 //         then a BpeTokenizer built from it with eos = token 0.
 // Each must be accepted or rejected with dark::Error. An accepted one must encode to ids in
