@@ -31,6 +31,10 @@ enum class Mode { linear, exact };
 enum class Proposal { isotropic, variance_optimal };
 enum class MatrixScope { head, layer };      // DARKFormer: one M per key/value head, or per layer
 enum class MatrixInit { identity, whiten };  // DARKFormer: M's initial value
+// What a sliding-window layer (Gemma 3's local layers) runs when the kind is not softmax:
+// softmax = exact windowed softmax, so swapping the attention replaces the global layers
+// only; same = the configured kind (a windowed random-feature attention; not built yet).
+enum class WindowedLayers { softmax, same };
 
 struct DarkformerSettings {
   MatrixScope scope = MatrixScope::head;  // one M per (layer, kv head), or one per layer shared by its heads
@@ -59,6 +63,7 @@ struct AttentionConfig {
   Proposal proposal = Proposal::isotropic;
   int chunk_size = 64;           // causal linear-attention chunk length, >= 1
   int calibration_batches = 4;   // training batches measured for darkformer.init=whiten and proposal=variance_optimal
+  WindowedLayers windowed_layers = WindowedLayers::softmax;  // sliding-window layers: exact softmax, or this kind
   DarkformerSettings darkformer;
   LfkSettings lfk;
   std::vector<LayerOverride> layers;  // per-layer overrides (resolved per layer by the run config)
@@ -106,6 +111,11 @@ template <>
 struct EnumNames<attention::MatrixInit> {
   static constexpr std::array<std::pair<attention::MatrixInit, std::string_view>, 2> table{
       {{attention::MatrixInit::identity, "identity"}, {attention::MatrixInit::whiten, "whiten"}}};
+};
+template <>
+struct EnumNames<attention::WindowedLayers> {
+  static constexpr std::array<std::pair<attention::WindowedLayers, std::string_view>, 2> table{
+      {{attention::WindowedLayers::softmax, "softmax"}, {attention::WindowedLayers::same, "same"}}};
 };
 template <>
 struct EnumNames<attention::FeatureDraw> {

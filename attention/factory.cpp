@@ -16,6 +16,13 @@ nn::AttentionFactory make_factory(const AttentionConfig& config) {
 nn::AttentionFactory make_layer_factory(std::function<AttentionConfig(int layer)> config_of_layer) {
   return [config_of_layer](const nn::AttentionShape& shape) -> std::unique_ptr<nn::AttentionKernel> {
     const AttentionConfig c = config_of_layer(shape.layer);
+    if (shape.window > 0 && c.kind != Kind::softmax) {
+      DARK_CHECK(c.windowed_layers == WindowedLayers::softmax, "config: attention.windowed_layers: \"same\" asks for ",
+                 enum_name(c.kind), " attention on the sliding-window layer ", shape.layer,
+                 ", and windowed random-feature attention is not implemented yet; use \"softmax\" (exact windowed "
+                 "softmax on those layers)");
+      return std::make_unique<SoftmaxAttention>(shape);
+    }
     switch (c.kind) {
       case Kind::softmax: return std::make_unique<SoftmaxAttention>(shape);
       case Kind::performer: return std::make_unique<PerformerAttention>(shape, c);

@@ -28,23 +28,34 @@ Init residual_init(const ModelConfig& c, const std::string& name) {
 
 SelfAttention::SelfAttention(const ModelConfig& c, int layer, const Init& init, const Init& out_init,
                              const AttentionFactory& factory)
-    : q_proj(c.d_model, c.n_heads * c.head_dim(), init.with_name(init.name + ".q_proj")),
-      k_proj(c.d_model, c.n_kv_heads * c.head_dim(), init.with_name(init.name + ".k_proj")),
-      v_proj(c.d_model, c.n_kv_heads * c.head_dim(), init.with_name(init.name + ".v_proj")),
-      o_proj(c.n_heads * c.head_dim(), c.d_model, out_init.with_name(out_init.name + ".o_proj")),
-      kernel(factory(AttentionShape{c.n_heads, c.n_kv_heads, c.head_dim(), layer, c.dtype})),
-      n_heads(c.n_heads), n_kv_heads(c.n_kv_heads), head_dim(c.head_dim()), rope_theta(c.rope_theta) {
+    : q_proj(c.d_model, c.n_heads * c.head_size(), init.with_name(init.name + ".q_proj")),
+      k_proj(c.d_model, c.n_kv_heads * c.head_size(), init.with_name(init.name + ".k_proj")),
+      v_proj(c.d_model, c.n_kv_heads * c.head_size(), init.with_name(init.name + ".v_proj")),
+      o_proj(c.n_heads * c.head_size(), c.d_model, out_init.with_name(out_init.name + ".o_proj")),
+      kernel(factory(AttentionShape{c.n_heads, c.n_kv_heads, c.head_size(), layer, c.dtype, c.window_of(layer)})),
+      n_heads(c.n_heads), n_kv_heads(c.n_kv_heads), head_dim(c.head_size()), rope_theta(c.rope_theta_of(layer)) {
   register_module("q_proj", q_proj);
   register_module("k_proj", k_proj);
   register_module("v_proj", v_proj);
   register_module("o_proj", o_proj);
+  if (c.family == ModelFamily::gemma3) {
+    q_norm = std::make_unique<RMSNorm>(head_dim, c.norm_eps, c.dtype);
+    k_norm = std::make_unique<RMSNorm>(head_dim, c.norm_eps, c.dtype);
+    register_module("q_norm", *q_norm);
+    register_module("k_norm", *k_norm);
+  }
   register_module("feature_map", *kernel);
 }
 
 SelfAttention::Heads SelfAttention::project(const Tensor& x, std::int64_t position) {
   const std::int64_t B = x.size(0), T = x.size(1);
-  return {rope(reshape(q_proj.forward(x), {B, T, n_heads, head_dim}), rope_theta, position),
-          rope(reshape(k_proj.forward(x), {B, T, n_kv_heads, head_dim}), rope_theta, position),
+  Tensor q = reshape(q_proj.forward(x), {B, T, n_heads, head_dim});
+  Tensor k = reshape(k_proj.forward(x), {B, T, n_kv_heads, head_dim});
+  if (q_norm) {  // QK-norm comes before the rotation, as in Gemma 3
+    q = q_norm->forward(q);
+    k = k_norm->forward(k);
+  }
+  return {rope(q, rope_theta, position), rope(k, rope_theta, position),
           reshape(v_proj.forward(x), {B, T, n_kv_heads, head_dim})};
 }
 
@@ -62,29 +73,43 @@ DecoderBlock::DecoderBlock(const ModelConfig& c, int layer, const AttentionFacto
     : input_layernorm(c.d_model, c.norm_eps, c.dtype),
       self_attn(c, layer, layer_init(c, "model.layers." + std::to_string(layer) + ".self_attn"),
                 residual_init(c, "model.layers." + std::to_string(layer) + ".self_attn"), factory),
-      post_attention_layernorm(c.d_model, c.norm_eps, c.dtype),
+      mlp_input_norm(c.d_model, c.norm_eps, c.dtype),
       mlp(c.d_model, c.d_ff, c.mlp, layer_init(c, "model.layers." + std::to_string(layer) + ".mlp"),
           residual_init(c, "model.layers." + std::to_string(layer) + ".mlp")),
       dropout_p(c.dropout), seed(c.seed) {
   register_module("input_layernorm", input_layernorm);
   register_module("self_attn", self_attn);
-  register_module("post_attention_layernorm", post_attention_layernorm);
+  if (c.family == ModelFamily::gemma3) {
+    attention_output_norm = std::make_unique<RMSNorm>(c.d_model, c.norm_eps, c.dtype);
+    mlp_output_norm = std::make_unique<RMSNorm>(c.d_model, c.norm_eps, c.dtype);
+    register_module("post_attention_layernorm", *attention_output_norm);
+    register_module("pre_feedforward_layernorm", mlp_input_norm);
+    register_module("post_feedforward_layernorm", *mlp_output_norm);
+  } else {
+    register_module("post_attention_layernorm", mlp_input_norm);
+  }
   register_module("mlp", mlp);
 }
 
 Tensor DecoderBlock::forward(const Tensor& x, std::uint64_t dropout_stream, const Tensor& key_mask) {
   const bool drop = training() && dropout_p > 0.0;
   Tensor h = self_attn.forward(input_layernorm.forward(x), key_mask);
+  if (attention_output_norm) h = attention_output_norm->forward(h);
   if (drop) h = dropout(h, dropout_p, seed, dropout_stream);
   const Tensor x1 = add(x, h);
-  Tensor m = mlp.forward(post_attention_layernorm.forward(x1));
+  Tensor m = mlp.forward(mlp_input_norm.forward(x1));
+  if (mlp_output_norm) m = mlp_output_norm->forward(m);
   if (drop) m = dropout(m, dropout_p, seed, dropout_stream + 1);
   return add(x1, m);
 }
 
 Tensor DecoderBlock::decode(const Tensor& x, std::int64_t position, std::unique_ptr<DecodeState>& state) {
-  const Tensor x1 = add(x, self_attn.decode(input_layernorm.forward(x), position, state));
-  return add(x1, mlp.forward(post_attention_layernorm.forward(x1)));
+  Tensor h = self_attn.decode(input_layernorm.forward(x), position, state);
+  if (attention_output_norm) h = attention_output_norm->forward(h);
+  const Tensor x1 = add(x, h);
+  Tensor m = mlp.forward(mlp_input_norm.forward(x1));
+  if (mlp_output_norm) m = mlp_output_norm->forward(m);
+  return add(x1, m);
 }
 
 CausalLM::Inner::Inner(const ModelConfig& c, const AttentionFactory& factory)
@@ -119,11 +144,19 @@ Tensor CausalLM::logits_of(const Tensor& h) {
   return reshape(matmul(reshape(normed, {B * T, config_.d_model}), head, false, true), {B, T, config_.vocab_size});
 }
 
+Tensor CausalLM::embed(const Tensor& ids) {
+  const Tensor h = model.embed_tokens.forward(ids);
+  // Gemma scales the (tied) embedding up on the way in, by sqrt(d_model); the head reads the
+  // table unscaled.
+  if (config_.family != ModelFamily::gemma3) return h;
+  return mul_scalar(h, std::sqrt(static_cast<double>(config_.d_model)));
+}
+
 Tensor CausalLM::hidden_states(const Tensor& ids, std::uint64_t step, const Tensor& key_mask) {
   DARK_CHECK(ids.dim() == 2, "CausalLM: token ids must be (batch, time), got ", ids.describe());
   DARK_CHECK(!key_mask.defined() || key_mask.shape() == ids.shape(), "CausalLM: key_mask ", key_mask.describe(),
              " must have the token ids' shape ", ids.describe());
-  Tensor h = model.embed_tokens.forward(ids);
+  Tensor h = embed(ids);
   for (std::size_t i = 0; i < model.layers.size(); ++i) {
     DecoderBlock& layer = *model.layers[i];
     const std::uint64_t stream = (step << 16) + 2 * i + 1;  // distinct dropout stream per (step, layer, site)
@@ -171,7 +204,7 @@ Tensor CausalLM::decode(const Tensor& ids, DecodeCache& cache) {
   DARK_CHECK(!training(), "CausalLM::decode: call model.train(false) first (decoding has eval semantics)");
   NoGradGuard no_grad;
   cache.layers.resize(model.layers.size());
-  Tensor h = model.embed_tokens.forward(ids);
+  Tensor h = embed(ids);
   for (std::size_t i = 0; i < model.layers.size(); ++i) h = model.layers[i]->decode(h, cache.position, cache.layers[i]);
   cache.position += ids.size(1);
   return logits_of(h);

@@ -1,6 +1,15 @@
 // A Llama-style causal language model: token embedding, N pre-norm decoder blocks
 // (RMSNorm -> self-attention with RoPE and grouped-query heads -> residual, RMSNorm ->
 // gated MLP -> residual), a final RMSNorm and the LM head (tied to the embedding or not).
+//
+// The gemma3 family changes, as Gemma 3 does: the embedding output is scaled by
+// sqrt(d_model); attention and MLP outputs are normed again before their residual add
+// ("sandwich" norms: post_attention_layernorm, pre_ and post_feedforward_layernorm in Hugging
+// Face's names); q and k are RMS-normed over the head dimension before RoPE (q_norm, k_norm);
+// layers alternate sliding-window ("local", model.sliding_window keys back, RoPE base
+// model.rope_local_theta) and full ("global", every model.sliding_window_pattern-th layer,
+// RoPE base model.rope_theta) attention. RMSNorm weights are the multipliers themselves
+// everywhere (Gemma's checkpoints store w with the multiplier 1 + w; import and export shift).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -12,14 +21,18 @@
 
 namespace dark::nn {
 
+enum class ModelFamily { llama, gemma3 };
+
 // The model section of a run config, owned here; the run config's schema (train/config.cpp)
 // binds its rows to these members ("model.d_model" is d_model). 0 marks the auto values.
 struct ModelConfig {
+  ModelFamily family = ModelFamily::llama;
   int vocab_size = 0;           // token vocabulary size; 0 = the tokenizer's (the run sets it before building)
   int d_model = 256;            // width of the residual stream
   int n_layers = 4;             // decoder blocks
   int n_heads = 4;              // query heads per attention layer
   int n_kv_heads = 0;           // key/value heads (grouped-query attention); 0 = n_heads
+  int head_dim = 0;             // per-head width of q, k and v; 0 = d_model / n_heads
   int d_ff = 0;                 // gated-MLP hidden width; 0 = auto_d_ff(d_model)
   MlpKind mlp = MlpKind::swiglu;
   double rope_theta = 10000.0;  // RoPE base frequency
@@ -28,16 +41,27 @@ struct ModelConfig {
   double dropout = 0.0;         // dropout probability, in [0, 1)
   double init_std = 0.02;       // standard deviation of the normal weight initialisation
   int max_seq_len = 0;          // longest sequence (exported as max_position_embeddings); 0 = the data's seq_len, set by the run
+  // gemma3 only: sliding-window layers.
+  int sliding_window = 512;          // keys a local layer's query sees, itself included
+  int sliding_window_pattern = 6;    // every n-th layer (n-1, 2n-1, ...) is global; the others local
+  double rope_local_theta = 10000.0; // RoPE base of the local layers
 
   // Not config keys: set by whoever builds the model.
   std::uint64_t seed = 0;    // the run's seed: keys the initialisation and dropout streams
   DType dtype = DType::f32;  // parameters' dtype (f64 for reference tests)
 
-  std::int64_t head_dim() const { return d_model / n_heads; }
-  // A copy with the auto values n_kv_heads and d_ff filled in.
+  std::int64_t head_size() const { return head_dim > 0 ? head_dim : d_model / n_heads; }
+  // Whether `layer` attends through a sliding window (a gemma3 local layer); its window size
+  // and RoPE base.
+  bool is_local_layer(int layer) const;
+  std::int64_t window_of(int layer) const { return is_local_layer(layer) ? sliding_window : 0; }
+  double rope_theta_of(int layer) const { return is_local_layer(layer) ? rope_local_theta : rope_theta; }
+  // A copy with the auto values n_kv_heads and d_ff filled in (head_dim stays 0 = auto:
+  // head_size() resolves it).
   ModelConfig resolved() const;
-  // The shape rules (n_heads divides d_model, an even head dimension for RoPE, n_kv_heads
-  // divides n_heads), on the resolved values; errors read "config: model.KEY: ...".
+  // The shape rules (n_heads divides d_model unless head_dim is given, an even head dimension
+  // for RoPE, n_kv_heads divides n_heads, a positive window and pattern for gemma3), on the
+  // resolved values; errors read "config: model.KEY: ...".
   void validate() const;
 };
 
@@ -52,6 +76,7 @@ class SelfAttention : public Module {
   // The T positions of x that follow the `position` positions `state` has seen.
   Tensor decode(const Tensor& x, std::int64_t position, std::unique_ptr<DecodeState>& state);
   Linear q_proj, k_proj, v_proj, o_proj;
+  std::unique_ptr<RMSNorm> q_norm, k_norm;  // gemma3's QK-norm over the head dimension; null otherwise
   std::unique_ptr<AttentionKernel> kernel;
   std::int64_t n_heads, n_kv_heads, head_dim;
   double rope_theta;
@@ -72,8 +97,10 @@ class DecoderBlock : public Module {
   Tensor decode(const Tensor& x, std::int64_t position, std::unique_ptr<DecodeState>& state);
   RMSNorm input_layernorm;
   SelfAttention self_attn;
-  RMSNorm post_attention_layernorm;
+  std::unique_ptr<RMSNorm> attention_output_norm;  // gemma3: post_attention_layernorm; null for llama
+  RMSNorm mlp_input_norm;  // llama: post_attention_layernorm; gemma3: pre_feedforward_layernorm
   GatedMlp mlp;
+  std::unique_ptr<RMSNorm> mlp_output_norm;  // gemma3: post_feedforward_layernorm; null for llama
   double dropout_p;
   std::uint64_t seed;
 };
@@ -125,6 +152,15 @@ class CausalLM : public Module {
   // The last decoder block's output (B, T, d_model).
   Tensor hidden_states(const Tensor& ids, std::uint64_t step, const Tensor& key_mask);
   Tensor logits_of(const Tensor& hidden);  // final norm and LM head
+  Tensor embed(const Tensor& ids);         // token embeddings, scaled for gemma3
 };
 
 }  // namespace dark::nn
+
+namespace dark {
+template <>
+struct EnumNames<nn::ModelFamily> {
+  static constexpr std::array<std::pair<nn::ModelFamily, std::string_view>, 2> table{
+      {{nn::ModelFamily::llama, "llama"}, {nn::ModelFamily::gemma3, "gemma3"}}};
+};
+}  // namespace dark

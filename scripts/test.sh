@@ -27,7 +27,7 @@ if [[ -n "${DARK_USE_CUDA:-}" ]]; then cmake_args+=(-DDARK_USE_CUDA="$DARK_USE_C
 [[ -x /usr/local/cuda/bin/nvcc ]] && export PATH="/usr/local/cuda/bin:$PATH"
 
 scripts/install-deps.sh
-scripts/fetch-models.sh  # the pretrained model the GGUF tests read
+scripts/fetch-models.sh all  # the pretrained models the GGUF tests read (SmolLM2, Gemma 3 270M)
 cmake -S . -B "$build_dir" "${cmake_args[@]}"
 cmake --build "$build_dir" -j "${JOBS:-$(nproc)}"
 ctest --test-dir "$build_dir" --output-on-failure -j "${JOBS:-$(nproc)}" "$@"

@@ -172,7 +172,8 @@ TEST(Config, IntegersWrittenAsFloatsAndNonSoftmaxKindsParse) {
 
 TEST(Config, CrossFieldChecks) {
   EXPECT_EQ(parse_error(R"({"model": {"n_heads": 6}})"),
-            "config: model.n_heads: 6 does not divide model.d_model (256)");
+            "config: model.n_heads: 6 does not divide model.d_model (256); set model.head_dim to use heads of "
+            "another width");
   EXPECT_EQ(parse_error(R"({"model": {"d_model": 12, "n_heads": 4}})"),
             "config: model.n_heads: head dimension model.d_model / model.n_heads = 12 / 4 = 3 is odd; "
             "RoPE rotates pairs of dimensions");
@@ -215,7 +216,8 @@ TEST(Config, UnknownKeysSuggestTheClosest) {
             "config: training.lr: unknown key (did you mean optimizer.lr?)");
   EXPECT_EQ(parse_error(R"({"attention": {"features": 3}})"),
             "config: attention.features: unknown key (attention has: kind, num_features, draw, "
-            "redraw_interval, eps, mode, proposal, chunk_size, calibration_batches, darkformer, lfk, layers)");
+            "redraw_interval, eps, mode, proposal, chunk_size, calibration_batches, windowed_layers, darkformer, lfk, "
+            "layers)");
   EXPECT_EQ(
       parse_error(R"({"xyzzy": 1})"),
       "config: xyzzy: unknown key (top-level keys: model, attention, data, optimizer, schedule, training, "
@@ -394,6 +396,46 @@ TEST(Config, PerLayerOverrides) {
     EXPECT_EQ(a.darkformer.rank, layer == 5 ? 16 : 0);
     EXPECT_EQ(a.darkformer.scope, attention::MatrixScope::head);  // not overridden anywhere
   }
+}
+
+// gemma3: heads of any width, local layers (all but every sliding_window_pattern-th) keep
+// exact windowed softmax under a random-feature kind unless windowed_layers is "same", which
+// is refused until windowed random-feature attention exists.
+TEST(Config, Gemma3FamilyAndWindowedLayers) {
+  const RunConfig c = parse_config(json::parse(R"({"model": {"family": "gemma3", "d_model": 40, "n_heads": 4,
+      "head_dim": 16, "n_layers": 6, "sliding_window_pattern": 3}, "attention": {"kind": "darkformer",
+      "proposal": "variance_optimal", "layers": {"4": {"kind": "lfk", "proposal": "isotropic"}}}})"));
+  EXPECT_EQ(c.model.head_size(), 16);
+  for (int layer = 0; layer < 6; ++layer) {
+    SCOPED_TRACE(layer);
+    const bool global = layer == 2 || layer == 5;
+    EXPECT_EQ(c.model.is_local_layer(layer), !global);
+    EXPECT_EQ(c.model.window_of(layer), global ? 0 : 512);
+    EXPECT_EQ(c.model.rope_theta_of(layer), global ? 10000.0 : c.model.rope_local_theta);
+    EXPECT_EQ(keeps_windowed_softmax(c, layer), !global);
+    const attention::AttentionConfig a = attention_for_layer(c, layer);
+    EXPECT_EQ(a.kind, global ? attention::Kind::darkformer : attention::Kind::softmax);
+    EXPECT_EQ(a.proposal, global ? attention::Proposal::variance_optimal : attention::Proposal::isotropic);
+  }
+  // The llama family has no local layers, whatever the window keys say.
+  const RunConfig llama = parse_config(json::parse(R"({"model": {"sliding_window_pattern": 2},
+      "attention": {"kind": "performer"}})"));
+  EXPECT_FALSE(llama.model.is_local_layer(0));
+  EXPECT_EQ(attention_for_layer(llama, 0).kind, attention::Kind::performer);
+
+  EXPECT_EQ(parse_error(R"({"model": {"family": "gemma3", "n_layers": 2}, "attention": {"kind": "performer",
+      "windowed_layers": "same"}})"),
+            "config: attention.windowed_layers: \"same\" puts performer attention on the sliding-window layer 0, and "
+            "windowed random-feature attention is not implemented yet; use \"softmax\" (exact windowed softmax on "
+            "those layers)");
+  EXPECT_NO_THROW(parse_config(json::parse(R"({"model": {"family": "gemma3", "n_layers": 2},
+      "attention": {"windowed_layers": "same"}})")));
+  EXPECT_EQ(parse_error(R"({"model": {"d_model": 40, "n_heads": 3}})"),
+            "config: model.n_heads: 3 does not divide model.d_model (40); set model.head_dim to use heads of another "
+            "width");
+  EXPECT_EQ(parse_error(R"({"model": {"head_dim": 15}})"),
+            "config: model.head_dim: 15 is odd; RoPE rotates pairs of dimensions");
+  EXPECT_EQ(parse_error(R"({"model": {"family": "gemma2"}})").substr(0, 34), "config: model.family: \"gemma2\" is ");
 }
 
 TEST(Config, PerLayerOverrideErrors) {

@@ -62,6 +62,22 @@ TEST(MemoryEstimate, ParameterShapesAreTheModelsForEveryKind) {
   }
 }
 
+// Gemma 3's family: q/k norms, four norms a block, and heads wider than d_model / n_heads.
+TEST(MemoryEstimate, ParameterShapesAreTheModelsForGemma3) {
+  const RunConfig c = config_of(R"({"model": {"family": "gemma3", "d_model": 32, "n_layers": 3, "n_heads": 4,
+                                              "n_kv_heads": 1, "head_dim": 16, "mlp": "geglu_tanh",
+                                              "sliding_window": 4, "sliding_window_pattern": 2},
+                                    "attention": {"kind": "darkformer"},
+                                    "data": {"seq_len": 8}, "training": {"steps": 10}, "schedule": {"warmup_steps": 0}})",
+                                40);
+  const auto model = build_model(c);
+  std::vector<std::pair<std::string, std::int64_t>> built, estimated;
+  for (auto& [name, p] : model->named_parameters()) built.emplace_back(name, p->numel());
+  for (const ParameterShape& p : parameter_shapes(c)) estimated.emplace_back(p.name, p.numel);
+  std::sort(built.begin(), built.end()), std::sort(estimated.begin(), estimated.end());
+  EXPECT_EQ(estimated, built);
+}
+
 // The tiny model by hand: V 16, d 8, one block, d_ff 16. Parameters: embedding 16*8 = 128,
 // two norms 8 each, q, k, v, o 64 each, gate and up 16*8 = 128 each, down 128, final norm
 // 8: 792 in 11 tensors, each under 512 bytes, so one 512-byte block each (5632 bytes). The

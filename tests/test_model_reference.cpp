@@ -1,6 +1,7 @@
 // The whole model against an independent PyTorch implementation of the same architecture
 // (tests/reference/gen_model.py): same weights, same batch; the loss and every parameter
-// gradient must agree in float64, and the loss in float32.
+// gradient must agree in float64, and the loss in float32. The gemma3 case covers the Gemma 3
+// family: sliding-window layers, QK-norm, sandwich norms, scaled embedding, tanh GeGLU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -34,6 +35,13 @@ Reference load(const std::string& name, DType dtype) {
   r.config.rope_theta = c.at("rope_theta");
   r.config.norm_eps = c.at("norm_eps");
   r.config.tie_embeddings = c.at("tie_embeddings");
+  if (c.contains("family")) {  // the gemma3 case
+    r.config.family = parse_enum<nn::ModelFamily>(c.at("family").get<std::string>(), "family");
+    r.config.head_dim = c.at("head_dim");
+    r.config.sliding_window = c.at("sliding_window");
+    r.config.sliding_window_pattern = c.at("sliding_window_pattern");
+    r.config.rope_local_theta = c.at("rope_local_theta");
+  }
   r.config.dtype = dtype;
   return r;
 }
@@ -84,7 +92,7 @@ TEST_P(ModelReference, Float32LossMatchesPyTorch) {
   EXPECT_NEAR(loss, r.file.tensors.at("loss").item(), 1e-5) << kRegenerate;
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, ModelReference, ::testing::Values("gqa_untied_swiglu", "tied_geglu"));
+INSTANTIATE_TEST_SUITE_P(Models, ModelReference, ::testing::Values("gqa_untied_swiglu", "tied_geglu", "gemma3"));
 
 }  // namespace
 }  // namespace dark

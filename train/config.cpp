@@ -340,6 +340,9 @@ Field layer_overrides(std::string path, Access access, std::string description) 
 // The schema, in documentation order. Defaults are RunConfig's member initialisers.
 std::vector<Field> make_schema() {
   return {
+      choice(DARK_CONFIG_MEMBER(model.family),
+             "architecture: llama (pre-norm blocks) or gemma3 (scaled embedding, sandwich norms, QK-norm, "
+             "sliding-window local layers)"),
       integer(DARK_CONFIG_MEMBER(model.vocab_size), 0,
               "token vocabulary size; 0 = take it from the tokenizer"),
       integer(DARK_CONFIG_MEMBER(model.d_model), 1, "width of the residual stream"),
@@ -347,9 +350,11 @@ std::vector<Field> make_schema() {
       integer(DARK_CONFIG_MEMBER(model.n_heads), 1, "query heads per attention layer; must divide d_model"),
       integer(DARK_CONFIG_MEMBER(model.n_kv_heads), 0,
               "key/value heads (grouped-query attention); must divide n_heads; 0 = n_heads"),
+      integer(DARK_CONFIG_MEMBER(model.head_dim), 0, "per-head width of q, k and v; 0 = d_model / n_heads"),
       integer(DARK_CONFIG_MEMBER(model.d_ff), 0,
               "gated-MLP hidden width; 0 = the multiple of 64 nearest 8/3 d_model"),
-      choice(DARK_CONFIG_MEMBER(model.mlp), "gated-MLP activation (SiLU or GELU gate)"),
+      choice(DARK_CONFIG_MEMBER(model.mlp),
+             "gated-MLP activation: SiLU, exact GELU or tanh-approximated GELU (geglu_tanh) gate"),
       number(DARK_CONFIG_MEMBER(model.rope_theta), positive(), "RoPE base frequency"),
       number(DARK_CONFIG_MEMBER(model.norm_eps), positive(), "RMSNorm epsilon"),
       boolean(DARK_CONFIG_MEMBER(model.tie_embeddings), "lm_head shares the token-embedding matrix"),
@@ -358,6 +363,11 @@ std::vector<Field> make_schema() {
              "standard deviation of the normal weight initialisation"),
       integer(DARK_CONFIG_MEMBER(model.max_seq_len), 0,
               "longest sequence the model accepts (RoPE table length); 0 = data.seq_len"),
+      integer(DARK_CONFIG_MEMBER(model.sliding_window), 1,
+              "gemma3: keys a local layer's query attends to, itself included"),
+      integer(DARK_CONFIG_MEMBER(model.sliding_window_pattern), 1,
+              "gemma3: every n-th layer (layers n-1, 2n-1, ...) is global, the others local; 1 = all global"),
+      number(DARK_CONFIG_MEMBER(model.rope_local_theta), positive(), "gemma3: RoPE base frequency of the local layers"),
 
       choice(DARK_CONFIG_MEMBER(attention.kind),
              "attention mechanism of every layer (attention.layers overrides it per layer)"),
@@ -383,6 +393,9 @@ std::vector<Field> make_schema() {
       integer(DARK_CONFIG_MEMBER(attention.calibration_batches), 1,
               "training batches measured before step 1 for darkformer.init whiten and proposal "
               "variance_optimal; unused otherwise"),
+      choice(DARK_CONFIG_MEMBER(attention.windowed_layers),
+             "what sliding-window layers (gemma3's local layers) run when kind is not softmax: softmax = exact "
+             "windowed softmax (a swap replaces the global layers only), same = the configured kind"),
       choice(DARK_CONFIG_MEMBER(attention.darkformer.scope),
              "DARKFormer: head = one learned M per (layer, key/value head); layer = one M per layer, shared by "
              "its heads"),
@@ -711,7 +724,10 @@ const std::vector<ConfigKey>& config_keys() {
   return keys;
 }
 
-attention::AttentionConfig attention_for_layer(const RunConfig& config, int layer) {
+namespace {
+// The base attention settings with the overrides of `layer` applied, before windowed layers
+// are considered.
+attention::AttentionConfig configured_attention(const RunConfig& config, int layer) {
   RunConfig effective;
   effective.attention = config.attention;
   effective.attention.layers.clear();
@@ -720,6 +736,24 @@ attention::AttentionConfig attention_for_layer(const RunConfig& config, int laye
   }
   effective.attention.seed = config.seed;
   return effective.attention;
+}
+}  // namespace
+
+bool keeps_windowed_softmax(const RunConfig& config, int layer) {
+  const attention::AttentionConfig a = configured_attention(config, layer);
+  return config.model.is_local_layer(layer) && a.kind != attention::Kind::softmax &&
+         a.windowed_layers == attention::WindowedLayers::softmax;
+}
+
+attention::AttentionConfig attention_for_layer(const RunConfig& config, int layer) {
+  attention::AttentionConfig a = configured_attention(config, layer);
+  if (keeps_windowed_softmax(config, layer)) {
+    // The layer runs exact windowed softmax; the random-feature options do not apply to it.
+    a.kind = attention::Kind::softmax;
+    a.mode = attention::Mode::linear;
+    a.proposal = attention::Proposal::isotropic;
+  }
+  return a;
 }
 
 void resolve_config(RunConfig& config, const std::string& config_stem) {
@@ -774,9 +808,16 @@ void validate_config(const RunConfig& config) {
   validate_layer_ranges(config.attention.layers, m.n_layers);
   // After the range checks: each layer's effective settings are then the base and at most
   // one override, so checking once per override covers every layer.
-  attention::validate(config.attention, m.head_dim(), "attention");
+  attention::validate(config.attention, m.head_size(), "attention");
   for (const attention::LayerOverride& o : config.attention.layers)
-    attention::validate(attention_for_layer(config, o.first), m.head_dim(), override_path(o));
+    attention::validate(attention_for_layer(config, o.first), m.head_size(), override_path(o));
+  for (int layer = 0; layer < m.n_layers; ++layer) {
+    const attention::AttentionConfig a = attention_for_layer(config, layer);
+    if (m.is_local_layer(layer) && a.kind != attention::Kind::softmax)
+      fail("attention.windowed_layers", str("\"same\" puts ", enum_name(a.kind), " attention on the sliding-window layer ",
+                                            layer, ", and windowed random-feature attention is not implemented yet; use "
+                                            "\"softmax\" (exact windowed softmax on those layers)"));
+  }
   if (m.max_seq_len != 0 && m.max_seq_len < config.data.seq_len) {
     fail("model.max_seq_len", str(m.max_seq_len, " is less than data.seq_len (", config.data.seq_len, ")"));
   }

@@ -113,8 +113,12 @@ struct RunConfig {
 };
 
 // The attention settings of one layer: the base config with the overrides whose range holds
-// `layer` applied (`layers` cleared), and the run's seed.
+// `layer` applied (`layers` cleared), and the run's seed. A sliding-window layer (gemma3's
+// local layers) whose kind is not softmax gets kind softmax (exact windowed softmax) unless
+// attention.windowed_layers is "same".
 attention::AttentionConfig attention_for_layer(const RunConfig& config, int layer);
+// Whether attention_for_layer() turned `layer` back to windowed softmax.
+bool keeps_windowed_softmax(const RunConfig& config, int layer);
 
 // ---- the documented keys (from the schema, in documentation order) ----
 struct ConfigKey {

@@ -53,10 +53,11 @@ struct ArchitectureKey {
 
 const std::vector<ArchitectureKey>& architecture_keys() {
   static const std::vector<ArchitectureKey> keys = {
-      DARK_ARCH_KEY(vocab_size), DARK_ARCH_KEY(d_model),    DARK_ARCH_KEY(n_layers),
-      DARK_ARCH_KEY(n_heads),    DARK_ARCH_KEY(n_kv_heads), DARK_ARCH_KEY(d_ff),
-      DARK_ARCH_KEY(mlp),        DARK_ARCH_KEY(rope_theta), DARK_ARCH_KEY(norm_eps),
-      DARK_ARCH_KEY(tie_embeddings)};
+      DARK_ARCH_KEY(family),         DARK_ARCH_KEY(vocab_size),     DARK_ARCH_KEY(d_model),
+      DARK_ARCH_KEY(n_layers),       DARK_ARCH_KEY(n_heads),        DARK_ARCH_KEY(n_kv_heads),
+      DARK_ARCH_KEY(head_dim),       DARK_ARCH_KEY(d_ff),           DARK_ARCH_KEY(mlp),
+      DARK_ARCH_KEY(rope_theta),     DARK_ARCH_KEY(norm_eps),       DARK_ARCH_KEY(tie_embeddings),
+      DARK_ARCH_KEY(sliding_window), DARK_ARCH_KEY(sliding_window_pattern), DARK_ARCH_KEY(rope_local_theta)};
   return keys;
 }
 #undef DARK_ARCH_KEY
@@ -65,7 +66,7 @@ const std::vector<ArchitectureKey>& architecture_keys() {
 
 InitSource load_init_source(const std::string& path) {
   if (path.ends_with(".gguf")) {
-    ImportedModel imported = import_gguf_llama(path);
+    ImportedModel imported = import_gguf(path);
     InitSource source;
     source.path = path;
     source.description = "GGUF " + path;

@@ -5,6 +5,7 @@
 
 #include <optional>
 
+#include "autograd/ops.h"
 #include "core/file_io.h"
 #include "data/bpe_tokenizer.h"
 #include "data/hf_tokenizer_json.h"
@@ -78,6 +79,36 @@ TokenizerFiles bpe_files(const data::BpeVocab& vocab, const data::Tokenizer& t, 
   return f;
 }
 
+// Hugging Face's hidden_act of a gated-MLP kind.
+const char* hf_hidden_act(nn::MlpKind kind) {
+  switch (kind) {
+    case nn::MlpKind::swiglu: return "silu";
+    case nn::MlpKind::geglu: return "gelu";
+    case nn::MlpKind::geglu_tanh: return "gelu_pytorch_tanh";
+  }
+  throw Error(str("export-hf: unknown MLP kind ", static_cast<int>(kind)));
+}
+
+// Gemma3ForCausalLM's keys over the Llama ones: the local layers as both transformers
+// spellings (layer_types, newer; sliding_window_pattern, older), Gemma's query scaling
+// (1/sqrt(query_pre_attn_scalar), which is our 1/sqrt(head_dim)) and no soft-capping.
+void add_gemma3_keys(json& hf, const nn::ModelConfig& m) {
+  hf["architectures"] = {"Gemma3ForCausalLM"};
+  hf["model_type"] = "gemma3_text";
+  hf["hidden_activation"] = hf.at("hidden_act");
+  hf["query_pre_attn_scalar"] = m.head_size();
+  hf["sliding_window"] = m.sliding_window;
+  hf["sliding_window_pattern"] = m.sliding_window_pattern;
+  hf["rope_local_base_freq"] = m.rope_local_theta;
+  json types = json::array();
+  for (int layer = 0; layer < m.n_layers; ++layer)
+    types.push_back(m.is_local_layer(layer) ? "sliding_attention" : "full_attention");
+  hf["layer_types"] = types;
+  hf["final_logit_softcapping"] = nullptr;
+  hf["attn_logit_softcapping"] = nullptr;
+  hf["rope_scaling"] = nullptr;
+}
+
 }  // namespace
 
 std::vector<fs::path> export_hf(nn::CausalLM& model, const RunConfig& c, const data::Tokenizer* tokenizer,
@@ -107,7 +138,7 @@ std::vector<fs::path> export_hf(nn::CausalLM& model, const RunConfig& c, const d
     write_file_atomic(out / name, bytes);
     written.push_back(out / name);
   };
-  const json hf = {
+  json hf = {
       {"architectures", {"LlamaForCausalLM"}},
       {"model_type", "llama"},
       {"vocab_size", c.model.vocab_size},
@@ -116,8 +147,8 @@ std::vector<fs::path> export_hf(nn::CausalLM& model, const RunConfig& c, const d
       {"num_hidden_layers", c.model.n_layers},
       {"num_attention_heads", c.model.n_heads},
       {"num_key_value_heads", c.model.n_kv_heads},
-      {"head_dim", c.model.head_dim()},
-      {"hidden_act", c.model.mlp == nn::MlpKind::swiglu ? "silu" : "gelu"},
+      {"head_dim", c.model.head_size()},
+      {"hidden_act", hf_hidden_act(c.model.mlp)},
       {"max_position_embeddings", c.model.max_seq_len},
       {"rms_norm_eps", c.model.norm_eps},
       {"rope_theta", c.model.rope_theta},
@@ -127,6 +158,8 @@ std::vector<fs::path> export_hf(nn::CausalLM& model, const RunConfig& c, const d
       {"bos_token_id", id_or_null(bos)},
       {"eos_token_id", id_or_null(eos)},
       {"torch_dtype", "float32"}};
+  const bool gemma = c.model.family == nn::ModelFamily::gemma3;
+  if (gemma) add_gemma3_keys(hf, c.model);
   write("config.json", hf.dump(2) + "\n");
   // pad_token_id only fills finished rows of a batch; without a pad token eos does, as
   // transformers itself falls back to (saying so on every call otherwise).
@@ -136,7 +169,11 @@ std::vector<fs::path> export_hf(nn::CausalLM& model, const RunConfig& c, const d
                            {"num_beams", 1}};
   write("generation_config.json", generation.dump(2) + "\n");
   TensorMap tensors;
-  for (auto& [name, p] : model.named_parameters()) tensors[name] = *p;
+  for (auto& [name, p] : model.named_parameters()) {
+    // Gemma's checkpoints hold w for the multiplier 1 + w (Gemma3RMSNorm); ours the multiplier.
+    const bool shifted = gemma && name.ends_with("norm.weight");
+    tensors[name] = shifted ? add_scalar(p->detach(), -1.0) : *p;
+  }
   save_safetensors(out / "model.safetensors", tensors, {{"format", "pt"}});
   written.push_back(out / "model.safetensors");
   if (tok) {

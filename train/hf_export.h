@@ -1,6 +1,8 @@
 // Export of a trained softmax-attention model as a Hugging Face folder that transformers loads
-// with LlamaForCausalLM.from_pretrained and AutoTokenizer.from_pretrained:
-//   config.json             LlamaConfig (architecture keys, bos/eos ids)
+// with LlamaForCausalLM.from_pretrained and AutoTokenizer.from_pretrained (a gemma3-family
+// model: Gemma3ForCausalLM, its norm weights written as w = multiplier - 1, Gemma's form; not
+// yet checked against transformers):
+//   config.json             LlamaConfig or Gemma3TextConfig (architecture keys, bos/eos ids)
 //   model.safetensors       our parameters under their own names, float32: our names are
 //                           Hugging Face Llama's, and our RoPE rotates dimension i with
 //                           i + head_dim/2 (rotate_half) as transformers does, so q_proj and

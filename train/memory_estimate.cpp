@@ -119,13 +119,19 @@ std::string mib_text(std::int64_t bytes) {
 std::vector<ParameterShape> parameter_shapes(const RunConfig& config) {
   const nn::ModelConfig m = config.model.resolved();
   DARK_CHECK(m.vocab_size > 0, "memory estimate: model.vocab_size is not set yet");
-  const std::int64_t d = m.d_model, hd = m.head_dim(), kv = static_cast<std::int64_t>(m.n_kv_heads) * hd, f = m.d_ff;
+  const std::int64_t d = m.d_model, hd = m.head_size(), kv = static_cast<std::int64_t>(m.n_kv_heads) * hd, f = m.d_ff;
   std::vector<ParameterShape> out = {{"model.embed_tokens.weight", static_cast<std::int64_t>(m.vocab_size) * d}};
   for (int i = 0; i < m.n_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
     out.push_back({p + "input_layernorm.weight", d});
-    for (const auto& [name, rows] : {std::pair{"q_proj", d}, {"k_proj", kv}, {"v_proj", kv}, {"o_proj", d}})
-      out.push_back({p + "self_attn." + name + ".weight", rows * d});
+    const std::int64_t q = static_cast<std::int64_t>(m.n_heads) * hd;
+    for (const auto& [name, numel] : {std::pair{"q_proj", q * d}, {"k_proj", kv * d}, {"v_proj", kv * d}, {"o_proj", d * q}})
+      out.push_back({p + "self_attn." + name + ".weight", numel});
+    const bool gemma = m.family == nn::ModelFamily::gemma3;
+    if (gemma) {
+      out.push_back({p + "self_attn.q_norm.weight", hd});
+      out.push_back({p + "self_attn.k_norm.weight", hd});
+    }
     const attention::AttentionConfig a = attention_for_layer(config, i);
     if (a.kind == attention::Kind::darkformer) {
       const std::int64_t count = a.darkformer.scope == attention::MatrixScope::head ? m.n_kv_heads : 1;
@@ -134,9 +140,11 @@ std::vector<ParameterShape> parameter_shapes(const RunConfig& config) {
       out.push_back({p + "self_attn.feature_map.W", m.n_kv_heads * a.num_features * hd});
     }
     out.push_back({p + "post_attention_layernorm.weight", d});
+    if (gemma) out.push_back({p + "pre_feedforward_layernorm.weight", d});
     out.push_back({p + "mlp.gate_proj.weight", f * d});
     out.push_back({p + "mlp.up_proj.weight", f * d});
     out.push_back({p + "mlp.down_proj.weight", d * f});
+    if (gemma) out.push_back({p + "post_feedforward_layernorm.weight", d});
   }
   out.push_back({"model.norm.weight", d});
   if (!m.tie_embeddings) out.push_back({"lm_head.weight", static_cast<std::int64_t>(m.vocab_size) * d});
@@ -157,7 +165,7 @@ MemoryEstimate estimate_memory(const RunConfig& config, const EstimateContext& c
   MemoryEstimate e;
   e.device = ctx.device;
   const bool bf16 = t.precision == Precision::bf16;
-  Dims s{t.batch_size, config.data.seq_len, 0, m.d_model, m.d_ff, m.n_heads, m.n_kv_heads, m.head_dim(),
+  Dims s{t.batch_size, config.data.seq_len, 0, m.d_model, m.d_ff, m.n_heads, m.n_kv_heads, m.head_size(),
          m.vocab_size, bf16 ? 2 : 4};
   s.N = s.B * s.T;
 

@@ -1,6 +1,8 @@
 // Config -> model and data (see model_builder.h).
 #include "train/model_builder.h"
 
+#include <spdlog/spdlog.h>
+
 #include "attention/factory.h"
 
 namespace dark::train {
@@ -8,6 +10,12 @@ namespace dark::train {
 std::unique_ptr<nn::CausalLM> build_model(const RunConfig& c) {
   nn::ModelConfig model = c.model;
   model.seed = c.seed;
+  int kept_softmax = 0;
+  for (int layer = 0; layer < model.n_layers; ++layer) kept_softmax += keeps_windowed_softmax(c, layer);
+  if (kept_softmax > 0)
+    spdlog::info("attention: {} sliding-window layer(s) keep exact windowed softmax (attention.windowed_layers = "
+                 "\"softmax\"); the other kinds run on the global layers",
+                 kept_softmax);
   return std::make_unique<nn::CausalLM>(model,
                                         attention::make_layer_factory([c](int layer) { return attention_for_layer(c, layer); }));
 }

@@ -271,7 +271,7 @@ ProbeReport run_probe(nn::CausalLM& model, const RunConfig& config, const data::
   std::map<std::pair<std::string, std::int64_t>, Accumulator> pooled;  // over layers
   std::map<std::pair<std::string, std::int64_t>, std::vector<double>> layer_draw_sds;
   for (std::size_t layer = 0; layer < measured.size(); ++layer) {
-    const nn::AttentionShape shape{mc.n_heads, mc.n_kv_heads, mc.head_dim(), static_cast<int>(layer), mc.dtype};
+    const nn::AttentionShape shape{mc.n_heads, mc.n_kv_heads, mc.head_size(), static_cast<int>(layer), mc.dtype};
     attention::SoftmaxAttention softmax(shape);
     std::vector<Tensor> softmax_out;
     for (const auto& in : measured[layer]) softmax_out.push_back(softmax.forward(in.q, in.k, in.v));

@@ -2,7 +2,11 @@
 """Reference values for tests/test_model_reference.cpp: an independent PyTorch
 implementation of darkformer's Llama-style causal LM (the Hugging Face Llama
 architecture: RMSNorm, RoPE with rotate_half, grouped-query attention, SwiGLU/GeGLU,
-tied or untied head), evaluated in float64 on a fixed batch.
+tied or untied head), evaluated in float64 on a fixed batch; and of its gemma3 family
+(Hugging Face Gemma 3: embedding scaled by sqrt(d_model), QK-norm before RoPE, norms on the
+attention and MLP outputs, GeGLU with tanh GELU, sliding-window local layers with their own
+RoPE base, head width independent of d_model). Norm weights are the multipliers themselves
+(Gemma's 1 + w).
 
 Writes tests/reference/model_<name>_v1.safetensors holding
   - every parameter under its Hugging Face name (float64),
@@ -38,45 +42,73 @@ def rope(x, theta):
     return x * cos + rotated * sin
 
 
-def attention(q, k, v, n_rep):
-    # q: (B, T, H, D), k, v: (B, T, Hkv, D); causal softmax attention.
+def attention(q, k, v, n_rep, window=0):
+    # q: (B, T, H, D), k, v: (B, T, Hkv, D); causal softmax attention; window > 0: query t
+    # sees keys s with t - s < window only.
     q, k, v = (t.transpose(1, 2) for t in (q, k, v))
     k = k.repeat_interleave(n_rep, dim=1)
     v = v.repeat_interleave(n_rep, dim=1)
     scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
     t_len = q.shape[2]
     mask = torch.ones(t_len, t_len, dtype=torch.bool).triu(1)
+    if window > 0:
+        mask |= torch.ones(t_len, t_len, dtype=torch.bool).tril(-window)
     scores = scores.masked_fill(mask, float("-inf"))
     out = scores.softmax(-1) @ v
     return out.transpose(1, 2).reshape(q.shape[0], t_len, -1)
 
 
+def head_dim(cfg):
+    return cfg.get("head_dim") or cfg["d_model"] // cfg["n_heads"]
+
+
+def gated_activation(gate, mlp):
+    if mlp == "swiglu":
+        return torch.nn.functional.silu(gate)
+    return torch.nn.functional.gelu(gate, approximate="tanh" if mlp == "geglu_tanh" else "none")
+
+
 def forward_loss(p, cfg, tokens):
     inputs, targets = tokens[:, :-1], tokens[:, 1:]
     b, t_len = inputs.shape
-    h_dim = cfg["d_model"] // cfg["n_heads"]
+    h_dim = head_dim(cfg)
     n_rep = cfg["n_heads"] // cfg["n_kv_heads"]
+    gemma = cfg.get("family") == "gemma3"
+    eps = cfg["norm_eps"]
     x = p["model.embed_tokens.weight"][inputs]
+    if gemma:
+        x = x * math.sqrt(cfg["d_model"])
     for i in range(cfg["n_layers"]):
         pre = f"model.layers.{i}."
-        a = rms_norm(x, p[pre + "input_layernorm.weight"], cfg["norm_eps"])
+        local = gemma and (i + 1) % cfg["sliding_window_pattern"] != 0
+        theta = cfg["rope_local_theta"] if local else cfg["rope_theta"]
+        a = rms_norm(x, p[pre + "input_layernorm.weight"], eps)
         q = (a @ p[pre + "self_attn.q_proj.weight"].T).reshape(b, t_len, cfg["n_heads"], h_dim)
         k = (a @ p[pre + "self_attn.k_proj.weight"].T).reshape(b, t_len, cfg["n_kv_heads"], h_dim)
         v = (a @ p[pre + "self_attn.v_proj.weight"].T).reshape(b, t_len, cfg["n_kv_heads"], h_dim)
-        q, k = rope(q, cfg["rope_theta"]), rope(k, cfg["rope_theta"])
-        x = x + attention(q, k, v, n_rep) @ p[pre + "self_attn.o_proj.weight"].T
-        m = rms_norm(x, p[pre + "post_attention_layernorm.weight"], cfg["norm_eps"])
+        if gemma:
+            q = rms_norm(q, p[pre + "self_attn.q_norm.weight"], eps)
+            k = rms_norm(k, p[pre + "self_attn.k_norm.weight"], eps)
+        q, k = rope(q, theta), rope(k, theta)
+        o = attention(q, k, v, n_rep, cfg["sliding_window"] if local else 0) @ p[pre + "self_attn.o_proj.weight"].T
+        if gemma:
+            o = rms_norm(o, p[pre + "post_attention_layernorm.weight"], eps)
+        x = x + o
+        m = rms_norm(x, p[pre + ("pre_feedforward_layernorm.weight" if gemma else "post_attention_layernorm.weight")], eps)
         gate = m @ p[pre + "mlp.gate_proj.weight"].T
-        act = torch.nn.functional.silu(gate) if cfg["mlp"] == "swiglu" else torch.nn.functional.gelu(gate)
-        x = x + (act * (m @ p[pre + "mlp.up_proj.weight"].T)) @ p[pre + "mlp.down_proj.weight"].T
-    x = rms_norm(x, p["model.norm.weight"], cfg["norm_eps"])
+        f = (gated_activation(gate, cfg["mlp"]) * (m @ p[pre + "mlp.up_proj.weight"].T)) @ p[pre + "mlp.down_proj.weight"].T
+        if gemma:
+            f = rms_norm(f, p[pre + "post_feedforward_layernorm.weight"], eps)
+        x = x + f
+    x = rms_norm(x, p["model.norm.weight"], eps)
     head = p["model.embed_tokens.weight"] if cfg["tie_embeddings"] else p["lm_head.weight"]
     logits = x @ head.T
     return torch.nn.functional.cross_entropy(logits.reshape(-1, cfg["vocab_size"]), targets.reshape(-1))
 
 
 def parameter_shapes(cfg):
-    d, h_dim, ff = cfg["d_model"], cfg["d_model"] // cfg["n_heads"], cfg["d_ff"]
+    d, h_dim, ff = cfg["d_model"], head_dim(cfg), cfg["d_ff"]
+    gemma = cfg.get("family") == "gemma3"
     shapes = {"model.embed_tokens.weight": (cfg["vocab_size"], d)}
     for i in range(cfg["n_layers"]):
         pre = f"model.layers.{i}."
@@ -86,6 +118,11 @@ def parameter_shapes(cfg):
         shapes[pre + "self_attn.v_proj.weight"] = (cfg["n_kv_heads"] * h_dim, d)
         shapes[pre + "self_attn.o_proj.weight"] = (d, cfg["n_heads"] * h_dim)
         shapes[pre + "post_attention_layernorm.weight"] = (d,)
+        if gemma:
+            shapes[pre + "self_attn.q_norm.weight"] = (h_dim,)
+            shapes[pre + "self_attn.k_norm.weight"] = (h_dim,)
+            shapes[pre + "pre_feedforward_layernorm.weight"] = (d,)
+            shapes[pre + "post_feedforward_layernorm.weight"] = (d,)
         shapes[pre + "mlp.gate_proj.weight"] = (ff, d)
         shapes[pre + "mlp.up_proj.weight"] = (ff, d)
         shapes[pre + "mlp.down_proj.weight"] = (d, ff)
@@ -141,3 +178,8 @@ if __name__ == "__main__":
     generate("gqa_untied_swiglu", BASE, batch=2, seq_len=11, seed=1)
     generate("tied_geglu", dict(BASE, n_kv_heads=4, mlp="geglu", tie_embeddings=True, rope_theta=500.0), batch=3,
              seq_len=70, seed=2)
+    # Layers 0 and 2 local (window 5 of 19 positions, RoPE base 10000), layer 1 global (base
+    # 1e6); heads of width 12 with d_model 32; multi-query.
+    generate("gemma3", dict(BASE, family="gemma3", n_layers=3, n_kv_heads=1, head_dim=12, mlp="geglu_tanh",
+                            tie_embeddings=True, rope_theta=1e6, rope_local_theta=10000.0, sliding_window=5,
+                            sliding_window_pattern=2, norm_eps=1e-6), batch=2, seq_len=19, seed=3)
