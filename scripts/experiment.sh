@@ -13,7 +13,8 @@ cd "$(dirname "$0")/.."
 name=${1:?usage: scripts/experiment.sh NAME [sweep flags]; see configs/experiments/}
 shift
 sweep=configs/experiments/$name.json
-[[ -f "$sweep" ]] || { echo "experiment: no $sweep; choose one of: $(ls configs/experiments | sed 's/\.json$//' | tr '\n' ' ')" >&2; exit 2; }
+[[ -f "$sweep" || "$name" == *_probe ]] ||
+  { echo "experiment: no $sweep; choose one of: gemma3_probe smollm2_probe $(ls configs/experiments | sed 's/\.json$//' | tr '\n' ' ')" >&2; exit 2; }
 
 build=${BUILD_DIR:-build}
 scripts/install-deps.sh
@@ -23,8 +24,49 @@ if [[ "${SKIP_BUILD:-0}" != 1 ]]; then
 fi
 [[ -x "$build/darkformer" ]] || { echo "experiment: no $build/darkformer (build it, or unset SKIP_BUILD)" >&2; exit 2; }
 
+# A pretrained model as released, as a checkpoint the probe reads: one optimizer step at lr
+# 1e-12 (limited_attention) on 4 x 512-token windows, which leaves the float32 weights as
+# imported (an update of 1e-12 is below the resolution of every weight above 1e-5 in
+# magnitude). $1: the finetuning config, $2: the run folder.
+released_checkpoint() {
+  if [[ ! -d "$2/checkpoints" ]]; then
+    echo "experiment: $1's model as released -> $2"
+    "$build"/darkformer train --config "$1" --set attention.kind=softmax \
+      --set training.steps=1 --set schedule.warmup_steps=0 --set optimizer.lr=1e-12 --set data.seq_len=512 \
+      --set training.eval_interval=1 --set training.eval_batches=4 \
+      --set training.generate_tokens=0 --set training.checkpoint_interval=1 --set output.dir="$2"
+  fi
+}
+
+# The probe of a released model's own queries and keys at m = 64, 128, 256 on 4 validation
+# batches of 4 x 512 debdocs tokens. $1: the experiment name, $2: the released run folder.
+probe_released() {
+  local out=runs/experiments/$1 released=$2
+  shift 2
+  mkdir -p "$out"
+  "$build"/darkformer probe --checkpoint "$released" --features 64,128,256 --batches 4 --redraws 4 \
+    --set training.device=cpu --json "$out/probe.json" "$@" | tee "$out/probe.txt"
+}
+
 jobs=${JOBS:-2}
 case "$name" in
+  gemma3_probe | smollm2_probe)
+    # Not sweeps: the probe at head dimension 256 (Gemma 3 270M) and 64 (SmolLM2-135M).
+    if [[ $name == gemma3_probe ]]; then
+      scripts/fetch-models.sh gemma3
+      released_checkpoint configs/gemma3_finetune.json runs/gemma3-released
+      probe_released "$name" runs/gemma3-released "$@"
+    else
+      scripts/fetch-models.sh
+      released_checkpoint configs/smollm2_finetune.json runs/smollm2-released
+      probe_released "$name" runs/smollm2-released "$@"
+    fi
+    exit 0
+    ;;
+  gemma3_*)
+    scripts/fetch-models.sh gemma3
+    jobs=${JOBS:-1}  # one 270M-parameter model already uses every core
+    ;;
   smollm2_*)
     scripts/fetch-models.sh
     jobs=${JOBS:-1}  # one 135M-parameter model already uses every core
