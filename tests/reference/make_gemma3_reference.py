@@ -26,10 +26,9 @@ import sys
 
 import numpy as np
 from gguf import GGUFReader
-from gguf.quants import dequantize
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from make_smollm2_reference import SAMPLED_COLUMNS, field, rms_norm, rope  # noqa: E402
+from make_smollm2_reference import SAMPLED_COLUMNS, dequantized, field, rms_norm, rope  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_MODEL = os.path.join(HERE, "..", "..", "cache", "models", "gemma3", "gemma-3-270m-q4_k_m.gguf")
@@ -43,10 +42,7 @@ GLOBAL_EVERY = 6           # not in the GGUF; every 6th layer is global in Gemma
 
 def load(path):
     reader = GGUFReader(path)
-    tensors = {}
-    for t in reader.tensors:
-        shape = [int(d) for d in reversed(t.shape)]  # GGUF dims are fastest-first
-        tensors[t.name] = dequantize(t.data, t.tensor_type).reshape(shape).astype(np.float64)
+    tensors = dequantized(reader)
     hp = {
         "layers": field(reader, "gemma3.block_count"),
         "heads": field(reader, "gemma3.attention.head_count"),

@@ -32,12 +32,18 @@ def field(reader, key):
     return reader.fields[key].contents()
 
 
-def load(path):
-    reader = GGUFReader(path)
+def dequantized(reader):
+    """Every tensor of the file, dequantised by gguf-py, as float64 in row-major shape."""
     tensors = {}
     for t in reader.tensors:
         shape = [int(d) for d in reversed(t.shape)]  # GGUF dims are fastest-first
         tensors[t.name] = dequantize(t.data, t.tensor_type).reshape(shape).astype(np.float64)
+    return tensors
+
+
+def load(path):
+    reader = GGUFReader(path)
+    tensors = dequantized(reader)
     hp = {
         "layers": field(reader, "llama.block_count"),
         "heads": field(reader, "llama.attention.head_count"),
