@@ -28,7 +28,7 @@ import numpy as np
 from gguf import GGUFReader
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from make_smollm2_reference import SAMPLED_COLUMNS, dequantized, field, rms_norm, rope  # noqa: E402
+from make_smollm2_reference import dequantized, field, rms_norm, rope, sampled_positions  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_MODEL = os.path.join(HERE, "..", "..", "cache", "models", "gemma3", "gemma-3-270m-q4_k_m.gguf")
@@ -111,13 +111,7 @@ def main():
     print(f"llama.cpp vs numpy float64: max relative difference per position {rel.max():.2e}; "
           f"argmax agrees at {agree}/{len(ids)} positions")
 
-    rng = np.random.default_rng(0)
-    positions = []
-    for t in range(len(ids)):
-        row = logits[t]
-        cols = sorted(set(np.argsort(-row)[:16].tolist()) | set(rng.choice(row.size, SAMPLED_COLUMNS, replace=False).tolist()))
-        positions.append({"columns": cols, "logits": [float(row[c]) for c in cols],
-                          "max_abs": float(np.abs(row).max()), "argmax": int(row.argmax())})
+    positions = sampled_positions(logits)
     greedy = list(ids)
     for _ in range(GREEDY_TOKENS):
         greedy.append(int(forward(tensors, hp, np.array(greedy))[-1].argmax()))

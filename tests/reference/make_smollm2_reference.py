@@ -103,6 +103,18 @@ def forward(tensors, hp, ids):
     return x @ head.T
 
 
+def sampled_positions(logits):
+    """Per position: the top 16 and SAMPLED_COLUMNS random columns (seeded) of the logits, the
+    largest magnitude and the argmax: what the C++ test compares."""
+    rng = np.random.default_rng(0)
+    positions = []
+    for row in logits:
+        cols = sorted(set(np.argsort(-row)[:16].tolist()) | set(rng.choice(row.size, SAMPLED_COLUMNS, replace=False).tolist()))
+        positions.append({"columns": cols, "logits": [float(row[c]) for c in cols],
+                          "max_abs": float(np.abs(row).max()), "argmax": int(row.argmax())})
+    return positions
+
+
 def main():
     path = sys.argv[1] if len(sys.argv) > 1 else DEFAULT_MODEL
     from llama_cpp import Llama, __version__ as llama_cpp_version
@@ -119,13 +131,7 @@ def main():
     print(f"llama.cpp vs numpy float64: max relative difference per position {rel.max():.2e}; "
           f"argmax agrees at {int((cpp.argmax(1) == logits.argmax(1)).sum())}/{len(ids)} positions")
 
-    rng = np.random.default_rng(0)
-    positions = []
-    for t in range(len(ids)):
-        row = logits[t]
-        cols = sorted(set(np.argsort(-row)[:16].tolist()) | set(rng.choice(row.size, SAMPLED_COLUMNS, replace=False).tolist()))
-        positions.append({"columns": cols, "logits": [float(row[c]) for c in cols],
-                          "max_abs": float(np.abs(row).max()), "argmax": int(row.argmax())})
+    positions = sampled_positions(logits)
     # Greedy continuation by the float64 reference, for the coherence check.
     greedy = list(ids)
     for _ in range(8):
