@@ -16,13 +16,10 @@ nn::AttentionFactory make_factory(const AttentionConfig& config) {
 nn::AttentionFactory make_layer_factory(std::function<AttentionConfig(int layer)> config_of_layer) {
   return [config_of_layer](const nn::AttentionShape& shape) -> std::unique_ptr<nn::AttentionKernel> {
     const AttentionConfig c = config_of_layer(shape.layer);
-    if (shape.window > 0 && c.kind != Kind::softmax) {
-      DARK_CHECK(c.windowed_layers == WindowedLayers::softmax, "config: attention.windowed_layers: \"same\" asks for ",
-                 enum_name(c.kind), " attention on the sliding-window layer ", shape.layer,
-                 ", and windowed random-feature attention is not implemented yet; use \"softmax\" (exact windowed "
-                 "softmax on those layers)");
-      return std::make_unique<SoftmaxAttention>(shape);
-    }
+    // Which kind a sliding-window layer runs is the run config's decision (train/config.h,
+    // attention_for_layer); here only softmax has a windowed kernel.
+    DARK_CHECK(shape.window == 0 || c.kind == Kind::softmax, "attention: layer ", shape.layer, " has a sliding window of ",
+               shape.window, " and kind ", enum_name(c.kind), "; only softmax attends through a window");
     switch (c.kind) {
       case Kind::softmax: return std::make_unique<SoftmaxAttention>(shape);
       case Kind::performer: return std::make_unique<PerformerAttention>(shape, c);

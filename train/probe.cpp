@@ -272,7 +272,12 @@ ProbeReport run_probe(nn::CausalLM& model, const RunConfig& config, const data::
   std::map<std::pair<std::string, std::int64_t>, std::vector<double>> layer_draw_sds;
   for (std::size_t layer = 0; layer < measured.size(); ++layer) {
     const nn::AttentionShape shape{mc.n_heads, mc.n_kv_heads, mc.head_size(), static_cast<int>(layer), mc.dtype};
-    attention::SoftmaxAttention softmax(shape);
+    // The swap reference is the layer's own attention: windowed on a gemma3 local layer. The
+    // estimators approximate full causal attention (there is no windowed random-feature
+    // kernel); the two agree while data.seq_len <= the window.
+    nn::AttentionShape own = shape;
+    own.window = mc.window_of(static_cast<int>(layer));
+    attention::SoftmaxAttention softmax(own);
     std::vector<Tensor> softmax_out;
     for (const auto& in : measured[layer]) softmax_out.push_back(softmax.forward(in.q, in.k, in.v));
     const attention::AttentionConfig settings = attention_for_layer(config, static_cast<int>(layer));
