@@ -33,7 +33,8 @@ enum class MatrixScope { head, layer };      // DARKFormer: one M per key/value 
 enum class MatrixInit { identity, whiten };  // DARKFormer: M's initial value
 // What a sliding-window layer (Gemma 3's local layers) runs when the kind is not softmax:
 // softmax = exact windowed softmax, so swapping the attention replaces the global layers
-// only; same = the configured kind (a windowed random-feature attention; not built yet).
+// only; same = the configured kind (windowed random-feature attention: linear_attention with
+// a window, autograd/ops.h; CPU only for now).
 enum class WindowedLayers { softmax, same };
 
 struct DarkformerSettings {

@@ -17,9 +17,7 @@ nn::AttentionFactory make_layer_factory(std::function<AttentionConfig(int layer)
   return [config_of_layer](const nn::AttentionShape& shape) -> std::unique_ptr<nn::AttentionKernel> {
     const AttentionConfig c = config_of_layer(shape.layer);
     // Which kind a sliding-window layer runs is the run config's decision (train/config.h,
-    // attention_for_layer); here only softmax has a windowed kernel.
-    DARK_CHECK(shape.window == 0 || c.kind == Kind::softmax, "attention: layer ", shape.layer, " has a sliding window of ",
-               shape.window, " and kind ", enum_name(c.kind), "; only softmax attends through a window");
+    // attention_for_layer); every kind attends through shape.window here.
     switch (c.kind) {
       case Kind::softmax: return std::make_unique<SoftmaxAttention>(shape);
       case Kind::performer: return std::make_unique<PerformerAttention>(shape, c);

@@ -104,12 +104,20 @@ Tensor RandomFeatureAttention::forward(const Tensor& q, const Tensor& k, const T
   }
   if (config_.mode == Mode::exact) {
     if (stats_due()) store_stats(measure_attention_stats(qt, kt, Tensor()));
-    return flash_attention(pad_to(qt, v.size(3)), pad_to(kt, v.size(3)), v, /*causal=*/true, 1.0, key_mask);
+    return flash_attention(pad_to(qt, v.size(3)), pad_to(kt, v.size(3)), v, /*causal=*/true, 1.0, key_mask,
+                           shape_.window);
   }
   // The logits are computed inside the op (random_feature_attention): a layer keeps O(T r)
   // for its backward instead of the (B, T, H, m) logits.
   const auto [omega, log_weight] = features(qt.dtype(), qt.device());
   if (stats_due()) store_stats(measure_attention_stats(qt, kt, omega));
+  if (shape_.window > 0 && shape_.window < q.size(1)) {
+    // A sliding-window layer (every layer swapped on Gemma 3) longer than its window: the
+    // fused op has no window, so the logits are materialised for the windowed op (O(T m) of
+    // backward memory on these layers; nothing changes while T <= window).
+    return linear_attention(feature_logits(qt), feature_logits(kt), v, /*causal=*/true, config_.eps,
+                            config_.chunk_size, key_mask, shape_.window);
+  }
   return random_feature_attention(qt, kt, v, omega, log_weight, /*causal=*/true, config_.eps, config_.chunk_size,
                                   key_mask);
 }
@@ -118,7 +126,11 @@ Tensor RandomFeatureAttention::decode(const Tensor& q, const Tensor& k, const Te
                                       std::unique_ptr<nn::DecodeState>& state) {
   NoGradGuard no_grad;
   const Tensor qt = transformed(q), kt = transformed(k);
-  if (config_.mode == Mode::exact) return attend_with_cache(pad_to(qt, v.size(3)), pad_to(kt, v.size(3)), v, 1.0, state);
+  if (config_.mode == Mode::exact)
+    return attend_with_cache(pad_to(qt, v.size(3)), pad_to(kt, v.size(3)), v, 1.0, state, shape_.window);
+  if (shape_.window > 0)
+    return windowed_linear_attention_decode(feature_logits(qt), feature_logits(kt), v, config_.eps, shape_.window,
+                                            config_.chunk_size, state);
   return linear_attention_decode(feature_logits(qt), feature_logits(kt), v, config_.eps, state);
 }
 

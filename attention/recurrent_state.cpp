@@ -1,6 +1,8 @@
 // Recurrent random-feature decoding (see recurrent_state.h).
 #include "attention/recurrent_state.h"
 
+#include <algorithm>
+
 #include "autograd/grad_mode.h"
 #include "autograd/ops.h"
 
@@ -40,6 +42,29 @@ Tensor linear_attention_decode(const Tensor& q_in, const Tensor& k_in, const Ten
     outputs.push_back(reshape(out, {B, 1, hq, dv}));
   }
   return (T == 1 ? outputs[0] : concat(outputs, 1)).to(v_in.dtype());
+}
+
+Tensor windowed_linear_attention_decode(const Tensor& q, const Tensor& k, const Tensor& v, double eps,
+                                        std::int64_t window, std::int64_t chunk,
+                                        std::unique_ptr<nn::DecodeState>& state_ptr) {
+  NoGradGuard no_grad;
+  DARK_CHECK(window >= 1, "attention decode: window must be >= 1, got ", window);
+  if (!state_ptr) state_ptr = std::make_unique<WindowedFeatureCache>();
+  auto* cache = dynamic_cast<WindowedFeatureCache*>(state_ptr.get());
+  DARK_CHECK(cache != nullptr, "attention decode: the state was made by another attention kind");
+  const Tensor keys = cache->keys.defined() ? concat({cache->keys, k}, 1) : k;
+  const Tensor values = cache->values.defined() ? concat({cache->values, v}, 1) : v;
+  const std::int64_t cached = keys.size(1) - q.size(1), total = keys.size(1);
+  // Cached positions need no output: their query rows are zeros (any finite row would do).
+  const Tensor queries =
+      cached == 0 ? q : concat({Tensor::zeros({q.size(0), cached, q.size(2), q.size(3)}, q.dtype(), q.device()), q}, 1);
+  const Tensor out = slice(linear_attention(queries, keys, values, /*causal=*/true, eps, chunk, Tensor(), window), 1,
+                           cached, total);
+  // The next query sees the window - 1 keys before it: keeping `window` is enough.
+  const std::int64_t keep = std::min(total, window);
+  cache->keys = slice(keys, 1, total - keep, total).contiguous();
+  cache->values = slice(values, 1, total - keep, total).contiguous();
+  return out;
 }
 
 }  // namespace dark::attention

@@ -19,4 +19,18 @@ struct RecurrentState final : nn::DecodeState {
 Tensor linear_attention_decode(const Tensor& q_logits, const Tensor& k_logits, const Tensor& v, double eps,
                                std::unique_ptr<nn::DecodeState>& state);
 
+// Sliding-window layers (Gemma 3's local layers with a random-feature kind): a key that
+// leaves the window must leave the state, which a running sum cannot do exactly, so the
+// state is the window itself, the last `window` key logits and values, and each call runs
+// the windowed op (linear_attention with window) over cache + new positions: the same
+// formula and offsets as the training path, O(window m Dv) per new token.
+struct WindowedFeatureCache final : nn::DecodeState {
+  Tensor keys;    // (B, L, Hkv, m) key logits, L <= window
+  Tensor values;  // (B, L, Hkv, Dv)
+};
+
+Tensor windowed_linear_attention_decode(const Tensor& q_logits, const Tensor& k_logits, const Tensor& v, double eps,
+                                        std::int64_t window, std::int64_t chunk,
+                                        std::unique_ptr<nn::DecodeState>& state);
+
 }  // namespace dark::attention

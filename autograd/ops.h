@@ -164,8 +164,12 @@ Tensor geglu_tanh(const Tensor& gate, const Tensor& up);
 // Chunks of `chunk` positions (intra-chunk masked product + a rescaled inter-chunk state);
 // memory O(T (m + Dv)) per head, the backward recomputes states. CPU f32 / f64; any
 // strides (copied to contiguous).
+// window > 0 (requires causal; sliding-window layers): query t sees only the real keys j
+// with t - window < j <= t, and o_t is the max over those keys alone (window >= T is the
+// plain causal op). Work O(T (window / chunk) m Dv + T chunk (m + Dv)); no prefix state is
+// subtracted (core/cpu/windowed_linear_attention.cpp). CPU only for now.
 Tensor linear_attention(const Tensor& q_logits, const Tensor& k_logits, const Tensor& v, bool causal, double eps,
-                        std::int64_t chunk = 64, const Tensor& key_mask = Tensor());
+                        std::int64_t chunk = 64, const Tensor& key_mask = Tensor(), std::int64_t window = 0);
 // The random-feature attention of Performer / LFK / DARKFormer with its feature logits
 // computed inside the kernel: linear_attention(l_q, l_k, v, causal, eps, chunk, key_mask) with
 //   l[b, t, h, f] = omega[kv] [f] . x[b, t, h] - |x[b, t, h]|^2 / 2 - ln(m) / 2 (+ log_weight[kv, f]),

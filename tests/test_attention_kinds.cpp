@@ -5,7 +5,8 @@
 // redraw epochs (eval determinism, different epochs differ); whiten calibration equalises
 // the eigenvalues of M Lambda M^T; the variance-optimal proposal keeps the estimate unbiased,
 // lowers its variance, refuses eigenvalues >= 1/2, and survives a state round trip; and at
-// the model level: incremental decoding equals the full forward for every kind, causal
+// the model level: incremental decoding equals the full forward for every kind (also through
+// sliding windows, and each windowed kind equals its formula over the window), causal
 // prefixes are bit-stable, and padded keys never change a real position's logits.
 #include <gtest/gtest.h>
 
@@ -65,11 +66,13 @@ std::vector<double> block(const Tensor& t, std::int64_t index) {
 }
 
 // The formula, directly: phi(x) = m^(-1/2) exp(W a(x) - |a(x)|^2 / 2 + bias) with
-// a(x) = M d^(-1/4) x, out_t = sum_{j<=t} (phi(q_t) . phi(k_j)) v_j / sum_{j<=t} (...).
+// a(x) = M d^(-1/4) x, out_t = sum_{j<=t} (phi(q_t) . phi(k_j)) v_j / sum_{j<=t} (...)
+// (only t - window < j with a window).
 // m_of(h) (r x d) and w_of(h) (m x r) per kv head; bias optional (m per kv head).
 Tensor naive_attention(const Qkv& x, const std::function<std::vector<double>(std::int64_t)>& m_of, std::int64_t r,
                        const std::function<std::vector<double>(std::int64_t)>& w_of,
-                       const std::function<std::vector<double>(std::int64_t)>& bias_of = nullptr) {
+                       const std::function<std::vector<double>(std::int64_t)>& bias_of = nullptr,
+                       std::int64_t window = 0) {
   const std::vector<double> q = values(x.q), k = values(x.k), v = values(x.v);
   const std::int64_t group = kHq / kHkv;
   const double s = std::pow(static_cast<double>(kD), -0.25);
@@ -97,7 +100,7 @@ Tensor naive_attention(const Qkv& x, const std::function<std::vector<double>(std
         const std::vector<double> pq = phi(&q[((b * kT + t) * kHq + h) * kD], kv);
         std::vector<double> num(kD, 0.0);
         double den = 0;
-        for (std::int64_t j = 0; j <= t; ++j) {
+        for (std::int64_t j = window > 0 ? std::max<std::int64_t>(0, t - window + 1) : 0; j <= t; ++j) {
           const std::vector<double> pk = phi(&k[((b * kT + j) * kHkv + kv) * kD], kv);
           const double a = std::inner_product(pq.begin(), pq.end(), pk.begin(), 0.0);
           den += a;
@@ -130,6 +133,38 @@ TEST(AttentionKinds, PerformerEqualsTheFavorFormula) {
                                  [&](std::int64_t kv) { return draw(c, kD, kv); }),
                  1e-11, 1e-9, d == FeatureDraw::iid ? "performer iid" : "performer orthogonal");
   }
+}
+
+// A sliding-window layer (shape.window) under each random-feature kind: the same formula
+// summed over the window's keys only (window 5 < T 13 with chunks of 4: middle, trailing and
+// diagonal chunks all occur).
+TEST(AttentionKinds, WindowedKindsEqualTheFormulaOverTheWindow) {
+  nn::AttentionShape windowed = shape();
+  windowed.window = 5;
+  const Qkv x = inputs();
+  const auto no_transform = [](std::int64_t) { return identity(kD); };
+  const AttentionConfig performer_config = config(Kind::performer);
+  PerformerAttention performer(windowed, performer_config);
+  expect_close(performer.forward(x.q, x.k, x.v),
+               naive_attention(x, no_transform, kD, [&](std::int64_t kv) { return draw(performer_config, kD, kv); },
+                               nullptr, 5),
+               1e-11, 1e-9, "windowed performer");
+  LfkAttention lfk(windowed, config(Kind::lfk));
+  const Tensor W = *lfk.weight;
+  expect_close(lfk.forward(x.q, x.k, x.v),
+               naive_attention(x, no_transform, kD, [&](std::int64_t kv) { return block(W, kv); }, nullptr, 5), 1e-11,
+               1e-9, "windowed lfk");
+  AttentionConfig dark_config = config(Kind::darkformer);
+  DarkformerAttention dark(windowed, dark_config);
+  {
+    NoGradGuard no_grad;
+    dark.matrix->copy_(randn(dark.matrix->shape(), 11, 0.5));
+  }
+  const Tensor M = *dark.matrix;
+  expect_close(dark.forward(x.q, x.k, x.v),
+               naive_attention(x, [&](std::int64_t kv) { return block(M, kv); }, kD,
+                               [&](std::int64_t kv) { return draw(dark_config, kD, kv); }, nullptr, 5),
+               1e-11, 1e-9, "windowed darkformer");
 }
 
 TEST(AttentionKinds, DarkformerEqualsTheFormulaWithALearnedM) {
@@ -478,6 +513,27 @@ TEST(AttentionKindsModel, DecodingEqualsTheFullForward) {
     for (std::int64_t t = 9; t < 21; ++t) parts.push_back(model.decode(core::slice(ids, 1, t, t + 1).contiguous(), cache));
     EXPECT_EQ(cache.position, 21);
     expect_close(concat(parts, 1), full, 1e-10, 1e-9, "decode vs forward, " + label(c));
+  }
+}
+
+// Every layer of a gemma3-family model windowed (window 6 < 21 positions on the local
+// layer 0; layer 1 global), every kind on both: decoding equals the full forward, so the
+// windowed decode state drops exactly the keys that leave the window.
+TEST(AttentionKindsModel, WindowedDecodingEqualsTheFullForward) {
+  for (const AttentionConfig& c : every_kind()) {
+    nn::ModelConfig mc = tiny_model();
+    mc.family = nn::ModelFamily::gemma3;
+    mc.sliding_window = 6;
+    mc.sliding_window_pattern = 2;
+    nn::CausalLM model(mc, make_factory(c));
+    model.train(false);
+    const Tensor ids = token_ids(2, 21, 3);
+    NoGradGuard no_grad;
+    const Tensor full = model.forward(ids);
+    nn::DecodeCache cache;
+    std::vector<Tensor> parts = {model.decode(core::slice(ids, 1, 0, 9).contiguous(), cache)};
+    for (std::int64_t t = 9; t < 21; ++t) parts.push_back(model.decode(core::slice(ids, 1, t, t + 1).contiguous(), cache));
+    expect_close(concat(parts, 1), full, 1e-10, 1e-9, "windowed decode vs forward, " + label(c));
   }
 }
 

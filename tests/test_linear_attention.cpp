@@ -5,7 +5,10 @@
 // with logits around +80; bitwise determinism across runs and thread counts. The same with
 // key padding masks (right, left and holes), plus: padded keys get zero gradients and their
 // values never change a real output, queries that see no real key give exactly 0, an
-// all-ones mask gives the bits of no mask, and logits of -1000 / +80 stay finite.
+// all-ones mask gives the bits of no mask, and logits of -1000 / +80 stay finite. The
+// sliding window (window > 0): gradchecks, the naive reference with masks, chunk-size
+// independence, a covering window gives the causal op's bits, keys that left the window
+// with logits 60 higher leave float32 accurate, determinism across thread counts.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -44,8 +47,9 @@ Tensor randn(const Shape& shape, std::uint64_t stream, DType dtype) {
 // and for padded keys (real: (B, T) 0 / 1, empty = no mask), then (A v) / (rowsum(A) + eps).
 // The offsets are computed here by plain loops over the real keys, as constants. Padded
 // keys' shifted logits are replaced by 0 before exp so their columns are finite zeros.
+// window > 0: keys j <= t - window are masked too and o_t is the max over the window's keys.
 Tensor naive_linear_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double eps,
-                              const std::vector<std::int32_t>& real = {}) {
+                              const std::vector<std::int32_t>& real = {}, std::int64_t window = 0) {
   const std::int64_t b_n = q.shape()[0], t_n = q.shape()[1], hq = q.shape()[2], m = q.shape()[3];
   const std::int64_t hkv = k.shape()[2], dv = v.shape()[3], group = hq / hkv;
   const std::vector<double> qv = values(q.detach()), kv = values(k.detach());
@@ -53,12 +57,17 @@ Tensor naive_linear_attention(const Tensor& q, const Tensor& k, const Tensor& v,
   std::vector<double> shift_q(b_n * hq * t_n), shift_k(b_n * hq);
   for (std::int64_t b = 0; b < b_n; ++b)
     for (std::int64_t g = 0; g < hkv; ++g) {
-      std::vector<double> run(t_n);
+      std::vector<double> run(t_n), own(t_n, -INFINITY);
       double r = -INFINITY;
       for (std::int64_t t = 0; t < t_n; ++t) {
         if (is_real(b, t))
-          for (std::int64_t f = 0; f < m; ++f) r = std::max(r, kv[((b * t_n + t) * hkv + g) * m + f]);
+          for (std::int64_t f = 0; f < m; ++f) own[t] = std::max(own[t], kv[((b * t_n + t) * hkv + g) * m + f]);
+        r = std::max(r, own[t]);
         run[t] = r;
+        if (window > 0) {  // the max over the window's keys only
+          run[t] = -INFINITY;
+          for (std::int64_t j = std::max<std::int64_t>(0, t - window + 1); j <= t; ++j) run[t] = std::max(run[t], own[j]);
+        }
       }
       const double c = std::isfinite(r) ? r : 0.0;  // max over every real key
       for (std::int64_t h = g * group; h < (g + 1) * group; ++h) {
@@ -86,7 +95,8 @@ Tensor naive_linear_attention(const Tensor& q, const Tensor& k, const Tensor& v,
   for (std::int64_t b = 0; b < b_n; ++b)
     for (std::int64_t i = 0; i < t_n; ++i) {
       key_real.push_back(is_real(b, i));
-      for (std::int64_t j = 0; j < t_n; ++j) keep.push_back((!causal || j <= i) && is_real(b, j) ? 1.0 : 0.0);
+      for (std::int64_t j = 0; j < t_n; ++j)
+        keep.push_back((!causal || j <= i) && (window == 0 || j > i - window) && is_real(b, j) ? 1.0 : 0.0);
     }
   ks = where(Tensor::from_vector(key_real, {b_n, 1, t_n, 1}), ks, Tensor::zeros({}, dt));
   Tensor a = matmul(exp(add(qh, sq)), exp(ks), false, true);  // (B, Hq, T, T)
@@ -474,6 +484,127 @@ TEST(LinearAttention, MaskedExtremeLogits) {
       }
 }
 
+// ---- sliding window (linear_attention with window > 0) ----
+
+struct WindowCase {
+  Case shape;
+  std::int64_t window;
+  std::string name() const { return shape.name() + " window " + std::to_string(window); }
+};
+
+// Windows shorter than, equal to and longer than a chunk, not multiples of it, of 1, and
+// several chunks of middle states (T 70, chunk 4, window 17: 3 middle chunks).
+const std::vector<WindowCase> kWindowCases = {
+    {{1, 13, 4, 2, 6, 5, 4, true}, 5}, {{1, 13, 4, 2, 6, 5, 4, true}, 4}, {{1, 13, 4, 2, 6, 5, 4, true}, 1},
+    {{1, 13, 4, 2, 6, 5, 4, true}, 3}, {{2, 70, 2, 1, 3, 2, 4, true}, 17}, {{2, 70, 2, 1, 3, 2, 8, true}, 16},
+    {{1, 9, 1, 1, 4, 3, 1, true}, 2},  {{2, 40, 2, 2, 5, 3, 64, true}, 9},
+};
+
+Fn windowed_fn(double eps, std::int64_t chunk, std::int64_t window, const Tensor& mask = Tensor()) {
+  return [=](const std::vector<Tensor>& in) {
+    return linear_attention(in[0], in[1], in[2], true, eps, chunk, mask, window);
+  };
+}
+Fn windowed_naive_fn(double eps, std::int64_t window, const std::vector<std::int32_t>& real = {}) {
+  return [=](const std::vector<Tensor>& in) {
+    return naive_linear_attention(in[0], in[1], in[2], true, eps, real, window);
+  };
+}
+
+TEST(WindowedLinearAttention, Gradcheck) {
+  for (const WindowCase& c : kWindowCases) {
+    if (c.shape.t > 40) continue;  // finite differences over every input: the short cases suffice
+    for (const bool masked : {false, true}) {
+      std::vector<Tensor> in = c.shape.inputs(DType::f64, 71);
+      for (Tensor& x : in) {
+        x = x.detach();
+        x.set_requires_grad(true);
+      }
+      const Tensor mask = masked ? mask_tensor(padding_mask(Padding::holes, c.shape.b, c.shape.t), c.shape.b) : Tensor();
+      const GradcheckResult r = gradcheck(windowed_fn(1e-10, c.shape.chunk, c.window, mask), in);
+      EXPECT_TRUE(r.ok) << c.name() << (masked ? " holes" : "") << ": max abs error " << r.max_abs_error
+                        << ", max rel error " << r.max_rel_error << "\n"
+                        << r.report;
+      EXPECT_EQ(tape_size(), 0u);
+    }
+  }
+}
+
+TEST(WindowedLinearAttention, MatchesNaive) {
+  for (DType dt : {DType::f64, DType::f32})
+    for (const WindowCase& c : kWindowCases)
+      for (double eps : {1e-6, 0.5}) {
+        const bool f64 = dt == DType::f64;
+        const std::string tag = c.name() + " eps " + std::to_string(eps) + (f64 ? " f64" : " f32");
+        expect_runs_close(run_with_grad(windowed_fn(eps, c.shape.chunk, c.window), c.shape.inputs(dt)),
+                          run_with_grad(windowed_naive_fn(eps, c.window), c.shape.inputs(dt)), f64 ? 1e-10 : 1e-5,
+                          f64 ? 1e-10 : 1e-4, tag);
+        for (const Padding kind : kPaddings) {
+          const std::vector<std::int32_t> real = padding_mask(kind, c.shape.b, c.shape.t);
+          expect_runs_close(
+              run_with_grad(windowed_fn(eps, c.shape.chunk, c.window, mask_tensor(real, c.shape.b)), c.shape.inputs(dt)),
+              run_with_grad(windowed_naive_fn(eps, c.window, real), c.shape.inputs(dt)), f64 ? 1e-10 : 1e-5,
+              f64 ? 1e-10 : 1e-4, tag + padding_name(kind));
+        }
+      }
+}
+
+TEST(WindowedLinearAttention, ChunkSizeDoesNotMatter) {
+  const Case c{2, 70, 4, 2, 7, 5, 64, true};
+  const std::vector<Tensor> in = c.inputs(DType::f64, 13);
+  for (std::int64_t window : {1, 6, 31}) {
+    const GradRun ref = run_with_grad(windowed_fn(1e-6, 64, window), in);
+    for (std::int64_t chunk : {1, 5, 8, 1000})
+      expect_runs_close(run_with_grad(windowed_fn(1e-6, chunk, window), in), ref, 1e-12, 1e-12,
+                        c.name() + " window " + std::to_string(window) + " chunk " + std::to_string(chunk));
+  }
+}
+
+TEST(WindowedLinearAttention, WindowCoveringTheSequenceIsTheCausalOp) {
+  const Case c{2, 13, 4, 2, 6, 5, 4, true};
+  const std::vector<Tensor> in = c.inputs(DType::f32, 17);
+  const GradRun causal = run_with_grad(fused_fn(true, 1e-6, c.chunk), in);
+  for (std::int64_t window : {13, 14, 1000}) {
+    const GradRun windowed = run_with_grad(windowed_fn(1e-6, c.chunk, window), in);
+    EXPECT_TRUE(same_bits(windowed.out, causal.out)) << window;
+    for (int i = 0; i < 3; ++i) EXPECT_TRUE(same_bits(windowed.grads[i], causal.grads[i])) << window;
+  }
+  // One position short of covering it: the first key leaves the last query's window.
+  const GradRun short_window = run_with_grad(windowed_fn(1e-6, c.chunk, 12), in);
+  EXPECT_FALSE(same_bits(short_window.out, causal.out));
+}
+
+// Keys that left the window with logits 60 above the window's: a prefix-difference scheme at
+// the running offset would underflow the window's features to 0 in float32 (exp(-60)); the
+// window's own offset keeps every output at float32 accuracy against the float64 reference.
+TEST(WindowedLinearAttention, KeysThatLeftTheWindowDoNotScaleIt) {
+  const Case c{1, 48, 2, 1, 4, 3, 8, true};
+  std::vector<Tensor> in = c.inputs(DType::f64, 19);
+  std::vector<double> k = values(in[1]);
+  for (std::int64_t t = 0; t < 16; ++t)
+    for (std::int64_t f = 0; f < c.m; ++f) k[t * c.m + f] += 60.0;
+  in[1] = Tensor::from_vector(k, in[1].shape());
+  std::vector<Tensor> in32;
+  for (const Tensor& x : in) in32.push_back(x.to(DType::f32));
+  const GradRun a = run_with_grad(windowed_fn(1e-6, c.chunk, 10), in32);
+  const GradRun b = run_with_grad(windowed_naive_fn(1e-6, 10), in);
+  expect_runs_close(a, b, 1e-5, 1e-4, c.name() + " window 10, keys 0..15 raised by 60");
+  const std::vector<double> out = values(a.out);
+  for (double x : out) EXPECT_TRUE(std::isfinite(x));
+}
+
+TEST(WindowedLinearAttention, Deterministic) {
+  const Case c{2, 70, 4, 2, 7, 5, 8, true};
+  const std::vector<Tensor> in = c.inputs(DType::f32, 23);
+  const int threads = omp_get_max_threads();
+  const GradRun a = run_with_grad(windowed_fn(1e-6, c.chunk, 19), in);
+  omp_set_num_threads(1);
+  const GradRun b = run_with_grad(windowed_fn(1e-6, c.chunk, 19), in);
+  omp_set_num_threads(threads);
+  EXPECT_TRUE(same_bits(a.out, b.out));
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(same_bits(a.grads[i], b.grads[i]));
+}
+
 TEST(LinearAttention, Errors) {
   const Tensor q = randn({1, 4, 3, 4}, 1, DType::f32);
   EXPECT_THROW(linear_attention(q, randn({1, 4, 2, 4}, 2, DType::f32), randn({1, 4, 2, 2}, 3, DType::f32), true, 1e-6),
@@ -492,6 +623,10 @@ TEST(LinearAttention, Errors) {
                              Tensor::ones({4}, DType::f32), Tensor::ones({1, 4, 1}, DType::i64)})
     testing::expect_error([&] { linear_attention(q, k, v, true, 1e-6, 64, mask); },
                           {"linear_attention", "key_mask", mask.describe(), q.describe()});
+  testing::expect_error([&] { linear_attention(q, k, v, false, 1e-6, 64, Tensor(), 2); },
+                        {"linear_attention", "window", "causal"});
+  testing::expect_error([&] { linear_attention(q, k, v, true, 1e-6, 64, Tensor(), -1); },
+                        {"linear_attention", "window must be >= 0"});
 }
 
 }  // namespace

@@ -10,7 +10,7 @@
 namespace dark {
 
 Tensor linear_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, bool causal, double eps,
-                        std::int64_t chunk, const Tensor& key_mask) {
+                        std::int64_t chunk, const Tensor& key_mask, std::int64_t window) {
   const char* name = "linear_attention";
   ops_detail::check_floating(name, q_in);
   ops_detail::check_same(name, q_in, k_in);
@@ -35,24 +35,37 @@ Tensor linear_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_
                                       key_mask.shape()[1] == len && key_mask.device() == q_in.device()),
              name, ": key_mask must be (B, T) on q_logits' device, got ", key_mask.describe(), " for q ",
              q_in.describe());
+  DARK_CHECK(window >= 0 && (window == 0 || causal), name, ": window must be >= 0 (0 = none) and needs causal, got ",
+             window, causal ? " (causal)" : " (bidirectional)");
+  // A window that covers the whole sequence changes nothing: the causal kernel runs.
+  const bool windowed = window > 0 && window < len;
+  DARK_CHECK(!windowed || kernels::windowed_linear_attention_forward().has(q_in.device().type, q_in.dtype()), name,
+             ": a sliding window of ", window, " over ", len, " positions runs on the CPU only (no ",
+             device_type_name(q_in.device().type), " kernel for ", dtype_name(q_in.dtype()), " yet)");
   const Tensor q = q_in.contiguous();
   const Tensor k = k_in.contiguous();
   const Tensor v = v_in.contiguous();
   const Tensor mask = ops_detail::kernel_key_mask(key_mask);
   Tensor out = Tensor::empty({batch, len, hq, dv}, q.dtype(), q.device());
   Tensor den = Tensor::empty({batch, hq, len}, q.dtype(), q.device());
-  if (len > 0)
+  if (windowed)
+    kernels::windowed_linear_attention_forward().get(q.device().type, q.dtype())(q, k, v, mask, out, den, window, eps,
+                                                                                 chunk);
+  else if (len > 0)
     kernels::linear_attention_forward().get(q.device().type, q.dtype())(q, k, v, mask, out, den, causal, eps,
                                                                         chunk);
   if (should_record({&q_in, &k_in, &v_in})) {
     record(name, {q_in, k_in, v_in}, {&out},
            [q = q.detach(), k = k.detach(), v = v.detach(), mask, out = out.detach(), den, causal,
-            chunk](BackwardContext& g) {
+            chunk, windowed, window](BackwardContext& g) {
              const Tensor dout = g.out_grad().contiguous();
              Tensor dq = Tensor::empty(q.shape(), q.dtype(), q.device());
              Tensor dk = Tensor::empty(k.shape(), k.dtype(), k.device());
              Tensor dv = Tensor::empty(v.shape(), v.dtype(), v.device());
-             if (q.shape()[1] > 0)
+             if (windowed)
+               kernels::windowed_linear_attention_backward().get(q.device().type, q.dtype())(
+                   q, k, v, mask, out, den, dout, dq, dk, dv, window, chunk);
+             else if (q.shape()[1] > 0)
                kernels::linear_attention_backward().get(q.device().type, q.dtype())(q, k, v, mask, out, den, dout, dq,
                                                                                    dk, dv, causal, chunk);
              if (g.needs_grad(0)) g.set_input_grad(0, dq);
