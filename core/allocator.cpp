@@ -1,6 +1,8 @@
 // Caching allocator implementation (see allocator.h) and the per-device registry.
 #include "core/allocator.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <array>
 #include <memory>
@@ -100,6 +102,11 @@ CachingAllocator& allocator_for(Device device) {
   auto& slot = (*allocators)[static_cast<int>(device.type)][device.index];
   if (!slot) slot = std::make_unique<CachingAllocator>(backend_for(device.type).raw_allocator(), device.type, device.index);
   return *slot;
+}
+
+void release_cached_host_memory() {
+  allocator_for(Device::cpu()).empty_cache();
+  ::malloc_trim(0);
 }
 
 }  // namespace dark

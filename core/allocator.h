@@ -64,4 +64,9 @@ class CachingAllocator {
 // The allocator of a device (created on first use).
 CachingAllocator& allocator_for(Device device);
 
+// Hands the host allocator's cached blocks and the C library's free heap pages back to the
+// system: after a one-off phase (loading a model to finetune) whose block sizes the steady
+// state will not reuse, so they do not stay in the resident set for the whole run.
+void release_cached_host_memory();
+
 }  // namespace dark

@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <vector>
 #include <cstring>
 #include <system_error>
 
@@ -267,8 +269,25 @@ std::string sha256_hex(const void* data, std::size_t size) {
 }
 
 std::string sha256_file(const fs::path& path) {
-  const MappedFile file(path);
-  return sha256_hex(file.data(), file.size());
+  // Read in blocks rather than mapped: a mapped multi-GB checkpoint would count in the
+  // process's resident set (and its peak) while it is hashed.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  DARK_IO_CHECK(fd >= 0, "open", path);
+  Sha256 hash;
+  std::vector<char> block(std::size_t{1} << 20);
+  for (;;) {
+    const ssize_t n = ::read(fd, block.data(), block.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = errno;
+      ::close(fd);
+      errno = err;
+      DARK_IO_CHECK(n == 0, "read", path);
+      break;
+    }
+    hash.update(block.data(), static_cast<std::size_t>(n));
+  }
+  return hash.hex_digest();
 }
 
 }  // namespace dark

@@ -112,6 +112,23 @@ TEST(MemoryEstimate, ParametersGradientsOptimizerByHand) {
   EXPECT_EQ(f.trainable_numel, 64);
   EXPECT_EQ(f.parameters, 11 * 512 + 16384);  // the flat buffer still pads to 4096 elements
   EXPECT_EQ(f.numel - f.trainable_numel, 728);
+
+  // Finetuning from a source held in memory (CPU): its 11 blocks leave before training, and
+  // loading is what is resident, the model as built and its largest weight's temporary.
+  EstimateContext with_source;
+  with_source.holds_source = true;
+  with_source.resident_bytes = 1 << 20;
+  const MemoryEstimate src = estimate_memory(frozen, with_source);
+  EXPECT_EQ(src.source, 11 * 512);
+  EXPECT_EQ(src.loading, src.overhead + src.parameters + 512);
+  EXPECT_EQ(src.training(), src.parameters + src.gradients + src.optimizer + src.activations + src.backward +
+                                src.data + src.overhead - 11 * 512);
+  EXPECT_EQ(src.total(), std::max(src.training(), src.loading));
+  EXPECT_EQ(f.source, 0);
+  EXPECT_EQ(f.loading, 0);
+  EXPECT_EQ(f.total(), f.training());
+  with_source.device = Device::cuda(0);  // the source stays in host memory: nothing to subtract on the GPU
+  EXPECT_EQ(estimate_memory(frozen, with_source).source, 0);
 }
 
 // The same quantities against the real buffers of a model large enough for the rounding to

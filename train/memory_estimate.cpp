@@ -172,8 +172,11 @@ MemoryEstimate estimate_memory(const RunConfig& config, const EstimateContext& c
   // ---- parameters, gradients, optimizer state ----
   const std::vector<std::string> globs = trainable_globs(config.finetune.trainable);
   std::vector<std::int64_t> trainable;
+  std::int64_t largest_parameter = 0;
   for (const ParameterShape& p : parameter_shapes(config)) {
     e.numel += p.numel;
+    largest_parameter = std::max(largest_parameter, blocks(1, p.numel, kF32));
+    if (ctx.holds_source && !ctx.device.is_cuda()) e.source += blocks(1, p.numel, kF32);
     e.parameters += blocks(1, p.numel, kF32);  // as built; a trainable one's block then stays cached
     if (bf16 && p.numel > s.d) e.parameters += blocks(1, p.numel, 2);  // to_compute's bf16 copy on the tape
     if (!nn::matches_any(p.name, globs)) continue;
@@ -228,15 +231,23 @@ MemoryEstimate estimate_memory(const RunConfig& config, const EstimateContext& c
   e.data = ctx.data_bytes + blocks(1, s.B * (s.T + 1), kIndex);
   e.overhead = (ctx.device.is_cuda() ? 0 : ctx.resident_bytes) + fixed_overhead_bytes(ctx.device);
   if (ctx.device.is_cuda()) e.data = blocks(2, s.B * (s.T + 1), kIndex);  // the shards stay in host memory
+  // Loading: the model is built (each weight drawn, then scaled into a new tensor) beside the
+  // resident source, before either is freed.
+  if (e.source > 0) e.loading = e.overhead + e.parameters + largest_parameter;
   return e;
 }
 
 std::string MemoryEstimate::breakdown() const {
-  return fmt::format("{} on {}: parameters {} ({} of {} training), gradients {}, optimizer state {}, activations {}, "
-                     "backward temporaries {}, data {}, overhead {}",
-                     mib_text(total()), device.to_string(), mib_text(parameters), trainable_numel, numel,
-                     mib_text(gradients), mib_text(optimizer), mib_text(activations), mib_text(backward),
-                     mib_text(data), mib_text(overhead));
+  std::string text =
+      fmt::format("{} on {}: parameters {} ({} of {} training), gradients {}, optimizer state {}, activations {}, "
+                  "backward temporaries {}, data {}, overhead {}",
+                  mib_text(total()), device.to_string(), mib_text(parameters), trainable_numel, numel,
+                  mib_text(gradients), mib_text(optimizer), mib_text(activations), mib_text(backward), mib_text(data),
+                  mib_text(overhead));
+  if (source > 0)
+    text += fmt::format(", less the finetuning source {} once loaded (training {}, loading {})", mib_text(source),
+                        mib_text(training()), mib_text(loading));
+  return text;
 }
 
 void check_memory_fits(const MemoryEstimate& estimate, const std::optional<MemoryLimit>& limit,
@@ -264,8 +275,10 @@ void check_memory_fits(const MemoryEstimate& estimate, const std::optional<Memor
   throw Error(message);
 }
 
-MemoryEstimate memory_preflight(const RunConfig& config, int world_size, Device device, const data::PreparedData& data) {
+MemoryEstimate memory_preflight(const RunConfig& config, int world_size, Device device, const data::PreparedData& data,
+                                bool holds_source) {
   EstimateContext ctx;
+  ctx.holds_source = holds_source;
   ctx.world_size = world_size;
   ctx.device = device;
   // Opening a shard verifies its checksum, which reads (and so maps in) all of it.

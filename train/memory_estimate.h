@@ -26,7 +26,13 @@
 //   checkpoint; measured as its resident set when the estimate is made) plus a fixed
 //   allowance for threads, oneDNN's scratch and JIT code and the caching allocator's
 //   fragmentation, measured by scripts/bench_memory.sh.
+// Finetuning from a source (finetune.init_from, not a resume): the source's tensors are
+// resident when the estimate is made and are handed back to the system once the model
+// holds its weights (release_cached_host_memory), so the peak is the larger of loading
+// (what is resident, plus the model as built, plus the initialisation's temporary of its
+// largest parameter) and training (everything above, less the source).
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -54,15 +60,20 @@ struct EstimateContext {
   Device device = Device::cpu();
   std::int64_t data_bytes = 0;      // bytes of the memory-mapped token shards (train + val)
   std::int64_t resident_bytes = 0;  // what the process holds already (CPU: its resident set)
+  bool holds_source = false;        // a finetuning source is loaded (part of resident_bytes)
 };
 
 struct MemoryEstimate {
   std::int64_t parameters = 0, gradients = 0, optimizer = 0, activations = 0, backward = 0, data = 0, overhead = 0;
   std::int64_t numel = 0, trainable_numel = 0;  // parameters, and those that train
+  // CPU, finetuning from a source: its bytes (in overhead while loading, freed for training)
+  // and the peak while the model is built beside it; 0 otherwise.
+  std::int64_t source = 0, loading = 0;
   Device device = Device::cpu();
-  std::int64_t total() const {
-    return parameters + gradients + optimizer + activations + backward + data + overhead;
+  std::int64_t training() const {
+    return parameters + gradients + optimizer + activations + backward + data + overhead - source;
   }
+  std::int64_t total() const { return std::max(training(), loading); }
   // "412.3 MiB: parameters 25.5 MiB, gradients 12.8 MiB, ..." (one line, for logs and errors).
   std::string breakdown() const;
 };
@@ -85,7 +96,9 @@ void check_memory_fits(const MemoryEstimate& estimate, const std::optional<Memor
 
 // The pre-flight of start_run: estimates, logs the estimate and the limit, checks. Returns
 // the estimate (logged again beside the measured peak at the end of the run).
-MemoryEstimate memory_preflight(const RunConfig& config, int world_size, Device device, const data::PreparedData& data);
+// holds_source: a finetuning source is loaded (EstimateContext::holds_source).
+MemoryEstimate memory_preflight(const RunConfig& config, int world_size, Device device, const data::PreparedData& data,
+                                bool holds_source);
 
 // The end-of-run line: the estimate beside the measured peak (CPU: the process's peak
 // resident set; both: the caching allocator's peak of live tensors) and their ratio.

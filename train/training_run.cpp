@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "autograd/grad_mode.h"
+#include "core/allocator.h"
 #include "core/file_io.h"
 #include "train/attention_state.h"
 #include "train/device.h"
@@ -230,7 +231,7 @@ TrainingRun start_run(RunConfig config, bool resume) {
                " already has checkpoints: pass --resume to continue it, or set output.dir to a new folder");
   }
   // Before the first write to the run folder: a run refused here leaves it as it was.
-  run.memory = memory_preflight(config, run.world_size(), run.device, run.data);
+  run.memory = memory_preflight(config, run.world_size(), run.device, run.data, source.has_value());
   // Every rank has read the run folder before rank 0 writes to it.
   run.comm->barrier();
   if (run.writes()) {
@@ -244,7 +245,13 @@ TrainingRun start_run(RunConfig config, bool resume) {
   // ---- model on its device, trainable parameters, optimizer ----
   run.model = build_model(c);
   if (source) load_source_weights(*run.model, *source);
-  source.reset();  // the model holds the weights now
+  if (source) {
+    // The model holds the weights now. The source's tensors and the random initialisation
+    // they replaced go back to the system, not to the allocator's cache, whose blocks of
+    // those sizes training would never reuse (for Gemma 3 270M: ~1.7 GiB of resident set).
+    source.reset();
+    release_cached_host_memory();
+  }
   run.model->to(run.device);
   run.model->activation_checkpointing = c.training.activation_checkpointing;
   if (c.training.precision == Precision::bf16) run.model->set_compute_dtype(DType::bf16);
