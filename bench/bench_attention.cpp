@@ -81,6 +81,7 @@ struct Args {
   double budget_s = 120;
   int threads = 0;  // 0 = OpenMP's default (OMP_NUM_THREADS)
   std::int64_t batch = 1, heads = 4, head_dim = 64, chunk = 64;
+  std::int64_t window = 0;  // sliding window of every kind (0 = full causal)
   std::uint64_t seed = 1234;
   bool no_memory = false;
   std::string json_path;
@@ -111,6 +112,7 @@ struct Args {
       << "  --threads N       OpenMP threads (default: OMP_NUM_THREADS / all cores)\n"
          "  --batch N, --heads N, --head-dim N   shape (default 1, 4, 64; n_kv_heads = heads)\n"
          "  --chunk N         causal linear-attention chunk length (default 64, the config default)\n"
+         "  --window N        sliding-window attention of N keys for every kind (default 0: full causal)\n"
          "  --seed N          input and feature seed (default 1234)\n"
          "  --no-memory       time only (no per-configuration memory children)\n"
          "  --merge F1,F2,..  report the median over earlier runs' JSON files instead of measuring\n"
@@ -182,6 +184,7 @@ Args parse_args(int argc, char** argv) {
     else if (arg == "--heads") a.heads = to_int(arg, value(), 1);
     else if (arg == "--head-dim") a.head_dim = to_int(arg, value(), 1);
     else if (arg == "--chunk") a.chunk = to_int(arg, value(), 1);
+    else if (arg == "--window") a.window = to_int(arg, value(), 0);
     else if (arg == "--seed") a.seed = static_cast<std::uint64_t>(to_int(arg, value(), 0));
     else if (arg == "--no-memory") a.no_memory = true;
     else if (arg == "--merge") a.merge = value();
@@ -243,7 +246,7 @@ struct Bench {
     config.num_features = spec.m > 0 ? static_cast<int>(spec.m) : 64;
     config.chunk_size = static_cast<int>(a.chunk);
     config.seed = a.seed;
-    kernel = attention::make_factory(config)(nn::AttentionShape{a.heads, a.heads, a.head_dim, 0, DType::f32});
+    kernel = attention::make_factory(config)(nn::AttentionShape{a.heads, a.heads, a.head_dim, 0, DType::f32, a.window});
     kernel->train(true);
     DARK_CHECK(!kernel->needs_calibration(), spec.kind, " needs a calibration; the benchmark uses the default config");
     const Shape shape{a.batch, spec.L, a.heads, a.head_dim};
@@ -478,8 +481,8 @@ std::string run_command(const std::string& cmd, int& status) {
 std::string child_flags(const Args& a) {
   std::ostringstream cmd;
   cmd << " --reps " << a.reps << " --min-rep-ms " << a.min_rep_ms << " --warmup-ms " << a.warmup_ms << " --batch "
-      << a.batch << " --heads " << a.heads << " --head-dim " << a.head_dim << " --chunk " << a.chunk << " --seed "
-      << a.seed;
+      << a.batch << " --heads " << a.heads << " --head-dim " << a.head_dim << " --chunk " << a.chunk << " --window "
+      << a.window << " --seed " << a.seed;
   if (a.threads > 0) cmd << " --threads " << a.threads;
   return cmd.str();
 }
@@ -630,7 +633,7 @@ json report(const Args& a, const std::vector<Row>& rows, const Meta& meta,
                 {"load_before", meta.load_before},
                 {"load_after", meta.load_after},
                 {"total_s", meta.total_s},
-                {"shape", {{"batch", a.batch}, {"heads", a.heads}, {"head_dim", a.head_dim}, {"chunk", a.chunk}}},
+                {"shape", {{"batch", a.batch}, {"heads", a.heads}, {"head_dim", a.head_dim}, {"chunk", a.chunk}, {"window", a.window}}},
                 {"rows", jrows},
                 {"summary", summary}};
     for (auto& [k, v] : meta.extra.items()) doc[k] = v;
@@ -664,9 +667,10 @@ Meta current_meta(const Args& a) {
 }
 
 void print_header(const Args& a, const Meta& meta, const char* what) {
-  std::printf("darkformer_bench_attention (%s build): B=%lld, H=%lld (kv %lld), head dim %lld, f32, chunk %lld%s\n",
+  std::printf("darkformer_bench_attention (%s build): B=%lld, H=%lld (kv %lld), head dim %lld, f32, chunk %lld%s%s\n",
               DARK_BENCH_BUILD_TYPE, static_cast<long long>(a.batch), static_cast<long long>(a.heads),
-              static_cast<long long>(a.heads), static_cast<long long>(a.head_dim), static_cast<long long>(a.chunk), what);
+              static_cast<long long>(a.heads), static_cast<long long>(a.head_dim), static_cast<long long>(a.chunk),
+              a.window > 0 ? (", window " + std::to_string(a.window)).c_str() : "", what);
   std::printf("CPU: %s, %ld online cores, %d OpenMP threads (OMP_WAIT_POLICY=%s); %s; load average before: %s\n",
               meta.cpu.c_str(), sysconf(_SC_NPROCESSORS_ONLN), meta.threads, meta.wait_policy.c_str(),
               meta.date.c_str(), meta.load_before.c_str());
@@ -856,6 +860,7 @@ int run_merge(const Args& a) {
     shape.heads = first["shape"].value("heads", a.heads);
     shape.head_dim = first["shape"].value("head_dim", a.head_dim);
     shape.chunk = first["shape"].value("chunk", a.chunk);
+    shape.window = first["shape"].value("window", a.window);
   }
   shape.features.clear();
   for (const auto& [kind, m] : series)

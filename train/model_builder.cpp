@@ -3,6 +3,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <string>
+
 #include "attention/factory.h"
 
 namespace dark::train {
@@ -10,12 +12,23 @@ namespace dark::train {
 std::unique_ptr<nn::CausalLM> build_model(const RunConfig& c) {
   nn::ModelConfig model = c.model;
   model.seed = c.seed;
-  int kept_softmax = 0;
-  for (int layer = 0; layer < model.n_layers; ++layer) kept_softmax += keeps_windowed_softmax(c, layer);
+  int kept_softmax = 0, windowed_features = 0;
+  for (int layer = 0; layer < model.n_layers; ++layer) {
+    kept_softmax += keeps_windowed_softmax(c, layer);
+    windowed_features +=
+        model.is_local_layer(layer) && attention_for_layer(c, layer).kind != attention::Kind::softmax;
+  }
   if (kept_softmax > 0)
     spdlog::info("attention: {} sliding-window layer(s) keep exact windowed softmax (attention.windowed_layers = "
                  "\"softmax\"); the other kinds run on the global layers",
                  kept_softmax);
+  if (windowed_features > 0)
+    spdlog::info("attention: {} sliding-window layer(s) run their random-feature kind through a {}-token window "
+                 "(attention.windowed_layers = \"same\"){}",
+                 windowed_features, model.sliding_window,
+                 c.data.seq_len <= model.sliding_window ? "; at data.seq_len " + std::to_string(c.data.seq_len) +
+                                                             " the window never binds"
+                                                       : "");
   return std::make_unique<nn::CausalLM>(model,
                                         attention::make_layer_factory([c](int layer) { return attention_for_layer(c, layer); }));
 }

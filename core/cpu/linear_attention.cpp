@@ -127,24 +127,8 @@ void linear_attention_backward_kernel(const Tensor& q, const Tensor& k, const Te
   T* pdk = dk.data<T>();
   T* pdv = dv_t.data<T>();
   const std::int64_t c = pr.chunk, m = pr.m, w = pr.w, dv = pr.dv;
-  // G (L x W) of query head h for positions [c0, c0 + L); 0 for a query that sees no real
-  // key (its output is the constant 0).
   auto grads = [&](std::int64_t b, std::int64_t h, std::int64_t c0, std::int64_t n, const std::vector<T>& o, T* g) {
-    for (std::int64_t r = 0; r < n; ++r) {
-      T* gr = g + r * w;
-      if (o[c0 + r] == neg_inf<T>()) {
-        std::fill(gr, gr + w, T(0));
-        continue;
-      }
-      const std::int64_t idx = pr.out_index(b, c0 + r, h);
-      const T inv = T(1) / pden[(b * pr.hq + h) * pr.len + c0 + r];
-      T dot = 0;
-      for (std::int64_t j = 0; j < dv; ++j) {
-        gr[j] = pdo[idx + j] * inv;
-        dot += pdo[idx + j] * po[idx + j];
-      }
-      gr[dv] = -dot * inv;
-    }
+    pr.output_grads(po, pden, pdo, b, h, c0, n, o, g);
   };
   auto write_dq = [&](std::int64_t b, std::int64_t h, std::int64_t c0, std::int64_t n, const T* phi, const T* dphi) {
     for (std::int64_t r = 0; r < n; ++r) {

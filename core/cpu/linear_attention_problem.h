@@ -132,6 +132,27 @@ struct Problem {
   const T* vrow(std::int64_t b, std::int64_t j, std::int64_t kv) const { return v + ((b * len + j) * hkv + kv) * dv; }
   const T* qrow(std::int64_t b, std::int64_t t, std::int64_t h) const { return q + ((b * len + t) * hq + h) * m; }
   std::int64_t out_index(std::int64_t b, std::int64_t t, std::int64_t h) const { return ((b * len + t) * hq + h) * dv; }
+  // G (L x W) of query head h for positions [c0, c0 + L) from the forward's out and guarded
+  // den and the output gradient: [dout / den', -(dout . out) / den']; 0 for a query whose
+  // offset o is -inf (it sees no real key: its output is the constant 0).
+  void output_grads(const T* out, const T* den, const T* dout, std::int64_t b, std::int64_t h, std::int64_t c0,
+                    std::int64_t n, const std::vector<T>& o, T* g) const {
+    for (std::int64_t r = 0; r < n; ++r) {
+      T* gr = g + r * w;
+      if (o[c0 + r] == neg_inf<T>()) {
+        std::fill(gr, gr + w, T(0));
+        continue;
+      }
+      const std::int64_t idx = out_index(b, c0 + r, h);
+      const T inv = T(1) / den[(b * hq + h) * len + c0 + r];
+      T dot = 0;
+      for (std::int64_t j = 0; j < dv; ++j) {
+        gr[j] = dout[idx + j] * inv;
+        dot += dout[idx + j] * out[idx + j];
+      }
+      gr[dv] = -dot * inv;
+    }
+  }
   bool real(std::int64_t b, std::int64_t j) const { return key_mask == nullptr || key_mask[b * len + j] != 0; }
 
   // Key offsets o[0, T) of (b, kv): -inf where no real key is in view.

@@ -147,6 +147,36 @@ struct Ring {
   const T* mat(std::int64_t c) const { return mats.data() + (c % slots) * size; }
 };
 
+// The forward sweep's middle part: the states of the key chunks behind the current query
+// chunk, and their sum for it.
+template <class T>
+struct MiddleStates {
+  const Window<T>& win;
+  Ring<T> ring;
+  explicit MiddleStates(const Window<T>& w) : win(w), ring(w.reach() + 1, w.pr.m * w.pr.w) {}
+
+  // Before query chunk qc: key chunk qc - 1's state joins the ring (e, vx: scratch).
+  bool advance(std::int64_t qc, T* e, T* vx) {
+    if (qc == 0) return true;
+    const std::int64_t kc = qc - 1;
+    ring.held[kc % ring.slots] = win.has_real[kc];
+    if (!win.has_real[kc]) return true;
+    win.keys(kc, e, vx);
+    return win.state(kc, e, vx, ring.mat(kc));
+  }
+  // M = sum over qc's middle chunks of exp(omax_kc - O) S_kc into mid (m x W); returns O, or
+  // -inf (mid untouched) when no middle chunk holds a real key.
+  T sum(std::int64_t qc, std::vector<T>& mid) const {
+    const T at = win.middle_offset(qc);
+    if (at == neg_inf<T>()) return at;
+    std::fill(mid.begin(), mid.end(), T(0));
+    for (std::int64_t kc = std::max<std::int64_t>(0, qc - win.reach()); kc < qc; ++kc)
+      if (win.pair(qc, kc) == Pair::middle && ring.held[kc % ring.slots])
+        row::axpy(mid.data(), ring.mat(kc), exp_t(win.chunk_max[kc] - at), static_cast<std::int64_t>(mid.size()));
+    return at;
+  }
+};
+
 template <class T>
 void forward_kernel(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask, Tensor& out,
                     Tensor& den, std::int64_t window, double eps_d, std::int64_t chunk) {
@@ -158,19 +188,12 @@ void forward_kernel(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
   auto task = [&](std::int64_t i) {
     const std::int64_t kv = i % pr.hkv, b = i / pr.hkv, h0 = kv * group;
     const Window<T> win(pr, b, kv, window);
-    Ring<T> states(win.reach() + 1, m * w);
+    MiddleStates<T> states(win);
     std::vector<T> e(c * m), vx(c * w), d(c * c), p(c * c), mid(m * w), z(c * w);
     std::vector<T> phi(group * c * m), y(group * c * w);
     for (std::int64_t qc = 0; qc < win.chunks; ++qc) {
       const std::int64_t c0 = win.start(qc), n = win.size(qc);
-      if (qc > 0) {  // the previous key chunk's state joins the ring
-        const std::int64_t kc = qc - 1;
-        states.held[kc % states.slots] = win.has_real[kc];
-        if (win.has_real[kc]) {
-          win.keys(kc, e.data(), vx.data());
-          if (!win.state(kc, e.data(), vx.data(), states.mat(kc))) return false;
-        }
-      }
+      if (!states.advance(qc, e.data(), vx.data())) return false;
       for (std::int64_t g = 0; g < group; ++g) pr.queries(b, h0 + g, c0, n, phi.data() + g * c * m);
       std::fill(y.begin(), y.end(), T(0));
       const std::int64_t first = std::max<std::int64_t>(0, qc - win.reach());
@@ -185,12 +208,8 @@ void forward_kernel(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
           if (!gemm('N', 'N', n, w, nk, T(1), p.data(), c, vx.data(), w, T(1), y.data() + g * c * w, w)) return false;
         }
       }
-      const T at = win.middle_offset(qc);
+      const T at = states.sum(qc, mid);
       if (at != neg_inf<T>()) {
-        std::fill(mid.begin(), mid.end(), T(0));
-        for (std::int64_t kc = first; kc < qc; ++kc)
-          if (win.pair(qc, kc) == Pair::middle && states.held[kc % states.slots])
-            row::axpy(mid.data(), states.mat(kc), exp_t(win.chunk_max[kc] - at), m * w);
         for (std::int64_t g = 0; g < group; ++g) {
           if (!gemm('N', 'N', n, w, m, T(1), phi.data() + g * c * m, m, mid.data(), w, T(0), z.data(), w)) return false;
           for (std::int64_t r = 0; r < n; ++r)
@@ -238,47 +257,19 @@ void backward_kernel(const Tensor& q, const Tensor& k, const Tensor& v, const Te
     auto query_side = [&](std::int64_t qc) {
       const std::int64_t c0 = win.start(qc), n = win.size(qc);
       for (std::int64_t hg = 0; hg < group; ++hg) {
-        const std::int64_t h = h0 + hg;
-        pr.queries(b, h, c0, n, phi.data() + hg * c * m);
-        for (std::int64_t r = 0; r < n; ++r) {
-          T* gr = g.data() + hg * c * w + r * w;
-          if (win.o[c0 + r] == neg_inf<T>()) {
-            std::fill(gr, gr + w, T(0));
-            continue;
-          }
-          const std::int64_t idx = pr.out_index(b, c0 + r, h);
-          const T inv = T(1) / pden[(b * pr.hq + h) * pr.len + c0 + r];
-          T dot = 0;
-          for (std::int64_t j = 0; j < dv; ++j) {
-            gr[j] = pdo[idx + j] * inv;
-            dot += pdo[idx + j] * po[idx + j];
-          }
-          gr[dv] = -dot * inv;
-        }
+        pr.queries(b, h0 + hg, c0, n, phi.data() + hg * c * m);
+        pr.output_grads(po, pden, pdo, b, h0 + hg, c0, n, win.o, g.data() + hg * c * w);
       }
     };
 
     // Forward sweep: dq.
-    Ring<T> states(win.reach() + 1, m * w);
+    MiddleStates<T> states(win);
     for (std::int64_t qc = 0; qc < win.chunks; ++qc) {
       const std::int64_t c0 = win.start(qc), n = win.size(qc);
-      if (qc > 0) {
-        const std::int64_t kc = qc - 1;
-        states.held[kc % states.slots] = win.has_real[kc];
-        if (win.has_real[kc]) {
-          win.keys(kc, e.data(), vx.data());
-          if (!win.state(kc, e.data(), vx.data(), states.mat(kc))) return false;
-        }
-      }
+      if (!states.advance(qc, e.data(), vx.data())) return false;
       query_side(qc);
       const std::int64_t first = std::max<std::int64_t>(0, qc - win.reach());
-      const T at = win.middle_offset(qc);
-      if (at != neg_inf<T>()) {
-        std::fill(mid.begin(), mid.end(), T(0));
-        for (std::int64_t kc = first; kc < qc; ++kc)
-          if (win.pair(qc, kc) == Pair::middle && states.held[kc % states.slots])
-            row::axpy(mid.data(), states.mat(kc), exp_t(win.chunk_max[kc] - at), m * w);
-      }
+      const T at = states.sum(qc, mid);
       for (std::int64_t hg = 0; hg < group; ++hg) {
         const T* gh = g.data() + hg * c * w;
         std::fill(dphi.begin(), dphi.end(), T(0));
