@@ -8,9 +8,9 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <vector>
 #include <cstring>
 #include <system_error>
+#include <vector>
 
 namespace dark {
 
