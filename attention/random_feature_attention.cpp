@@ -18,11 +18,7 @@ Tensor per_head_project(const Tensor& x, const Tensor& w, std::int64_t kv_heads)
              w.describe());
   const std::int64_t B = x.size(0), T = x.size(1), H = x.size(2), r = x.size(3), n = w.size(1);
   if (w.size(0) == 1) return reshape(matmul(reshape(x, {B * T * H, r}), reshape(w, {n, r}), false, true), {B, T, H, n});
-  const std::int64_t group = H / kv_heads;
-  // (B T, Hkv, g, r) -> (Hkv, B T g, r): one gemm per key/value head against its matrix.
-  const Tensor heads_first = reshape(permute(reshape(x, {B * T, kv_heads, group, r}), {1, 0, 2, 3}), {kv_heads, B * T * group, r});
-  const Tensor projected = matmul(heads_first, w, false, true);  // (Hkv, B T g, n)
-  return reshape(permute(reshape(projected, {kv_heads, B * T, group, n}), {1, 0, 2, 3}), {B, T, H, n});
+  return per_head_matmul(x, w);
 }
 
 RandomFeatureAttention::RandomFeatureAttention(const nn::AttentionShape& shape, const AttentionConfig& config)

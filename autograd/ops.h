@@ -71,6 +71,9 @@ Tensor log_softmax(const Tensor& x, int axis = -1);
 // a: (..., m, k), b: (..., k, n) -> (..., m, n); batch axes broadcast; 1-D operands are
 // not promoted (use reshape). trans_a / trans_b transpose the last two axes first.
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false);
+// x: (..., heads, k), w: (w_heads, n, k) with w_heads dividing heads -> (..., heads, n):
+// out[..., h, :] = x[..., h, :] w[h / (heads / w_heads)]^T, without permuting either side.
+Tensor per_head_matmul(const Tensor& x, const Tensor& w);
 
 // ---- views and layout (differentiable) ----
 Tensor reshape(const Tensor& x, Shape shape);

@@ -124,6 +124,29 @@ TEST(Forward, MatmulAgainstLoops) {
     }
 }
 
+TEST(Forward, PerHeadMatmulAgainstLoops) {
+  // (rows, heads, k) x (w_heads, n, k): every head against its group's matrix, odd sizes,
+  // float32 through oneDNN and float64 through the plain loop
+  const std::int64_t R = 13, K = 9, N = 7;
+  for (DType dt : {DType::f32, DType::f64})
+    for (std::int64_t w_heads : {1, 2, 6}) {
+      const std::int64_t H = 6, g = H / w_heads;
+      const Tensor x = randn({R, H, K}, 8, dt), w = randn({w_heads, N, K}, 9, dt);
+      const auto xv = values(x), wv = values(w);
+      std::vector<double> want;
+      for (std::int64_t i = 0; i < R; ++i)
+        for (std::int64_t h = 0; h < H; ++h)
+          for (std::int64_t j = 0; j < N; ++j) {
+            double acc = 0;
+            for (std::int64_t p = 0; p < K; ++p) acc += xv[(i * H + h) * K + p] * wv[((h / g) * N + j) * K + p];
+            want.push_back(acc);
+          }
+      const Tensor out = per_head_matmul(x, w);
+      EXPECT_EQ(out.shape(), Shape({R, H, N}));
+      expect_close(values(out), want, dt == DType::f32 ? 1e-5 : 1e-13, 1e-5, "per_head_matmul w_heads=" + std::to_string(w_heads));
+    }
+}
+
 TEST(Forward, ReductionsAgainstLoops) {
   const Tensor x = randn({3, 4, 5}, 5, DType::f64);
   const auto v = values(x);
