@@ -4,6 +4,7 @@
 #include "autograd/grad_mode.h"
 #include "core/hash.h"
 #include "autograd/ops.h"
+#include "autograd/tape.h"
 
 namespace dark::nn {
 
@@ -52,14 +53,53 @@ GatedMlp::GatedMlp(std::int64_t dim, std::int64_t hidden, MlpKind kind_, const I
   register_module("down_proj", down_proj);
 }
 
-Tensor GatedMlp::forward(const Tensor& x) const {
-  const Tensor gate = gate_proj.forward(x), up = up_proj.forward(x);
+namespace {
+Tensor activation(MlpKind kind, const Tensor& gate, const Tensor& up) {
   switch (kind) {
-    case MlpKind::swiglu: return down_proj.forward(swiglu(gate, up));
-    case MlpKind::geglu: return down_proj.forward(geglu(gate, up));
-    case MlpKind::geglu_tanh: return down_proj.forward(geglu_tanh(gate, up));
+    case MlpKind::swiglu: return swiglu(gate, up);
+    case MlpKind::geglu: return geglu(gate, up);
+    case MlpKind::geglu_tanh: return geglu_tanh(gate, up);
   }
   throw Error(str("GatedMlp: unknown MLP kind ", static_cast<int>(kind)));
+}
+}  // namespace
+
+// down(act(gate, up)) as one tape entry that keeps gate and up (which act's backward needs
+// anyway) but not the (rows, hidden) activation, which down_proj's weight gradient would
+// otherwise keep: backward recomputes it (one elementwise pass) and then runs the same
+// products as separate ops would, so the gradients are the same bits. Saves one (rows,
+// hidden) tensor per layer of training memory.
+Tensor GatedMlp::forward(const Tensor& x) const {
+  const Tensor gate = gate_proj.forward(x), up = up_proj.forward(x);
+  const Tensor w = to_compute(*down_proj.weight);
+  if (down_proj.bias || !should_record({&gate, &up, &w})) return down_proj.forward(activation(kind, gate, up));
+  Tensor out;
+  {
+    NoGradGuard no_grad;
+    out = down_proj.forward(activation(kind, gate, up));
+  }
+  record("gated_mlp_down", {gate, up, w}, {&out},
+         [gate = gate.detach(), up = up.detach(), w = w.detach(), kind = kind](BackwardContext& g) {
+           const std::int64_t hidden = gate.shape().back(), dim = w.size(0);
+           const Tensor dy = reshape(g.out_grad(), {g.out_grad().numel() / dim, dim});
+           TapeScope own_tape;
+           Tensor gate_leaf = gate.detach(), up_leaf = up.detach();
+           if (g.needs_grad(0)) gate_leaf.set_requires_grad(true);
+           if (g.needs_grad(1)) up_leaf.set_requires_grad(true);
+           Tensor h;
+           {
+             EnableGradGuard recording;
+             h = activation(kind, gate_leaf, up_leaf);
+           }
+           const Tensor h2 = reshape(h.detach(), {h.numel() / hidden, hidden});
+           if (g.needs_grad(2)) g.set_input_grad(2, matmul(dy, h2, true, false));
+           if (g.needs_grad(0) || g.needs_grad(1)) {
+             backward(h, reshape(matmul(dy, w), h.shape()));
+             if (g.needs_grad(0)) g.set_input_grad(0, gate_leaf.grad());
+             if (g.needs_grad(1)) g.set_input_grad(1, up_leaf.grad());
+           }
+         });
+  return out;
 }
 
 Tensor dropout(const Tensor& x, double p, std::uint64_t seed, std::uint64_t stream) {
