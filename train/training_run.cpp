@@ -176,14 +176,18 @@ void log_data_parallel(const TrainingRun& run) {
 
 namespace {
 // training.precision bf16 needs a GPU: every CUDA kernel has a bf16 twin, the CPU's are f32
-// and f64 only.
+// and f64 only. bf16 on a CPU would only pay with AVX512_BF16 or AMX-BF16; the message says
+// which of them this CPU has.
 void check_precision(Precision precision, Device device) {
   if (precision == Precision::f32 || device.is_cuda()) return;
-  const bool bf16_cpu = __builtin_cpu_supports("avx512bf16");
+  const bool avx512_bf16 = __builtin_cpu_supports("avx512bf16"), amx_bf16 = __builtin_cpu_supports("amx-bf16");
+  const std::string cpu = avx512_bf16 || amx_bf16
+                              ? str(" (this CPU has ", avx512_bf16 ? "AVX512_BF16" : "", avx512_bf16 && amx_bf16 ? " and " : "",
+                                    amx_bf16 ? "AMX-BF16" : "", ", which darkformer does not use yet)")
+                              : " (this CPU has neither AVX512_BF16 nor AMX-BF16, the instructions bf16 on a CPU needs)";
   throw Error(str("config: training.precision: bf16 mixed precision runs on a GPU (training.device cuda); the CPU "
                   "kernels are f32 and f64 only",
-                  bf16_cpu ? " (this CPU has AVX512_BF16, which darkformer does not use yet)" : "",
-                  ": use training.precision f32 on ", device.to_string()));
+                  cpu, ": use training.precision f32 on ", device.to_string()));
 }
 }  // namespace
 
