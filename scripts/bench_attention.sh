@@ -138,15 +138,8 @@ for c in $dp_chunks; do
 done
 
 # ---- build ----
-build_dir="${BUILD_DIR:-build}"
-bench="$build_dir/bench/darkformer_bench_attention"
-if [[ "${SKIP_BUILD:-0}" == 1 ]]; then
-  [[ -x "$bench" ]] || { echo "bench_attention.sh: SKIP_BUILD=1 but $bench does not exist" >&2; exit 1; }
-  echo "SKIP_BUILD=1: using the existing $bench ($(date -r "$bench" '+%Y-%m-%d %H:%M'))"
-else
-  cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release -DDARK_BUILD_BENCH=ON > /dev/null
-  cmake --build "$build_dir" -j "${JOBS:-2}" --target darkformer_bench_attention > /dev/null
-fi
+source scripts/bench-build.sh
+bench_binary bench_attention.sh darkformer_bench_attention
 
 out_dir="${out_dir:-cache/bench/attention-$(date +%Y%m%d-%H%M%S)}"
 mkdir -p "$out_dir"

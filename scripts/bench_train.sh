@@ -148,15 +148,8 @@ if [[ $debian == 1 ]] && { ! /usr/bin/python3 -c "import torch" 2> /dev/null || 
 fi
 
 # ---- build ----
-build_dir="${BUILD_DIR:-build}"
-bench="$build_dir/bench/darkformer_bench_train"
-if [[ "${SKIP_BUILD:-0}" == 1 ]]; then
-  [[ -x "$bench" ]] || { echo "bench_train.sh: SKIP_BUILD=1 but $bench does not exist" >&2; exit 1; }
-  echo "SKIP_BUILD=1: using the existing $bench ($(date -r "$bench" '+%Y-%m-%d %H:%M'))"
-else
-  cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release -DDARK_BUILD_BENCH=ON > /dev/null
-  cmake --build "$build_dir" -j "${JOBS:-2}" --target darkformer_bench_train > /dev/null
-fi
+source scripts/bench-build.sh
+bench_binary bench_train.sh darkformer_bench_train
 config_args=()
 [[ -n "$config" ]] && config_args=(--config "$config")
 model_json="$("$bench" "${config_args[@]}" --print-model)"
