@@ -71,12 +71,17 @@ Tensor activation(MlpKind kind, const Tensor& gate, const Tensor& up) {
 // hidden) tensor per layer of training memory.
 Tensor GatedMlp::forward(const Tensor& x) const {
   const Tensor gate = gate_proj.forward(x), up = up_proj.forward(x);
-  const Tensor w = to_compute(*down_proj.weight);
-  if (down_proj.bias || !should_record({&gate, &up, &w})) return down_proj.forward(activation(kind, gate, up));
+  const Tensor w = to_compute(*down_proj.weight);  // cast once (bf16), used by both paths
+  auto down = [&w](const Tensor& h) {  // down_proj.forward on the cast weight (no bias: see the constructor)
+    Shape out_shape = h.shape();
+    out_shape.back() = w.size(0);
+    return reshape(matmul(reshape(h, {h.numel() / h.shape().back(), h.shape().back()}), w, false, true), out_shape);
+  };
+  if (!should_record({&gate, &up, &w})) return down(activation(kind, gate, up));
   Tensor out;
   {
     NoGradGuard no_grad;
-    out = down_proj.forward(activation(kind, gate, up));
+    out = down(activation(kind, gate, up));
   }
   record("gated_mlp_down", {gate, up, w}, {&out},
          [gate = gate.detach(), up = up.detach(), w = w.detach(), kind = kind](BackwardContext& g) {
