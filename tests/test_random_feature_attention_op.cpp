@@ -156,5 +156,28 @@ TEST(RandomFeatureAttentionOp, KeepsNoFeatureTensorsForTheBackward) {
   EXPECT_GE(composed_bytes, logits_bytes);
 }
 
+// The whole pass: the forward and the backward never allocate a (B, T, H, m) tensor (the
+// logits are made chunk by chunk in the kernel's scratch); the peak over the pass is the
+// inputs' gradients, out, den and the output gradient (about 2 MB here), under one logit
+// tensor (4 MiB; the kernel that made the logits per call held four in its backward).
+TEST(RandomFeatureAttentionOp, PassPeakHoldsNoLogitTensor) {
+  const std::int64_t B = 1, T = 2048, H = 2, r = 16, m = 256, dv = 16;
+  CachingAllocator& alloc = allocator_for(Device::cpu());
+  for (bool causal : {true, false}) {
+    std::vector<Tensor> x = {Tensor::randn({B, T, H, r}, 1, 0).set_requires_grad(true),
+                             Tensor::randn({B, T, H, r}, 1, 1).set_requires_grad(true),
+                             Tensor::randn({B, T, H, dv}, 1, 2).set_requires_grad(true),
+                             mul_scalar(Tensor::randn({H, m, r}, 1, 3), 0.3).set_requires_grad(true)};
+    alloc.empty_cache();
+    alloc.reset_peak();
+    const std::size_t before = alloc.stats().bytes_in_use;
+    backward(sum(random_feature_attention(x[0], x[1], x[2], x[3], Tensor(), causal, 1e-6, 64)));
+    const std::size_t peak = alloc.stats().peak_bytes_in_use - before;
+    const std::size_t logit_tensor = B * T * H * m * sizeof(float);
+    EXPECT_LT(peak, logit_tensor) << (causal ? "causal" : "bidirectional");
+    EXPECT_TRUE(x[3].grad().defined());
+  }
+}
+
 }  // namespace
 }  // namespace dark

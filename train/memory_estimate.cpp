@@ -65,12 +65,11 @@ AttentionMemory attention_memory(const attention::AttentionConfig& a, const Dims
     out.backward = blocks(2, q, s.act) + blocks(2, kv, s.act);
     return out;
   }
-  // random_feature_attention keeps its output and the denominator; its backward recomputes
-  // the (N, H, m) feature logits of queries and keys and their gradients.
-  const std::int64_t m = a.num_features;
+  // random_feature_attention keeps its output and the denominator; its backward makes the
+  // feature logits chunk by chunk (kernel scratch, no (N, H, m) tensor) and allocates the
+  // gradients of its inputs.
   out.kept += blocks(1, q, s.act) + blocks(1, s.N * s.H, s.act);
-  out.backward = blocks(2, s.N * s.H * m, s.act) + blocks(2, s.N * s.kvH * m, s.act) + blocks(1, q, s.act) +
-                 blocks(1, qt, s.act) + blocks(1, kt, s.act) + blocks(1, kv, s.act);
+  out.backward = blocks(1, q, s.act) + blocks(1, qt, s.act) + blocks(1, kt, s.act) + blocks(1, kv, s.act);
   return out;
 }
 

@@ -110,27 +110,61 @@ struct State {
   bool held = false;
 };
 
-// Shapes of one call and the per-task chunk builders. All tensors contiguous:
-// q (B, T, Hq, m), k (B, T, Hkv, m), v (B, T, Hkv, Dv), out / dout (B, T, Hq, Dv),
-// den (B, Hq, T), key mask (B, T) i32.
+// Feature logits given as tensors (linear_attention): q (B, T, Hq, m), k (B, T, Hkv, m).
+// Rows are read in place; the backward writes the logit gradients dq, dk (same layouts).
+// The other source, ComputedLogits (random_feature_attention.cpp), has the same members.
 template <class T>
+struct GivenLogits {
+  const T *q, *k;
+  std::int64_t len, hq, hkv, m;
+  T *dq = nullptr, *dk = nullptr;  // backward only
+
+  // Rows [c0, c0 + n) of query head h (or of kv head kv) and their stride; `buf` (n x m)
+  // is where a computing source would put them, unused here.
+  const T* query_rows(std::int64_t b, std::int64_t h, std::int64_t c0, std::int64_t, T*, std::int64_t& ld) const {
+    ld = hq * m;
+    return q + ((b * len + c0) * hq + h) * m;
+  }
+  const T* key_rows(std::int64_t b, std::int64_t kv, std::int64_t c0, std::int64_t, T*, std::int64_t& ld) const {
+    ld = hkv * m;
+    return k + ((b * len + c0) * hkv + kv) * m;
+  }
+  // The logit gradient of those rows is a * da (a = Phi or E, da = dPhi or dE, n x m);
+  // `da` may be overwritten, `domega` (a computing source's weight gradient) is unused.
+  void query_grad(std::int64_t b, std::int64_t h, std::int64_t c0, std::int64_t n, const T* a, T* da, T*) const {
+    for (std::int64_t r = 0; r < n; ++r) row::mul(dq + ((b * len + c0 + r) * hq + h) * m, a + r * m, da + r * m, m);
+  }
+  void key_grad(std::int64_t b, std::int64_t kv, std::int64_t c0, std::int64_t n, const T* a, T* da, T*) const {
+    for (std::int64_t r = 0; r < n; ++r) row::mul(dk + ((b * len + c0 + r) * hkv + kv) * m, a + r * m, da + r * m, m);
+  }
+};
+
+// Shapes of one call and the per-task chunk builders. All tensors contiguous: the logits
+// come from Src (see GivenLogits), v (B, T, Hkv, Dv), out / dout (B, T, Hq, Dv),
+// den (B, Hq, T), key mask (B, T) i32.
+template <class T, class Src = GivenLogits<T>>
 struct Problem {
   std::int64_t batch, len, hq, hkv, m, dv, w, group, chunk;
   bool causal;
-  const T *q, *k, *v;
+  Src src;
+  const T* v;
   const std::int32_t* key_mask;  // nullptr: every key is real
 
+  // batch, len, hq, hkv, m are the logits' shape (query side (B, T, Hq, m), key side Hkv).
+  Problem(const Src& src_, std::int64_t batch_, std::int64_t len_, std::int64_t hq_, std::int64_t hkv_,
+          std::int64_t m_, const Tensor& v_, const Tensor& key_mask_, bool causal_, std::int64_t chunk_)
+      : batch(batch_), len(len_), hq(hq_), hkv(hkv_), m(m_), dv(v_.shape()[3]), w(v_.shape()[3] + 1),
+        group(hq_ / hkv_), chunk(std::max<std::int64_t>(1, std::min(chunk_, len_))), causal(causal_), src(src_),
+        v(v_.data<T>()), key_mask(key_mask_.defined() ? key_mask_.data<std::int32_t>() : nullptr) {}
+  // Given logits q (B, T, Hq, m), k (B, T, Hkv, m).
   Problem(const Tensor& q_, const Tensor& k_, const Tensor& v_, const Tensor& key_mask_, bool causal_,
           std::int64_t chunk_)
-      : batch(q_.shape()[0]), len(q_.shape()[1]), hq(q_.shape()[2]), hkv(k_.shape()[2]), m(q_.shape()[3]),
-        dv(v_.shape()[3]), w(v_.shape()[3] + 1), group(q_.shape()[2] / k_.shape()[2]),
-        chunk(std::max<std::int64_t>(1, std::min(chunk_, q_.shape()[1]))), causal(causal_), q(q_.data<T>()),
-        k(k_.data<T>()), v(v_.data<T>()),
-        key_mask(key_mask_.defined() ? key_mask_.data<std::int32_t>() : nullptr) {}
+      : Problem(Src{q_.data<T>(), k_.data<T>(), q_.shape()[1], q_.shape()[2], k_.shape()[2], q_.shape()[3]},
+                q_.shape()[0], q_.shape()[1], q_.shape()[2], k_.shape()[2], q_.shape()[3], v_, key_mask_, causal_,
+                chunk_) {}
 
-  const T* krow(std::int64_t b, std::int64_t j, std::int64_t kv) const { return k + ((b * len + j) * hkv + kv) * m; }
+  const T* krow(std::int64_t b, std::int64_t j, std::int64_t kv) const { return src.k + ((b * len + j) * hkv + kv) * m; }
   const T* vrow(std::int64_t b, std::int64_t j, std::int64_t kv) const { return v + ((b * len + j) * hkv + kv) * dv; }
-  const T* qrow(std::int64_t b, std::int64_t t, std::int64_t h) const { return q + ((b * len + t) * hq + h) * m; }
   std::int64_t out_index(std::int64_t b, std::int64_t t, std::int64_t h) const { return ((b * len + t) * hq + h) * dv; }
   // G (L x W) of query head h for positions [c0, c0 + L) from the forward's out and guarded
   // den and the output gradient: [dout / den', -(dout . out) / den']; 0 for a query whose
@@ -155,19 +189,37 @@ struct Problem {
   }
   bool real(std::int64_t b, std::int64_t j) const { return key_mask == nullptr || key_mask[b * len + j] != 0; }
 
-  // Key offsets o[0, T) of (b, kv): -inf where no real key is in view.
-  void offsets(std::int64_t b, std::int64_t kv, std::vector<T>& o) const {
+  // Key offsets o[0, T) of (b, kv) over the whole sequence: -inf where no real key is in
+  // view (causal: the running max of max_f k[j, f] over real j; else one max over all).
+  // Causal sweeps instead extend o chunk by chunk in keys(); `buf` is a chunk x m scratch.
+  void offsets(std::int64_t b, std::int64_t kv, std::vector<T>& o, T* buf) const {
     o.resize(len);
     T run = neg_inf<T>();
-    for (std::int64_t j = 0; j < len; ++j) {
-      if (real(b, j)) run = row::max(krow(b, j, kv), m, run);
-      o[j] = run;
+    for (std::int64_t c0 = 0; c0 < len; c0 += chunk) {
+      const std::int64_t n = std::min(chunk, len - c0);
+      std::int64_t ld = 0;
+      const T* rows = src.key_rows(b, kv, c0, n, buf, ld);
+      for (std::int64_t r = 0; r < n; ++r) {
+        if (real(b, c0 + r)) run = row::max(rows + r * ld, m, run);
+        o[c0 + r] = run;
+      }
     }
     if (!causal) std::fill(o.begin(), o.end(), run);
   }
-  // E (L x m) and Vx (L x W) for positions [c0, c0 + L); rows of padded keys are 0.
-  void keys(std::int64_t b, std::int64_t kv, std::int64_t c0, std::int64_t n, const std::vector<T>& o, T* e,
-            T* vx) const {
+  // E (L x m) and Vx (L x W) for positions [c0, c0 + L); rows of padded keys are 0. With
+  // `extend` (causal sweeps visiting the chunks in order), o[c0, c0 + L) is written first
+  // from o[c0 - 1] (o must have size T): the same running max offsets() computes.
+  void keys(std::int64_t b, std::int64_t kv, std::int64_t c0, std::int64_t n, std::vector<T>& o, T* e, T* vx,
+            bool extend) const {
+    std::int64_t ld = 0;
+    const T* rows = src.key_rows(b, kv, c0, n, e, ld);  // e itself when computed: rows are exp'd in place
+    if (extend) {
+      T run = c0 > 0 ? o[c0 - 1] : neg_inf<T>();
+      for (std::int64_t r = 0; r < n; ++r) {
+        if (real(b, c0 + r)) run = row::max(rows + r * ld, m, run);
+        o[c0 + r] = run;
+      }
+    }
     for (std::int64_t r = 0; r < n; ++r) {
       T* er = e + r * m;
       T* xr = vx + r * w;
@@ -176,8 +228,7 @@ struct Problem {
         std::fill(xr, xr + w, T(0));
         continue;
       }
-      const T* kr = krow(b, c0 + r, kv);
-      row::exp_shift(kr, o[c0 + r], er, m);
+      row::exp_shift(rows + r * ld, o[c0 + r], er, m);
       const T* vr = vrow(b, c0 + r, kv);
       std::copy(vr, vr + dv, xr);
       xr[dv] = T(1);
@@ -185,8 +236,10 @@ struct Problem {
   }
   // Phi (L x m) of query head h for positions [c0, c0 + L).
   void queries(std::int64_t b, std::int64_t h, std::int64_t c0, std::int64_t n, T* phi) const {
+    std::int64_t ld = 0;
+    const T* rows = src.query_rows(b, h, c0, n, phi, ld);  // phi itself when computed
     for (std::int64_t r = 0; r < n; ++r) {
-      const T* qr = qrow(b, c0 + r, h);
+      const T* qr = rows + r * ld;
       row::exp_shift(qr, row::max(qr, m, neg_inf<T>()), phi + r * m, m);
     }
   }
