@@ -581,11 +581,11 @@ json report(const Args& a, const std::vector<Row>& rows, const Meta& meta,
       ratios.push_back(d->ms() / p->ms());
       per_l += fmt(" %.0f:", static_cast<double>(L)) + fmt("%.2f", ratios.back());
     }
-    std::optional<double> med;
-    if (!ratios.empty()) med = median(ratios);
-    target_line("darkformer / performer time, median over L  m=" + std::to_string(m), med, "<= 1.10",
-                med && *med <= 1.10,
-                ratios.empty() ? "" : "(max " + fmt("%.2f", *std::max_element(ratios.begin(), ratios.end())) + ")");
+    // Issue 16's target: at every L (so the largest ratio counts), the median beside it.
+    std::optional<double> worst;
+    if (!ratios.empty()) worst = *std::max_element(ratios.begin(), ratios.end());
+    target_line("darkformer / performer time, max over L  m=" + std::to_string(m), worst, "<= 1.05",
+                worst && *worst <= 1.05, ratios.empty() ? "" : "(median " + fmt("%.2f", median(ratios)) + ")");
     if (!per_l.empty()) std::printf("    per L:%s\n", per_l.c_str());
   }
   for (const auto& [kind, m] : series) {
