@@ -276,6 +276,8 @@ int main(int argc, char** argv) {
                 {"peak_rss_mb", rss_mb()},
                 {"base_rss_mb", base_rss},
                 {"alloc_peak_mb", static_cast<double>(st.peak_bytes_in_use) / (1 << 20)},
+                // The cache never shrinks, so what it holds after the last step is its peak.
+                {"alloc_held_mb", static_cast<double>(st.bytes_in_use + st.bytes_cached) / (1 << 20)},
                 {"alloc_cached_mb", static_cast<double>(st.bytes_cached) / (1 << 20)},
                 {"alloc_system_allocs", st.system_allocs},
                 {"parameters", model->num_parameters()},
@@ -292,12 +294,13 @@ int main(int argc, char** argv) {
                  "darkformer: %s, %lld params, batch %lld x seq %lld, %d threads\n"
                  "  step median %.1f ms [%.1f..%.1f] over %d steps -> %.0f tokens/s; loss %.4f -> %.4f\n"
                  "  phases (median ms): forward %.1f | backward %.1f | grad norm+clip %.2f | optimizer %.2f\n"
-                 "  peak RSS %.1f MB (%.1f MB before the model); allocator peak in use %.1f MB, %zu system allocs\n",
+                 "  peak RSS %.1f MB (%.1f MB before the model); allocator peak in use %.1f MB, held (in use + "
+                 "cached) %.1f MB, %zu system allocs\n",
                  source.c_str(), static_cast<long long>(model->num_parameters()), static_cast<long long>(B),
                  static_cast<long long>(T), threads, med * 1e3, out["min_step_ms"].get<double>(),
                  out["max_step_ms"].get<double>(), args.steps, tok_s, first_loss, last_loss, median(fwd_s) * 1e3,
                  median(bwd_s) * 1e3, median(norm_s) * 1e3, median(opt_s) * 1e3, out["peak_rss_mb"].get<double>(),
-                 base_rss, out["alloc_peak_mb"].get<double>(), st.system_allocs);
+                 base_rss, out["alloc_peak_mb"].get<double>(), out["alloc_held_mb"].get<double>(), st.system_allocs);
     std::cout << out.dump() << std::endl;
   } catch (const std::exception& e) {
     std::cerr << "darkformer_bench_train: " << e.what() << "\n";

@@ -233,7 +233,7 @@ def torch_peak(r):
 
 
 header = ["side", "threads", "median step ms", "[min..max] ms", "tokens/s", "peak RSS MB", "RSS growth MB",
-          "timed-steps peak MB", "CUDA libs MB", "allocator peak MB"]
+          "timed-steps peak MB", "CUDA libs MB", "allocator peak MB", "allocator held MB"]
 cells = []
 for r in rows:
     threads = str(r["threads"]) if r.get("blas_core", "none") == "none" else f'{r["threads"]} + BLAS {r["blas_threads"]}'
@@ -245,7 +245,8 @@ for r in rows:
                   f'{r["peak_rss_mb"]:.0f}', f'{r["peak_rss_mb"] - r["base_rss_mb"]:.0f}',
                   f'{r["timed_peak_rss_mb"]:.0f}' if r.get("timed_peak_rss_mb") else "-",
                   f'{r["cuda_lib_rss_mb"]:.0f}' if r.get("cuda_lib_rss_mb") else "-",
-                  f'{r["alloc_peak_mb"]:.0f}' if "alloc_peak_mb" in r else "-"])
+                  f'{r["alloc_peak_mb"]:.0f}' if "alloc_peak_mb" in r else "-",
+                  f'{r["alloc_held_mb"]:.0f}' if "alloc_held_mb" in r else "-"])
 width = [max(len(h), *(len(c[i]) for c in cells)) if cells else len(h) for i, h in enumerate(header)]
 line = lambda row: " | ".join(v.ljust(w) if i == 0 else v.rjust(w) for i, (v, w) in enumerate(zip(row, width)))
 print(line(header))
