@@ -1,6 +1,9 @@
-// The pieces the CPU linear-attention kernels share (causal: linear_attention.cpp; sliding
-// window: windowed_linear_attention.cpp): vectorised row loops, the chunk-recurrence state,
-// and the shapes of one call with its per-chunk builders (keys, queries, causal decay).
+// The pieces the CPU linear-attention kernels share (the sweeps of linear_attention_sweeps.h,
+// run by linear_attention.cpp and random_feature_attention.cpp; sliding window:
+// windowed_linear_attention.cpp): vectorised row loops, the chunk-recurrence state, the
+// source of the feature logits (GivenLogits here; ComputedLogits in
+// random_feature_attention.cpp), and the shapes of one call with its per-chunk builders
+// (keys, queries, causal decay).
 // Internal to core/cpu: everything is in an unnamed namespace, one copy per kernel file.
 #pragma once
 #include <algorithm>
