@@ -192,26 +192,24 @@ struct Problem {
   }
   bool real(std::int64_t b, std::int64_t j) const { return key_mask == nullptr || key_mask[b * len + j] != 0; }
 
-  // Key offsets o[0, T) of (b, kv) over the whole sequence: -inf where no real key is in
-  // view (causal: the running max of max_f k[j, f] over real j; else one max over all).
-  // Causal sweeps instead extend o chunk by chunk in keys(); `buf` is a chunk x m scratch.
-  void offsets(std::int64_t b, std::int64_t kv, std::vector<T>& o, T* buf) const {
-    o.resize(len);
+  // Bidirectional key offsets of (b, kv): o[0, T) all equal to the largest logit of any real
+  // key (-inf when none is real). Causal sweeps build theirs chunk by chunk in keys().
+  // `buf` is a chunk x m scratch.
+  void bidirectional_offsets(std::int64_t b, std::int64_t kv, std::vector<T>& o, T* buf) const {
     T run = neg_inf<T>();
     for (std::int64_t c0 = 0; c0 < len; c0 += chunk) {
       const std::int64_t n = std::min(chunk, len - c0);
       std::int64_t ld = 0;
       const T* rows = src.key_rows(b, kv, c0, n, buf, ld);
-      for (std::int64_t r = 0; r < n; ++r) {
+      for (std::int64_t r = 0; r < n; ++r)
         if (real(b, c0 + r)) run = row::max(rows + r * ld, m, run);
-        o[c0 + r] = run;
-      }
     }
-    if (!causal) std::fill(o.begin(), o.end(), run);
+    o.assign(len, run);
   }
   // E (L x m) and Vx (L x W) for positions [c0, c0 + L); rows of padded keys are 0. With
-  // `extend` (causal sweeps visiting the chunks in order), o[c0, c0 + L) is written first
-  // from o[c0 - 1] (o must have size T): the same running max offsets() computes.
+  // `extend` (causal sweeps visiting the chunks in order), o[c0, c0 + L) is written first:
+  // the running max over real positions <= t of max_f k[t, f], continued from o[c0 - 1]
+  // (o must have size T; -inf until the first real key).
   void keys(std::int64_t b, std::int64_t kv, std::int64_t c0, std::int64_t n, std::vector<T>& o, T* e, T* vx,
             bool extend) const {
     std::int64_t ld = 0;

@@ -75,7 +75,7 @@ bool forward_sweeps(const Problem<T, Src>& pr, T eps, T* po, T* pden) {
     std::vector<T> o(pr.len), e(c * m), vx(c * w), phi(c * m), p(c * c), dec(c * c), y(c * w), z(c * w);
     State<T> s{std::vector<T>(m * w, T(0))};
     if (!causal) {  // S = sum_j E_j^T Vx_j, then Y = Phi S
-      pr.offsets(b, kv, o, e.data());
+      pr.bidirectional_offsets(b, kv, o, e.data());
       for (std::int64_t c0 = 0; c0 < pr.len; c0 += c) {
         const std::int64_t n = std::min(c, pr.len - c0);
         pr.keys(b, kv, c0, n, o, e.data(), vx.data(), false);
@@ -141,7 +141,7 @@ bool backward_sweeps(const Problem<T, Src>& pr, const T* po, const T* pden, cons
         dphi(c * m), zm(c * m), zw(c * w), de(c * m), dvx(c * w);
     State<T> s{std::vector<T>(m * w, T(0))}, rs{std::vector<T>(m * w, T(0))};
     if (!causal) {
-      pr.offsets(b, kv, o, e.data());
+      pr.bidirectional_offsets(b, kv, o, e.data());
       for (std::int64_t c0 = 0; c0 < pr.len; c0 += c) {  // S, as in the forward
         const std::int64_t n = std::min(c, pr.len - c0);
         pr.keys(b, kv, c0, n, o, e.data(), vx.data(), false);
