@@ -5,13 +5,15 @@
 // darkformer keys streams as: key = seed (64 bit), counter = (offset: 64 bit, stream: 64 bit).
 // Element i of a fill at `offset` uses block (offset + i / 4) and lane i % 4.
 // Uniform floats take the top 24 bits (exact on every device). Normals use Box-Muller on
-// lane pairs, computed in double and rounded to the output type so CPU and GPU give the
-// same values (their double log/cos differ by at most an ulp of a double).
+// lane pairs, computed in double with core/portable_math.h (its own log, sin and cos, every
+// operation rounded on its own) and rounded to the output type, so every device gives the
+// same bits: a library's log or cos, or an FMA the compiler chose, would move the last bit
+// (seen on an H200: CUDA's log/cos against glibc's, 1 ulp of a double).
 #pragma once
-#include <cmath>
 #include <cstdint>
 
 #include "core/host_device.h"
+#include "core/portable_math.h"
 
 namespace dark::philox {
 
@@ -52,16 +54,24 @@ DARK_HOST_DEVICE Block block(std::uint64_t seed, std::uint64_t stream, std::uint
 // Uniform in [0, 1) with 24 random bits (exactly representable as float).
 DARK_HOST_DEVICE double uniform01(std::uint32_t bits) { return (bits >> 8) * (1.0 / 16777216.0); }
 
-// Standard normal for lane `lane` of block b (lanes 0,1 share one Box-Muller pair, 2,3 the other).
+// Standard normal for lane `lane` of block b (lanes 0,1 share one Box-Muller pair, 2,3 the other):
+// sqrt(-2 log u1) times cos (even lanes) or sin (odd lanes) of 2 pi u2.
 DARK_HOST_DEVICE double normal(const Block& b, int lane) {
   const int pair = lane & 2;
-  // (u + 1) / 2^32 lies in (0, 1], so the log is finite.
+  // (u + 1) / 2^32 lies in (0, 1] (exact: 33 bits), so the log is finite.
   const double u1 = (static_cast<double>(b.v[pair]) + 1.0) * (1.0 / 4294967296.0);
-  const double u2 = static_cast<double>(b.v[pair + 1]) * (1.0 / 4294967296.0);
-  // Global (C) math: unqualified names would find dark:: tensor ops when ops.h is included.
-  const double radius = ::sqrt(-2.0 * ::log(u1));
-  const double angle = 6.283185307179586476925 * u2;
-  return (lane & 1) ? radius * ::sin(angle) : radius * ::cos(angle);
+  const double radius = portable::sqrt(portable::mul(-2.0, portable::log_positive(u1)));
+  const std::uint32_t angle = b.v[pair + 1];  // in turns of 2^-32
+  return portable::mul(radius, (lane & 1) ? portable::sin_turns(angle) : portable::cos_turns(angle));
+}
+
+// What the fills write (before rounding to the output type), the same expression on every
+// device: mean + std * normal and low + (high - low) * uniform, each operation rounded alone.
+DARK_HOST_DEVICE double scaled_normal(const Block& b, int lane, double mean, double std) {
+  return portable::add(mean, portable::mul(std, normal(b, lane)));
+}
+DARK_HOST_DEVICE double scaled_uniform(const Block& b, int lane, double low, double high) {
+  return portable::add(low, portable::mul(portable::sub(high, low), uniform01(b.v[lane])));
 }
 
 }  // namespace dark::philox

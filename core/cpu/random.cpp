@@ -29,15 +29,14 @@ template <class T>
 void fill_normal_kernel(Tensor& out, std::uint64_t seed, std::uint64_t stream, std::uint64_t offset,
                         double mean, double std) {
   philox_fill<T>(out, seed, stream, offset,
-                 [&](const philox::Block& b, int lane) { return mean + std * philox::normal(b, lane); });
+                 [&](const philox::Block& b, int lane) { return philox::scaled_normal(b, lane, mean, std); });
 }
 
 template <class T>
 void fill_uniform_kernel(Tensor& out, std::uint64_t seed, std::uint64_t stream, std::uint64_t offset,
                          double low, double high) {
-  philox_fill<T>(out, seed, stream, offset, [&](const philox::Block& b, int lane) {
-    return low + (high - low) * philox::uniform01(b.v[lane]);
-  });
+  philox_fill<T>(out, seed, stream, offset,
+                 [&](const philox::Block& b, int lane) { return philox::scaled_uniform(b, lane, low, high); });
 }
 
 DARK_REGISTER_KERNEL(fill_normal, cpu, f32, fill_normal_kernel<float>);

@@ -1,12 +1,9 @@
 // fill_normal / fill_uniform for f32, f64 and bf16 with dark::philox, bit for bit as the
 // CPU: element i of out: (N) contiguous uses block philox::block(seed, stream, offset + i/4)
-// and lane i % 4;
-//   uniform: low + (high - low) * philox::uniform01(block.v[lane])
-//   normal:  mean + std * philox::normal(block, lane)
-// computed in double and rounded once to the output type (bf16 through float, like the
-// CPU's conversion). Each thread computes one Philox block and writes its (up to) four
-// elements. The final multiply-add uses __dmul_rn / __dadd_rn so nvcc cannot contract it
-// into an FMA, which would round differently from the CPU's separate multiply and add.
+// and lane i % 4, and the value philox::scaled_uniform / scaled_normal(block, lane, ...)
+// (core/philox.h: the same double arithmetic on both devices, no library math, no FMA),
+// rounded once to the output type (bf16 through float, like the CPU's conversion). Each
+// thread computes one Philox block and writes its (up to) four elements.
 #include <cstdint>
 
 #include "core/cuda/launch.cuh"
@@ -18,11 +15,6 @@ namespace {
 
 enum class Distribution { uniform, normal };
 
-// a + b * c with two roundings, as the CPU computes it.
-__device__ __forceinline__ double add_mul(double a, double b, double c) {
-  return __dadd_rn(a, __dmul_rn(b, c));
-}
-
 template <class T, Distribution kDist>
 __global__ void philox_fill_kernel(T* out, std::int64_t n, std::uint64_t seed, std::uint64_t stream,
                                    std::uint64_t offset, double p0, double p1) {
@@ -33,12 +25,8 @@ __global__ void philox_fill_kernel(T* out, std::int64_t n, std::uint64_t seed, s
     for (int lane = 0; lane < 4; ++lane) {
       const std::int64_t i = 4 * j + lane;
       if (i >= n) break;
-      double v;
-      if constexpr (kDist == Distribution::uniform) {
-        v = add_mul(p0, __dadd_rn(p1, -p0), philox::uniform01(b.v[lane]));  // low, high
-      } else {
-        v = add_mul(p0, p1, philox::normal(b, lane));  // mean, std
-      }
+      const double v = kDist == Distribution::uniform ? philox::scaled_uniform(b, lane, p0, p1)  // low, high
+                                                      : philox::scaled_normal(b, lane, p0, p1);  // mean, std
       out[i] = convert<T>(v);
     }
   }
