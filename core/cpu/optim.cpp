@@ -1,6 +1,8 @@
 // CPU optimizer update kernels (flat float32 buffers; see core/kernels.h). The buffer is
 // walked range by range: the decay ranges with the configured weight decay, the gaps between
-// them with none, so no element looks anything up.
+// them with none, so no element looks anything up. Built with -ffp-contract=off (CMakeLists):
+// each operation is rounded on its own, as the CUDA kernels (core/cuda/optim.cu) round it,
+// so the two give the same bits.
 #include <cmath>
 #include <cstdint>
 #include <vector>

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -16,6 +17,20 @@
 #include "core/cuda/emulator/memory.h"
 
 namespace {
+
+// The emulated kernels are compiled with FMA instructions (contraction as nvcc does it,
+// CMakeLists.txt): on a CPU without them, say so at load instead of dying of an illegal
+// instruction in the first kernel.
+[[maybe_unused]] const bool cpu_has_fma = [] {
+#if defined(__x86_64__) || defined(__i386__)
+  if (!__builtin_cpu_supports("fma")) {
+    std::fprintf(stderr, "CUDA emulator: this CPU has no FMA instructions, which the emulated kernels use "
+                         "(they contract a * b + c as nvcc does); build with -DDARK_BUILD_CUDA_EMULATOR=OFF\n");
+    std::abort();
+  }
+#endif
+  return true;
+}();
 
 using dark::cuda_emu::DeviceAccess;
 using dark::cuda_emu::is_device_pointer;

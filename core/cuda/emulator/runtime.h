@@ -7,8 +7,11 @@
 //
 // Semantics that differ from a GPU: every stream is the one device queue, so asynchronous
 // calls complete before they return (ordering is as strict as it gets; overlap is not
-// emulated); __expf and friends are the exact functions; float atomics add in the order the
-// threads run. Timing means nothing.
+// emulated); math functions (expf, log, sin, ... and __expf and friends) are the host
+// library's, not CUDA's, so results that depend on their last bits differ from a GPU's
+// (README, "What the emulator cannot see"); float atomics add in the order the threads run.
+// Like nvcc, the host compiler contracts a * b + c into FMAs in kernels (CMakeLists.txt).
+// Timing means nothing.
 #pragma once
 #include <math.h>
 
@@ -126,6 +129,23 @@ T atomicCAS(T* p, T compare, T v) {
 }
 
 // ---- math intrinsics ----
+// The _rn intrinsics round each operation on its own: nvcc never fuses them into an FMA, and
+// this emulator compiles kernels with contraction on (as nvcc does), so their results go
+// through an empty asm barrier that the host compiler cannot fuse across.
+namespace dark::cuda_emu {
+template <class T>
+inline T rounded_alone(T x) {
+#if defined(__x86_64__) || defined(__i386__)
+  __asm__("" : "+x"(x));
+#elif defined(__aarch64__)
+  __asm__("" : "+w"(x));
+#else
+  volatile T v = x;
+  x = v;
+#endif
+  return x;
+}
+}  // namespace dark::cuda_emu
 inline float __expf(float x) { return expf(x); }
 inline float __logf(float x) { return logf(x); }
 inline float __sinf(float x) { return sinf(x); }
@@ -133,16 +153,20 @@ inline float __cosf(float x) { return cosf(x); }
 inline float __powf(float x, float y) { return powf(x, y); }
 inline float __fdividef(float a, float b) { return a / b; }
 inline float __frcp_rn(float x) { return 1.0f / x; }
-inline float __fsqrt_rn(float x) { return sqrtf(x); }
+inline float __fsqrt_rn(float x) { return ::dark::cuda_emu::rounded_alone(sqrtf(x)); }
 inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 inline double rsqrt(double x) { return 1.0 / sqrt(x); }
 inline float __saturatef(float x) { return x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : x); }
 inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
-inline float __fadd_rn(float a, float b) { return a + b; }
-inline float __fmul_rn(float a, float b) { return a * b; }
-inline float __fdiv_rn(float a, float b) { return a / b; }
-inline double __dadd_rn(double a, double b) { return a + b; }
-inline double __dmul_rn(double a, double b) { return a * b; }
+inline float __fadd_rn(float a, float b) { return ::dark::cuda_emu::rounded_alone(a + b); }
+inline float __fsub_rn(float a, float b) { return ::dark::cuda_emu::rounded_alone(a - b); }
+inline float __fmul_rn(float a, float b) { return ::dark::cuda_emu::rounded_alone(a * b); }
+inline float __fdiv_rn(float a, float b) { return ::dark::cuda_emu::rounded_alone(a / b); }
+inline double __dadd_rn(double a, double b) { return ::dark::cuda_emu::rounded_alone(a + b); }
+inline double __dsub_rn(double a, double b) { return ::dark::cuda_emu::rounded_alone(a - b); }
+inline double __dmul_rn(double a, double b) { return ::dark::cuda_emu::rounded_alone(a * b); }
+inline double __ddiv_rn(double a, double b) { return ::dark::cuda_emu::rounded_alone(a / b); }
+inline double __dsqrt_rn(double x) { return ::dark::cuda_emu::rounded_alone(sqrt(x)); }
 inline double __fma_rn(double a, double b, double c) { return fma(a, b, c); }
 inline void __sincosf(float x, float* s, float* c) { *s = sinf(x), *c = cosf(x); }
 inline float normcdff(float x) { return 0.5f * erfcf(-x * 0.70710678118654752f); }
