@@ -31,7 +31,8 @@ usage: scripts/bench_gpu.sh [--out DIR] [--quick] [--batch B] [--peak-tflops P]
   --quick            fewer steps and lengths (the gpu-check budget)
   --batch B          training batch size (default 16 sequences of 1024 tokens)
   --peak-tflops P    the GPU's dense bf16 peak for MFU (default 989, H100 / H200 SXM)
-Env: BUILD_DIR (default build), PYTHON (default python3).
+Env: BUILD_DIR (default build), BENCH_BIN_DIR (the folder of both bench programs, default
+BUILD_DIR/bench; scripts/gpu-check.sh --bundle sets it), PYTHON (default python3).
 EOF
 }
 while [[ $# -gt 0 ]]; do
@@ -49,8 +50,8 @@ mkdir -p "$out"
 py="${PYTHON:-python3}"
 steps=20; warmup=5; lens="1024,2048,4096,8192,16384,32768,65536,131072"; reps=5
 if [[ $quick == 1 ]]; then steps=10; warmup=3; lens="1024,2048,4096,16384,65536,131072"; reps=3; fi
-bench_train="$build/bench/darkformer_bench_train"
-bench_attn="$build/bench/darkformer_bench_gpu_attention"
+bench_train="${BENCH_BIN_DIR:-$build/bench}/darkformer_bench_train"
+bench_attn="${BENCH_BIN_DIR:-$build/bench}/darkformer_bench_gpu_attention"
 for b in "$bench_train" "$bench_attn"; do
   [[ -x "$b" ]] || { echo "bench_gpu.sh: $b is missing (build the bench targets with CUDA)" >&2; exit 1; }
 done

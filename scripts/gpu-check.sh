@@ -1,171 +1,310 @@
 #!/usr/bin/env bash
-# The one prepared device check, for a machine with an NVIDIA GPU (sized for a 16-core H200
-# with the CUDA toolkit and PyTorch, no internet, under 8 minutes):
-#   1. configure and build the CUDA targets it needs (Release, sm_90 unless ARCH says
-#      otherwise, all cores);
-#   2. run every GPU test (test_gpu_ops, test_gpu_kernels, test_gpu_training,
-#      test_device_placement, test_dist_nccl, test_data_parallel_gpu): CUDA kernels against
-#      the CPU in float64, training on the GPU against the CPU, checkpoints across devices;
-#   3. train configs/quickstart.json for QUICKSTART_STEPS (300) steps on the CPU, then on the
-#      GPU in f32 and in bf16, and compare the loss curves (f32 within 2%, bf16 within 5%, mean
-#      relative difference over the last 100 steps); the corpus is debdocs-python when
-#      /usr/share/doc/python3.11 is there, else the repository's own text;
-#   4. scripts/bench_gpu.sh --quick: training tokens/s and MFU against PyTorch, attention
-#      against SDPA and the random-feature kinds against L.
-# Every log and summary.json go to $OUT, or to the folder given as the only argument when
-# $OUT is unset (default cache/gpu-check-<time>). Without a GPU it says "no GPU" and exits
-# 0. Exit 1 when a stage failed (the summary says which), 0 otherwise.
+# The one prepared device check, for a machine with an NVIDIA GPU (sized for a 16-core H200:
+# the whole check stays within --budget seconds, default 420):
+#
+#   scripts/gpu-check.sh --bundle ARCHIVE [--budget S] [OUT]   runs from an archive made by
+#       scripts/gpu-bundle.sh on another machine: nothing is built here, so it works on a
+#       machine with the driver and the CUDA toolkit but none of our Debian dependencies
+#   scripts/gpu-check.sh [--budget S] [OUT]                    builds the CUDA targets here
+#       first (build-gpu: Release, sm_${ARCH:-90}), for a machine that has our dependencies
+#   --cpu-stages (with --bundle): without a GPU, still run the stages that need none (mpi),
+#       so a machine without a GPU tests the bundle's own Open MPI (CI does)
+#
+# Stages, each with its own time limit, in order of value (the budget left caps each):
+#   setup        (bundle) unpack, check that every library of every program resolves (a
+#                missing one is named with who needs it); record this machine's CPU (model,
+#                cores, AVX-512 / AVX512_BF16 / AMX flags) and GPU. Without a GPU: say
+#                "no GPU", write the summary and exit 0.
+#   tests        every GPU test program (kernels against the CPU in float64, training runs
+#                against the CPU, checkpoints across devices, NCCL with one rank)
+#   quickstart   configs/quickstart.json for QUICKSTART_STEPS (300) steps on the CPU, then
+#                on the GPU in f32 and in bf16: mean relative loss difference over the last
+#                100 steps (f32 within 2%, bf16 within 5%)
+#   determinism  the GPU runs once more, f32 and bf16: every logged loss and gradient norm
+#                must equal the first run's bit for bit
+#   mpi          two ranks under mpirun (the bundle's own Open MPI in bundle mode): the
+#                collectives on exact data, and a 2-rank training run on the CPU against one
+#                process, bit for bit
+#   bench        scripts/bench_gpu.sh --quick: training tokens/s and MFU against PyTorch,
+#                attention against SDPA and the random-feature kinds against L
+# Everything goes to $OUT, or the folder given as the last argument when $OUT is unset
+# (default cache/gpu-check-<time>): a log per stage, summary.json and a compact summary
+# (at most ~6,000 characters) printed at the end. Exit 1 when a stage failed, 0 otherwise.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-root="$(pwd)"
-out="${OUT:-${1:-cache/gpu-check-$(date +%Y%m%d-%H%M%S)}}"
+repo="$(pwd)"
+
+bundle_archive=""
+budget=420
+cpu_stages=0
+out_arg=""
+usage() { sed -n '3,11p' "$0" | sed 's/^# \{0,1\}//'; }
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --bundle) bundle_archive="${2:?--bundle needs an archive}"; shift 2 ;;
+    --budget) budget="${2:?--budget needs seconds}"; shift 2 ;;
+    --cpu-stages) cpu_stages=1; shift ;;
+    -h | --help) usage; exit 0 ;;
+    -*) echo "gpu-check.sh: unknown flag '$1'" >&2; usage >&2; exit 2 ;;
+    *) out_arg="$1"; shift ;;
+  esac
+done
+start=$(date +%s)
+deadline=$((start + budget))
+out="${OUT:-${out_arg:-cache/gpu-check-$(date +%Y%m%d-%H%M%S)}}"
 mkdir -p "$out"
 out="$(cd "$out" && pwd)"
 log="$out/gpu-check.log"
-say() { echo "[gpu-check $(date +%H:%M:%S)] $*" | tee -a "$log"; }
+: > "$log"
+say() { echo "[gpu-check $(date +%H:%M:%S)] $*" | tee -a "$log" >&2; }
 status_file="$out/stages.jsonl"
 : > "$status_file"
-stage() {  # stage NAME STATUS [DETAIL]
-  printf '{"stage": "%s", "status": "%s", "detail": "%s"}\n' "$1" "$2" "${3:-}" >> "$status_file"
+stage() {  # stage NAME STATUS [DETAIL] [SECONDS]
+  python3 -c 'import json, sys; print(json.dumps({"stage": sys.argv[1], "status": sys.argv[2], "detail": sys.argv[3], "seconds": float(sys.argv[4])}))' \
+    "$1" "$2" "${3:-}" "${4:-0}" >> "$status_file"
+}
+# limit NOMINAL: seconds a stage may take now (its own limit, capped by the budget left).
+# Never below 1: `timeout 0` would mean no limit at all.
+limit() {
+  local left=$((deadline - $(date +%s) - 5))
+  (( left < 1 )) && left=1
+  (( left < $1 )) && echo "$left" || echo "$1"
 }
 finish() {
-  python3 - "$out" << 'EOF'
-import glob, json, os, sys
-out = sys.argv[1]
-summary = {"stages": [json.loads(l) for l in open(f"{out}/stages.jsonl") if l.strip()]}
-for name in ("gpu.json", "tests.json", "quickstart.json"):
-    path = f"{out}/{name}"
-    if os.path.exists(path):
-        summary[name[:-5]] = json.load(open(path))
-bench = f"{out}/bench/summary.json"
-if os.path.exists(bench):
-    summary["bench"] = json.load(open(bench))
-    summary["bench"].get("attention", {}).pop("rows", None)
-json.dump(summary, open(f"{out}/summary.json", "w"), indent=1)
-failed = [s["stage"] for s in summary["stages"] if s["status"] == "failed"]
-print(json.dumps({k: v for k, v in summary.items() if k != "bench"}, indent=1))
-print("failed stages:", ", ".join(failed) if failed else "none")
-EOF
+  python3 "$repo/scripts/gpu_check_summary.py" "$out" | tee "$out/summary.txt"
   grep -q '"status": "failed"' "$status_file" && exit 1
   exit 0
 }
 
-# ---- 0. a GPU? ----
+# ---- setup: where the programs are ----
+programs=(darkformer test_gpu_ops test_gpu_kernels test_gpu_training test_device_placement test_dist_nccl
+          test_data_parallel_gpu dist_collectives darkformer_bench_train darkformer_bench_gpu_attention)
+gpu_tests=(test_gpu_ops test_gpu_kernels test_gpu_training test_device_placement test_dist_nccl test_data_parallel_gpu)
+if [[ -n "$bundle_archive" ]]; then
+  [[ -f "$bundle_archive" ]] || { echo "gpu-check.sh: no such archive: $bundle_archive" >&2; exit 2; }
+  unpack="$(mktemp -d "${TMPDIR:-/tmp}/darkformer-bundle-XXXXXX")"
+  trap 'rm -rf "$unpack"' EXIT
+  t0=$(date +%s)
+  if ! tar -C "$unpack" -xJf "$bundle_archive"; then
+    say "cannot unpack $bundle_archive"
+    stage setup failed "cannot unpack the archive"
+    finish
+  fi
+  b="$unpack/darkformer-bundle"
+  root="$b/src"
+  bin="$b/bin"
+  # Our programs find their libraries through RUNPATH ($ORIGIN/../lib) and this path; CUDA's
+  # come from the toolkit. PyTorch must not see it (it brings its own CUDA libraries): every
+  # python that imports torch runs through $b/python3-clean.
+  export LD_LIBRARY_PATH="$b/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export OPAL_PREFIX="$b/mpi" PMIX_INSTALL_PREFIX="$b/mpi/pmix"
+  export OPAL_SYSCONFDIR="$b/mpi/etc" PMIX_MCA_mca_base_component_path="$b/mpi/pmix/lib/pmix"
+  printf '#!/bin/sh\nexec env -u LD_LIBRARY_PATH -u OPAL_PREFIX -u PMIX_INSTALL_PREFIX %s "$@"\n' "$(command -v python3)" \
+    > "$b/python3-clean"
+  chmod +x "$b/python3-clean"
+  export PYTHON="$b/python3-clean"
+  mpirun_exe="$b/mpi/bin/mpirun"
+  # Every library of every ELF file resolves; with DARK_BUNDLE_STRICT=1 (CI) also only to the
+  # bundle or to what a bare GPU machine provides (glibc, libstdc++, libgcc_s, zlib, CUDA).
+  missing=""
+  provided='^(ld-linux[-a-z0-9_]*|libc|libm|libdl|libpthread|librt|libresolv|libutil|libstdc\+\+|libgcc_s|libz|libcuda|libcudart|libcublas|libcublasLt|libnccl|linux-vdso)\.so'
+  while IFS= read -r -d '' f; do
+    [[ "$(head -c 4 "$f" | tail -c 3)" == "ELF" ]] || continue
+    while read -r name arrow path _; do
+      [[ "$arrow" == "=>" ]] || continue
+      if [[ "$path" == "not" ]]; then
+        missing+="${f#"$b"/} needs $name, which is missing"$'\n'
+      elif [[ "${DARK_BUNDLE_STRICT:-0}" == 1 && "$path" != "$b"/* && ! "$name" =~ $provided ]]; then
+        missing+="${f#"$b"/} loads $name from $path, outside the bundle (a bare GPU machine lacks it)"$'\n'
+      fi
+    done < <(ldd "$f" 2> /dev/null)
+  done < <(find "$b/bin" "$b/lib" "$b/mpi" -type f \( -perm -u+x -o -name '*.so*' \) -print0)
+  if [[ -n "$missing" ]]; then
+    say "libraries that do not resolve:"
+    printf '%s' "$missing" | sort -u | head -40 | tee -a "$log" >&2
+    stage setup failed "$(printf '%s' "$missing" | sort -u | head -3 | tr '\n' ';')" $(($(date +%s) - t0))
+    finish
+  fi
+  stage setup passed "unpacked $(basename "$bundle_archive"), every library resolves" $(($(date +%s) - t0))
+  cp "$b/MANIFEST.json" "$out/manifest.json" 2> /dev/null
+else
+  root="$repo"
+  bin=""
+  mpirun_exe="$(command -v mpirun || true)"
+fi
+cd "$root"
+prog() {  # the path of program $1 (bundle: bin/; build: the build folder's subfolders)
+  if [[ -n "$bin" ]]; then echo "$bin/$1"; return; fi
+  local d
+  for d in "" tests/ tests/mpi/ bench/; do [[ -x "$build/$d$1" ]] && { echo "$build/$d$1"; return; }; done
+  echo "$build/$1"
+}
+
+# ---- two ranks under mpirun (a function: --cpu-stages runs it without a GPU) ----
+# A tiny byte-level model on the repository's own text, so the stage needs neither the corpus
+# nor a tokenizer's training.
+stage_mpi() {
+  local t0 mpi_env dp
+  mpi_env=(-x OMPI_MCA_rmaps_base_oversubscribe=1 -x OMPI_MCA_mpi_yield_when_idle=1 --allow-run-as-root --oversubscribe --bind-to none)
+  if [[ -z "$mpirun_exe" || ! -x "$mpirun_exe" ]]; then
+    stage mpi skipped "no mpirun here (build mode without Open MPI)"
+    return
+  fi
+  [[ -n "$bin" ]] && mpi_env+=(-x LD_LIBRARY_PATH -x OPAL_PREFIX -x PMIX_INSTALL_PREFIX -x OPAL_SYSCONFDIR)
+  t0=$(date +%s)
+  say "mpirun -np 2: collectives on exact data ($mpirun_exe)"
+  if OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout "$(limit 40)" "$mpirun_exe" -np 2 "${mpi_env[@]}" \
+       "$(prog dist_collectives)" > "$out/mpi-collectives.log" 2>&1; then
+    stage mpi:collectives passed "dist_collectives, 2 ranks" $(($(date +%s) - t0))
+  else
+    stage mpi:collectives failed "see mpi-collectives.log" $(($(date +%s) - t0))
+    tail -n 8 "$out/mpi-collectives.log" >> "$log"
+  fi
+  t0=$(date +%s)
+  say "mpirun -np 2: training on the CPU against one process"
+  dp=(train --config configs/quickstart.json --set model.d_model=64 --set model.n_layers=2 --set model.n_heads=2
+      --set data.tokenizer=byte --set "data.sources=[\"$root/README.md\",\"$root/docs/*.md\"]"
+      --set data.dir="$out/mpi/data" --set data.seq_len=64 --set data.val_windows=8
+      --set training.steps=12 --set schedule.warmup_steps=4 --set training.batch_size=8 --set training.eval_interval=12 --set training.eval_batches=1
+      --set training.checkpoint_interval=0 --set training.generate_tokens=0 --set training.device=cpu)
+  # One process with grad_accum 2 against 2 ranks of one micro-batch each, at the same number
+  # of threads per process (a GEMM may sum in another order with another thread count).
+  if OMP_NUM_THREADS=1 timeout "$(limit 60)" "$(prog darkformer)" "${dp[@]}" --set training.grad_accum=2 \
+       --set output.dir="$out/mpi/one" > "$out/mpi-one.log" 2>&1 &&
+     OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout "$(limit 60)" "$mpirun_exe" -np 2 -x OMP_NUM_THREADS "${mpi_env[@]}" \
+       "$(prog darkformer)" "${dp[@]}" --set output.dir="$out/mpi/two" > "$out/mpi-two.log" 2>&1 &&
+     python3 "$repo/scripts/gpu_check_summary.py" --same-dirs "$out/mpi/one" "$out/mpi/two" 1e-12 > "$out/mpi.json"; then
+    stage mpi:two-ranks passed "2 CPU ranks = 1 process, bit for bit" $(($(date +%s) - t0))
+  else
+    stage mpi:two-ranks failed "see mpi-one.log, mpi-two.log, mpi.json" $(($(date +%s) - t0))
+    tail -n 8 "$out/mpi-one.log" "$out/mpi-two.log" >> "$log"
+  fi
+}
+
+# This machine's CPU, with the flags that decide which CPU kernels could be tested here.
+python3 - "$out" << 'EOF'
+import json, os, sys
+info = {"model": "?", "cores": os.cpu_count(), "flags": {}}
+flags = set()
+for line in open("/proc/cpuinfo"):
+    if line.startswith("model name") and info["model"] == "?":
+        info["model"] = line.split(":", 1)[1].strip()
+    if line.startswith("flags") and not flags:
+        flags = set(line.split(":", 1)[1].split())
+for f in ("avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"):
+    info["flags"][f] = f in flags
+json.dump(info, open(f"{sys.argv[1]}/cpu.json", "w"))
+EOF
+
+# ---- a GPU? ----
 if ! command -v nvidia-smi > /dev/null 2>&1 || ! nvidia-smi -L > "$out/nvidia-smi.txt" 2>&1 ||
    ! grep -q "^GPU" "$out/nvidia-smi.txt"; then
   say "no GPU (nvidia-smi finds none): nothing to check"
   echo '{"gpu": false}' > "$out/gpu.json"
   stage gpu skipped "no GPU"
+  [[ $cpu_stages == 1 && -n "$bin" ]] && stage_mpi
   finish
 fi
 gpu_name="$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | head -1)"
-say "GPU: $gpu_name; CPU: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores"
-printf '{"gpu": true, "name": "%s", "cpu": "%s", "cores": %s}\n' "$gpu_name" \
-  "$(lscpu | sed -n 's/^Model name: *//p' | head -1)" "$(nproc)" > "$out/gpu.json"
+say "GPU: $gpu_name; CPU: $(python3 -c "import json; c = json.load(open('$out/cpu.json')); print(c['model'], c['cores'], 'cores')")"
+python3 -c 'import json, sys; print(json.dumps({"gpu": True, "name": sys.argv[1]}))' "$gpu_name" > "$out/gpu.json"
 
-# ---- 1. build ----
-[[ -x /usr/local/cuda/bin/nvcc ]] && export PATH="/usr/local/cuda/bin:$PATH"
-build="${BUILD_DIR:-build-gpu}"
-tests=(test_gpu_ops test_gpu_kernels test_gpu_training test_device_placement test_dist_nccl test_data_parallel_gpu)
-say "building in $build (sm_${ARCH:-90}, $(nproc) jobs)"
-if timeout 330 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DDARK_CUDA_ARCHITECTURES="${ARCH:-90}" \
-     -DDARK_BUILD_CUDA_EMULATOR=OFF -DDARK_BUILD_TESTS=ON -DDARK_BUILD_BENCH=ON > "$out/configure.log" 2>&1 &&
-   timeout 330 cmake --build "$build" -j "$(nproc)" --target darkformer "${tests[@]}" darkformer_bench_train \
-     darkformer_bench_gpu_attention > "$out/build.log" 2>&1; then
-  stage build passed
-else
-  say "build failed: see configure.log / build.log (tail below)"
-  tail -20 "$out/configure.log" "$out/build.log" | tee -a "$log"
-  stage build failed "see build.log"
-  finish
+# ---- build (without a bundle) ----
+if [[ -z "$bin" ]]; then
+  [[ -x /usr/local/cuda/bin/nvcc ]] && export PATH="/usr/local/cuda/bin:$PATH"
+  build="${BUILD_DIR:-build-gpu}"
+  say "building in $build (sm_${ARCH:-90}, $(nproc) jobs)"
+  t0=$(date +%s)
+  if timeout "$(limit 330)" cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DDARK_CUDA_ARCHITECTURES="${ARCH:-90}" \
+       -DDARK_BUILD_CUDA_EMULATOR=OFF -DDARK_BUILD_TESTS=ON -DDARK_BUILD_BENCH=ON > "$out/configure.log" 2>&1 &&
+     timeout "$(limit 330)" cmake --build "$build" -j "$(nproc)" --target "${programs[@]}" > "$out/build.log" 2>&1; then
+    stage build passed "" $(($(date +%s) - t0))
+  else
+    tail -n 20 "$out/configure.log" "$out/build.log" >> "$log"
+    stage build failed "see build.log" $(($(date +%s) - t0))
+    finish
+  fi
 fi
 
-# ---- 2. GPU tests ----
+# ---- tests ----
 mkdir -p "$out/tests"
-for t in "${tests[@]}"; do
+for t in "${gpu_tests[@]}"; do
+  t0=$(date +%s)
   say "test $t"
-  if timeout 300 "$build/tests/$t" --gtest_output="json:$out/tests/$t.json" > "$out/tests/$t.log" 2>&1; then
-    stage "test:$t" passed
+  if timeout "$(limit 150)" "$(prog "$t")" --gtest_output="json:$out/tests/$t.json" > "$out/tests/$t.log" 2>&1; then
+    stage "test:$t" passed "" $(($(date +%s) - t0))
   else
-    stage "test:$t" failed "see tests/$t.log"
-    grep -E "^\[  FAILED|Failure" "$out/tests/$t.log" | head -20 | tee -a "$log"
+    stage "test:$t" failed "see tests/$t.log" $(($(date +%s) - t0))
+    grep -E "^\[  FAILED|Failure" "$out/tests/$t.log" | head -10 >> "$log"
   fi
 done
-python3 - "$out" << 'EOF' > "$out/tests.json"
-import glob, json, os, sys
-out = sys.argv[1]
-result = {}
-for path in sorted(glob.glob(f"{out}/tests/*.json")):
-    j = json.load(open(path))
-    failed = [f"{s['name']}.{c['name']}" for s in j.get("testsuites", []) for c in s.get("testsuite", [])
-              if c.get("failures")]
-    skipped = sum(1 for s in j.get("testsuites", []) for c in s.get("testsuite", []) if c.get("result") == "SKIPPED")
-    result[os.path.basename(path)[:-5]] = {"tests": j.get("tests"), "failures": j.get("failures"),
-                                           "skipped": skipped, "failed": failed[:20]}
-print(json.dumps(result, indent=1))
-EOF
 
-# ---- 3. quickstart on the CPU, the GPU in f32 and bf16 ----
+# ---- quickstart on the CPU, the GPU in f32 and bf16 (and determinism: the GPU runs again) ----
 steps="${QUICKSTART_STEPS:-300}"
-qs=(--config configs/quickstart.json --set training.steps="$steps" --set training.log_interval=50
+qs=(--config configs/quickstart.json --set training.steps="$steps" --set schedule.warmup_steps=$((steps < 250 ? steps / 5 : 50))
+    --set training.log_interval=50
     --set training.eval_interval="$steps" --set training.checkpoint_interval=0 --set training.generate_tokens=16)
+if [[ -n "$bin" && -f "$b/corpus/python3.11-doc-sources.tar" && ! -d /usr/share/doc/python3.11/html/_sources ]]; then
+  # The prepared data's inputs are checked against the corpus files (paths and sizes).
+  if mkdir -p /usr/share/doc/python3.11/html 2> /dev/null &&
+     tar -C /usr/share/doc/python3.11/html -xf "$b/corpus/python3.11-doc-sources.tar"; then
+    say "unpacked the debdocs-python corpus to /usr/share/doc/python3.11/html/_sources"
+  fi
+fi
 if [[ ! -d /usr/share/doc/python3.11/html/_sources ]]; then
   say "debdocs-python is not installed here: the quickstart trains on the repository's own text"
   qs+=(--set "data.sources=[\"$root/README.md\",\"$root/docs/results.md\",\"$root/core\",\"$root/autograd\",\"$root/nn\",\"$root/attention\",\"$root/data\",\"$root/train\"]"
        --set data.dir="$root/cache/data/gpu-check-repo-text")
 fi
 rm -rf "$out/quickstart"
-quick_ok=1
-for run in "cpu f32" "cuda f32" "cuda bf16"; do
-  set -- $run
-  say "quickstart $steps steps on $1 in $2"
-  if ! timeout 240 "$build/darkformer" train "${qs[@]}" --set training.device="$1" --set training.precision="$2" \
-       --set output.dir="$out/quickstart/$1-$2" > "$out/quickstart-$1-$2.log" 2>&1; then
-    stage "quickstart:$1-$2" failed "see quickstart-$1-$2.log"
-    tail -5 "$out/quickstart-$1-$2.log" | tee -a "$log"
-    quick_ok=0
+quickstart() {  # quickstart DEVICE PRECISION RUN_NAME STAGE_NAME LIMIT
+  local t0
+  t0=$(date +%s)
+  say "quickstart $steps steps on $1 in $2 ($3)"
+  if timeout "$(limit "$5")" "$(prog darkformer)" train "${qs[@]}" --set training.device="$1" --set training.precision="$2" \
+       --set output.dir="$out/quickstart/$3" > "$out/quickstart-$3.log" 2>&1; then
+    stage "$4" passed "" $(($(date +%s) - t0))
   else
-    stage "quickstart:$1-$2" passed
+    stage "$4" failed "see quickstart-$3.log" $(($(date +%s) - t0))
+    tail -n 5 "$out/quickstart-$3.log" >> "$log"
+    return 1
+  fi
+}
+quick_ok=1
+quickstart cpu f32 cpu-f32 quickstart:cpu-f32 150 || quick_ok=0
+quickstart cuda f32 cuda-f32 quickstart:cuda-f32 60 || quick_ok=0
+quickstart cuda bf16 cuda-bf16 quickstart:cuda-bf16 60 || quick_ok=0
+if [[ $quick_ok == 1 ]]; then
+  python3 "$repo/scripts/gpu_check_summary.py" --curves "$out" "$steps" > "$out/quickstart.json" &&
+    stage quickstart-curves passed || stage quickstart-curves failed "see quickstart.json"
+fi
+det_ok=1
+for p in f32 bf16; do
+  if [[ -f "$out/quickstart/cuda-$p/metrics.jsonl" ]]; then
+    quickstart cuda "$p" "cuda-$p-again" "determinism:run-$p" 60 || det_ok=0
+  else
+    det_ok=0
   fi
 done
-if [[ $quick_ok == 1 ]]; then
-  python3 - "$out" "$steps" << 'EOF' > "$out/quickstart.json" || stage quickstart-curves failed "see quickstart.json"
-import json, sys
-out, steps = sys.argv[1], int(sys.argv[2])
-def curve(name):
-    c, t = {}, {}
-    for line in open(f"{out}/quickstart/{name}/metrics.jsonl"):
-        j = json.loads(line)
-        if "loss" in j:
-            c[j["step"]] = j["loss"]
-            t[j["step"]] = j.get("tokens_per_s", 0)
-        if "eval_loss" in j:
-            c["eval"] = j["eval_loss"]
-    return c, t
-cpu, cpu_t = curve("cpu-f32")
-result = {"steps": steps, "cpu_final_loss": cpu[steps], "cpu_tokens_per_s": cpu_t[steps]}
-ok = True
-for name, tol in (("cuda-f32", 0.02), ("cuda-bf16", 0.05)):
-    c, t = curve(name)
-    window = [s for s in range(max(1, steps - 99), steps + 1)]
-    diff = sum(abs(c[s] - cpu[s]) / cpu[s] for s in window) / len(window)
-    result[name] = {"final_loss": c[steps], "eval_loss": c.get("eval"), "tokens_per_s": t[steps],
-                    "mean_rel_diff_last_100": diff, "tolerance": tol, "pass": diff <= tol}
-    ok = ok and diff <= tol
-result["pass"] = ok
-print(json.dumps(result, indent=1))
-sys.exit(0 if ok else 1)
-EOF
-  grep -q '"pass": true' "$out/quickstart.json" && stage quickstart-curves passed
-  tail -25 "$out/quickstart.json" | tee -a "$log"
+if [[ $det_ok == 1 ]]; then
+  python3 "$repo/scripts/gpu_check_summary.py" --same "$out" cuda-f32 cuda-f32-again cuda-bf16 cuda-bf16-again \
+    > "$out/determinism.json" && stage determinism passed "same bits run to run (f32, bf16)" ||
+    stage determinism failed "see determinism.json"
 fi
 
-# ---- 4. benchmarks against PyTorch ----
-say "benchmarks (scripts/bench_gpu.sh --quick)"
-if BUILD_DIR="$build" timeout 300 scripts/bench_gpu.sh --quick --out "$out/bench" > "$out/bench.log" 2>&1; then
-  stage bench passed
+stage_mpi
+
+# ---- benchmarks against PyTorch ----
+left=$(limit 600)
+if (( left < 60 )); then
+  stage bench skipped "out of time ($left s left of the budget)"
 else
-  stage bench failed "see bench.log"
+  t0=$(date +%s)
+  say "benchmarks (scripts/bench_gpu.sh --quick, $left s at most)"
+  if BENCH_BIN_DIR="$(dirname "$(prog darkformer_bench_train)")" timeout "$left" "$root/scripts/bench_gpu.sh" --quick --out "$out/bench" > "$out/bench.log" 2>&1; then
+    stage bench passed "" $(($(date +%s) - t0))
+  else
+    stage bench failed "see bench.log (partial rows are in the summary)" $(($(date +%s) - t0))
+  fi
 fi
-tail -40 "$out/bench.log" | tee -a "$log"
 finish

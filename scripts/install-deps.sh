@@ -17,6 +17,7 @@ packages=(
   libbenchmark-dev       # bench/
   python3-numpy          # reference-value scripts
   gnuplot-nox            # PNG plots of `darkformer report` (pngcairo terminal)
+  patchelf               # scripts/gpu-bundle.sh: bundled programs find their libraries beside them
   python3.11-doc linux-doc-6.1  # the "debdocs" pretraining corpus (reStructuredText sources)
 )
 
