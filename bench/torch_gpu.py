@@ -13,12 +13,17 @@
              with the same FLOP count (causal forward 2 B H L^2 D, backward 2.5 times that).
 
 Prints one JSON object per line on stdout (progress on stderr); the keys match the darkformer
-side's. Needs torch with CUDA; without a GPU it says so and exits 1.
+side's. Needs torch >= 2.0 with CUDA; without a GPU it says so and exits 1.
+
+--device cpu (either mode) runs the same code on the CPU, as a smoke test that needs no GPU
+(tests/torch_gpu_smoke.sh, with a tiny model and tiny lengths): bf16 autocast is then torch's
+CPU autocast, AdamW is fused where this torch has a fused CPU kernel (else foreach), and the
+peak memory values (peak_mem_mib, peak_mib) are null. Its timings mean nothing for the GPU.
 """
 import argparse
 import fnmatch
 import json
-import math
+import os
 import statistics
 import sys
 import time
@@ -26,13 +31,16 @@ import time
 
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
+                        help="cuda (default; exits 1 without a GPU) or cpu (a smoke test: tiny sizes only)")
     sub = p.add_subparsers(dest="mode", required=True)
-    t = sub.add_parser("train")
+    t = sub.add_parser("train", parents=[common])
     t.add_argument("--model-json", required=True, help="darkformer_bench_train --print-model output (or @FILE)")
     t.add_argument("--steps", type=int, default=20)
     t.add_argument("--warmup", type=int, default=5)
     t.add_argument("--compile", action="store_true", help="torch.compile the model")
-    a = sub.add_parser("attention")
+    a = sub.add_parser("attention", parents=[common])
     a.add_argument("--lens", default="1024,2048,4096,8192,16384,32768,65536,131072")
     a.add_argument("--dims", default="64,128")
     a.add_argument("--tokens", type=int, default=131072)
@@ -41,22 +49,46 @@ def parse_args():
     a.add_argument("--warmup", type=int, default=2)
     a.add_argument("--reps", type=int, default=5)
     a.add_argument("--rounds", type=int, default=3)
-    return p.parse_args()
+    args = p.parse_args()
+    if args.mode == "train" and (args.steps < 1 or args.warmup < 0):
+        p.error("train needs --steps >= 1 and --warmup >= 0")
+    if args.mode == "attention" and (args.reps < 1 or args.rounds < 1 or args.warmup < 0):
+        p.error("attention needs --reps >= 1, --rounds >= 1 and --warmup >= 0")
+    return args
 
 
 ARGS = parse_args()
+if ARGS.device == "cpu":
+    # A CPU run: the PyPI wheel's CUDA libraries must not look for (or initialise) a GPU.
+    os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-if not torch.cuda.is_available():
+if ARGS.device == "cuda" and not torch.cuda.is_available():
     print("torch_gpu.py: no GPU (torch.cuda.is_available() is False)", file=sys.stderr)
     sys.exit(1)
-DEV = torch.device("cuda")
+if not hasattr(F, "scaled_dot_product_attention"):
+    print(f"torch_gpu.py: torch {torch.__version__} has no scaled_dot_product_attention (needs torch >= 2.0)",
+          file=sys.stderr)
+    sys.exit(1)
+DEV = torch.device(ARGS.device)
+CUDA = DEV.type == "cuda"
 
 
 def sync_time():
-    torch.cuda.synchronize()
+    if CUDA:
+        torch.cuda.synchronize()
     return time.perf_counter()
+
+
+def sdpa_has_gqa():
+    """Whether scaled_dot_product_attention takes enable_gqa (torch >= 2.5)."""
+    try:
+        x, kv = torch.zeros(1, 2, 2, 8), torch.zeros(1, 1, 2, 8)
+        F.scaled_dot_product_attention(x, kv, kv, is_causal=True, enable_gqa=True)
+        return True
+    except (TypeError, RuntimeError):
+        return False
 
 
 # ---------------------------------------------------------------- attention
@@ -77,12 +109,14 @@ def bench_attention():
             try:
                 for _ in range(ARGS.warmup):
                     call()
-                torch.cuda.synchronize()
-                torch.cuda.reset_peak_memory_stats()
-                before = torch.cuda.memory_allocated()
-                call()
-                torch.cuda.synchronize()
-                peak = (torch.cuda.max_memory_allocated() - before) / 2**20
+                peak = None  # the caching allocator's peak: CUDA only
+                if CUDA:
+                    torch.cuda.synchronize()
+                    torch.cuda.reset_peak_memory_stats()
+                    before = torch.cuda.memory_allocated()
+                    call()
+                    torch.cuda.synchronize()
+                    peak = (torch.cuda.max_memory_allocated() - before) / 2**20
                 rounds = []
                 for _ in range(ARGS.rounds):
                     t0 = sync_time()
@@ -128,11 +162,12 @@ def rope(x, cos, sin):  # x (B, T, H, D), rotate_half
 
 
 class Block(torch.nn.Module):
-    def __init__(self, m):
+    def __init__(self, m, gqa):
         super().__init__()
         d, h, kv = m["d_model"], m["n_heads"], m["n_kv_heads"]
         hd = d // h
         self.h, self.kv, self.hd = h, kv, hd
+        self.gqa = gqa  # SDPA reads the shared k/v heads itself (enable_gqa); else k/v are expanded
         self.input_layernorm = RMSNorm(d, m["norm_eps"])
         self.q_proj = torch.nn.Linear(d, h * hd, bias=False)
         self.k_proj = torch.nn.Linear(d, kv * hd, bias=False)
@@ -142,15 +177,24 @@ class Block(torch.nn.Module):
         self.gate_proj = torch.nn.Linear(d, m["d_ff"], bias=False)
         self.up_proj = torch.nn.Linear(d, m["d_ff"], bias=False)
         self.down_proj = torch.nn.Linear(m["d_ff"], d, bias=False)
-        self.act = F.silu if m["mlp"] == "swiglu" else F.gelu
+        # darkformer's MLP kinds: swiglu (SiLU gate), geglu (exact GELU), geglu_tanh (GELU's tanh form).
+        self.act = {"swiglu": F.silu, "geglu": F.gelu,
+                    "geglu_tanh": lambda x: F.gelu(x, approximate="tanh")}[m["mlp"]]
 
     def forward(self, x, cos, sin):
         b, t, _ = x.shape
         y = self.input_layernorm(x)
-        q = rope(self.q_proj(y).view(b, t, self.h, self.hd), cos, sin).transpose(1, 2)
-        k = rope(self.k_proj(y).view(b, t, self.kv, self.hd), cos, sin).transpose(1, 2)
-        v = self.v_proj(y).view(b, t, self.kv, self.hd).transpose(1, 2)
-        a = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.kv != self.h)
+        q = rope(self.q_proj(y).reshape(b, t, self.h, self.hd), cos, sin).transpose(1, 2)
+        k = rope(self.k_proj(y).reshape(b, t, self.kv, self.hd), cos, sin).transpose(1, 2)
+        v = self.v_proj(y).reshape(b, t, self.kv, self.hd).transpose(1, 2)
+        if self.kv == self.h:
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        elif self.gqa:
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        else:
+            k = k.repeat_interleave(self.h // self.kv, dim=1)
+            v = v.repeat_interleave(self.h // self.kv, dim=1)
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         x = x + self.o_proj(a.transpose(1, 2).reshape(b, t, self.h * self.hd))
         y = self.post_attention_layernorm(x)
         return x + self.down_proj(self.act(self.gate_proj(y)) * self.up_proj(y))
@@ -160,7 +204,8 @@ class Model(torch.nn.Module):
     def __init__(self, m):
         super().__init__()
         self.embed_tokens = torch.nn.Embedding(m["vocab_size"], m["d_model"])
-        self.layers = torch.nn.ModuleList([Block(m) for _ in range(m["n_layers"])])
+        gqa = m["n_kv_heads"] != m["n_heads"] and sdpa_has_gqa()
+        self.layers = torch.nn.ModuleList([Block(m, gqa) for _ in range(m["n_layers"])])
         self.norm = RMSNorm(m["d_model"], m["norm_eps"])
         self.lm_head = None if m["tie_embeddings"] else torch.nn.Linear(m["d_model"], m["vocab_size"], bias=False)
         for p in self.parameters():
@@ -174,13 +219,16 @@ class Model(torch.nn.Module):
             x = layer(x, self.cos, self.sin)
         head = self.lm_head.weight if self.lm_head is not None else self.embed_tokens.weight
         logits = self.norm(x) @ head.to(x.dtype).t()
-        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.view(-1))
+        # reshape, not view: targets is batch[:, 1:] of a (B, T + 1) batch, so not contiguous
+        # (and logits need not be either, e.g. under torch.compile).
+        return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
 
 def bench_train():
     text = ARGS.model_json
     if text.startswith("@"):
-        text = open(text[1:]).read()
+        with open(text[1:]) as f:
+            text = f.read()
     m = json.loads(text)
     m.setdefault("n_kv_heads", m["n_heads"])
     bf16 = m.get("precision", "f32") == "bf16"
@@ -189,19 +237,31 @@ def bench_train():
     decay, no_decay = [], []
     for name, p in model.named_parameters():
         (no_decay if any(fnmatch.fnmatch(name, g) for g in m["no_decay"]) else decay).append(p)
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": m["weight_decay"]},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=m["lr"], betas=tuple(m["betas"]), eps=m["eps"], fused=True)
+    groups = [{"params": decay, "weight_decay": m["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}]
+    common = dict(lr=m["lr"], betas=tuple(m["betas"]), eps=m["eps"])
+    impl = {"fused": True}
+    if not CUDA:
+        # Fused AdamW on the CPU needs torch >= 2.4; older ones fail at construction or at the
+        # first step, so probe a dummy parameter and fall back to foreach.
+        try:
+            p = torch.nn.Parameter(torch.zeros(4))
+            p.grad = torch.ones(4)
+            torch.optim.AdamW([p], **common, fused=True).step()
+        except (TypeError, RuntimeError, ValueError):
+            impl = {"foreach": True}
+    print(f"torch_gpu.py: torch {torch.__version__} on {DEV.type}, AdamW {next(iter(impl))}", file=sys.stderr)
+    opt = torch.optim.AdamW(groups, **common, **impl)
     step_fn = torch.compile(model) if ARGS.compile else model
     b, t, v = m["batch_size"], m["seq_len"], m["vocab_size"]
     gen = torch.Generator(device=DEV).manual_seed(12345)
     times, losses = [], []
-    torch.cuda.reset_peak_memory_stats()
+    if CUDA:
+        torch.cuda.reset_peak_memory_stats()
     for step in range(ARGS.warmup + ARGS.steps):
         batch = torch.randint(0, v, (b, t + 1), device=DEV, generator=gen)
         t0 = sync_time()
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
+        with torch.autocast(DEV.type, dtype=torch.bfloat16, enabled=bf16):
             loss = step_fn(batch[:, :-1], batch[:, 1:])
         loss.backward()
         if m["grad_clip"] > 0:
@@ -215,7 +275,8 @@ def bench_train():
     params = sum(p.numel() for p in model.parameters())
     print(json.dumps({"side": "torch", "mode": "compile" if ARGS.compile else "eager", "torch": torch.__version__,
                       "precision": "bf16" if bf16 else "f32", "steps": ARGS.steps, "median_step_ms": med * 1e3,
-                      "tokens_per_s": b * t / med, "peak_mem_mib": torch.cuda.max_memory_allocated() / 2**20,
+                      "tokens_per_s": b * t / med,
+                      "peak_mem_mib": torch.cuda.max_memory_allocated() / 2**20 if CUDA else None,
                       "parameters": params, "first_loss": losses[0], "last_loss": losses[-1]}), flush=True)
 
 

@@ -222,7 +222,9 @@ class GatedMlp(nn.Module):
         self.gate_proj = nn.Linear(d, ff, bias=False)
         self.up_proj = nn.Linear(d, ff, bias=False)
         self.down_proj = nn.Linear(ff, d, bias=False)
-        self.act = F.silu if cfg["mlp"] == "swiglu" else F.gelu
+        # darkformer's MLP kinds: swiglu (SiLU gate), geglu (exact GELU), geglu_tanh (GELU's tanh form).
+        self.act = {"swiglu": F.silu, "geglu": F.gelu,
+                    "geglu_tanh": lambda x: F.gelu(x, approximate="tanh")}[cfg["mlp"]]
 
     def forward(self, x):
         return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
