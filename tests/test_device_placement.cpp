@@ -1,7 +1,8 @@
 // Device placement above core: training.device and its resolution, Module::to (every
 // parameter, frozen ones included, keeping requires_grad), loaders delivering batches on a
 // device, and evaluation that keeps its sums where the logits are, checked against a host
-// loop over the full logits. The GPU cases skip cleanly on a machine without a GPU.
+// loop over the full logits. The GPU cases skip (visibly) on a machine without a GPU, and run
+// on the CPU in test_device_placement_emulated (the CUDA emulator).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -90,7 +91,7 @@ TEST(ModuleTo, TheCpuIsANoOpThatKeepsEveryTensor) {
 }
 
 TEST(ModuleTo, MovesEveryParameterFrozenOnesIncludedAndKeepsRequiresGrad) {
-  if (!cuda_available()) GTEST_SKIP() << "no GPU";
+  DARK_REQUIRE_GPU();
   auto model = tiny_darkformer();
   auto params = model->named_parameters();
   Tensor* frozen = params.front().second;  // the embedding
@@ -125,7 +126,7 @@ std::shared_ptr<const data::TokenShard> token_shard(const TempDir& tmp, std::int
   return data::TokenShard::open(path, "test");
 }
 
-TEST(Loaders, DeliverBatchesOnTheRequestedDevice) {
+TEST(Loaders, DeliverBatchesOnTheCpu) {
   TempDir tmp;
   const auto shard = token_shard(tmp, 400, 19);
   data::LoaderOptions o;
@@ -133,13 +134,32 @@ TEST(Loaders, DeliverBatchesOnTheRequestedDevice) {
   o.seq_len = 8;
   EXPECT_EQ(data::TrainLoader(shard, o).batch(0).device(), Device::cpu());
   EXPECT_EQ(data::ValidationSet(shard, 3, 8, 0, Device::cpu()).batch(0).device(), Device::cpu());
-  if (!cuda_available()) return;
+}
+
+TEST(Loaders, DeliverBatchesOnTheGpuWithTheCpusTokens) {
+  DARK_REQUIRE_GPU();
+  TempDir tmp;
+  const auto shard = token_shard(tmp, 400, 19);
+  data::LoaderOptions o;
+  o.batch_size = 3;
+  o.seq_len = 8;
+  const data::TrainLoader on_cpu(shard, o);
   o.device = Device::cuda(0);
   const data::TrainLoader on_gpu(shard, o);
-  EXPECT_EQ(on_gpu.batch(2).device(), Device::cuda(0));
-  o.device = Device::cpu();
-  EXPECT_EQ(on_gpu.batch(2).to(Device::cpu()).to_vector<std::int32_t>(),
-            data::TrainLoader(shard, o).batch(2).to_vector<std::int32_t>());
+  for (std::int64_t b : {0, 2, 7}) {
+    const Tensor batch = on_gpu.batch(b);
+    EXPECT_EQ(batch.device(), Device::cuda(0)) << "batch " << b;
+    EXPECT_EQ(batch.to(Device::cpu()).to_vector<std::int32_t>(), on_cpu.batch(b).to_vector<std::int32_t>()) << "batch " << b;
+  }
+  const data::ValidationSet val_cpu(shard, 3, 8, 0, Device::cpu()), val_gpu(shard, 3, 8, 0, Device::cuda(0));
+  ASSERT_EQ(val_gpu.num_batches(), val_cpu.num_batches());
+  ASSERT_GT(val_cpu.num_batches(), 1);
+  for (std::int64_t b = 0; b < val_cpu.num_batches(); ++b) {
+    const Tensor batch = val_gpu.batch(b);
+    EXPECT_EQ(batch.device(), Device::cuda(0)) << "validation batch " << b;
+    EXPECT_EQ(batch.to(Device::cpu()).to_vector<std::int32_t>(), val_cpu.batch(b).to_vector<std::int32_t>())
+        << "validation batch " << b;
+  }
 }
 
 // The reference: full logits on the host, log-sum-exp and the first largest logit per row.
@@ -194,10 +214,24 @@ TEST(Evaluate, KeepsItsSumsOnTheDeviceAndMatchesAHostLoop) {
   expect_metrics_match(evaluate(*model, val, 0), want, "cpu");
   EXPECT_TRUE(model->training());  // the mode is restored
   EXPECT_EQ(evaluate(*model, val, 1).tokens, 4 * 12);
-  if (!cuda_available()) return;
+}
+
+// On the GPU: the device-side sums against the host loop over the GPU's own logits, and against
+// the CPU's (the logits differ by float32 rounding only: the same bounds hold).
+TEST(Evaluate, OnTheGpuKeepsItsSumsOnTheDeviceAndMatchesTheCpu) {
+  DARK_REQUIRE_GPU();
+  TempDir tmp;
+  const auto shard = token_shard(tmp, 700, 19);
+  auto model = tiny_darkformer();
+  const data::ValidationSet val(shard, 4, 12, 11);  // 11 windows: a last batch of 3 rows
+  const EvalMetrics cpu = host_evaluate(*model, val);
   model->to(Device::cuda(0));
   const data::ValidationSet val_gpu(shard, 4, 12, 11, Device::cuda(0));
-  expect_metrics_match(evaluate(*model, val_gpu, 0), want, "cuda");
+  const EvalMetrics got = evaluate(*model, val_gpu, 0);
+  EXPECT_TRUE(model->training());  // the mode is restored
+  expect_metrics_match(got, host_evaluate(*model, val_gpu), "cuda against a host loop over its logits");
+  expect_metrics_match(got, cpu, "cuda against the cpu");
+  EXPECT_EQ(evaluate(*model, val_gpu, 1).tokens, 4 * 12);
 }
 
 }  // namespace

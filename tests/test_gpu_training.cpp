@@ -1,19 +1,30 @@
 // Training on a GPU end to end (train(), run folders, checkpoints), against the CPU: the f32
 // loss curve of every attention kind follows the CPU's within float rounding; bf16 mixed
 // precision follows it within a few percent; activation checkpointing changes no bit; a
-// checkpoint written on one device resumes on the other; a training step reads back nothing
-// but its logged scalars (counted by the CUDA emulator); running out of device memory says how
-// much and what to change; bf16 on the CPU is refused clearly.
+// checkpoint written on one device resumes on the other to the same weights and optimizer
+// state; eval, generate and probe on the GPU give the CPU's numbers and text; a training step
+// reads back nothing but its logged scalars (counted by the CUDA emulator); running out of
+// device memory says how much and what to change; bf16 on the CPU is refused clearly.
 // Runs on a GPU when there is one, and always in test_gpu_training_emulated.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <functional>
 
+#include "autograd/grad_mode.h"
+#include "autograd/ops.h"
 #include "core/allocator.h"
+#include "core/philox.h"
+#include "nn/generate.h"
 #include "test_util.h"
 #include "train/checkpoint.h"
 #include "train/commands.h"
 #include "train/config.h"
+#include "train/model_builder.h"
+#include "train/run_files.h"
 #include "train/train_step.h"
 #include "train/trainer.h"
 #include "train/training_run.h"
@@ -86,11 +97,27 @@ TEST(GpuTraining, ActivationCheckpointingChangesNoBit) {
   EXPECT_EQ(losses(tmp.path() / "plain"), losses(tmp.path() / "checked"));
 }
 
+// The same tensor names in both maps, and every tensor of `got` within
+// tol x (the largest |element| of want's tensor) of want's, element by element.
+void expect_tensor_maps_close(const TensorMap& got, const TensorMap& want, double tol, const std::string& what) {
+  ASSERT_FALSE(want.empty()) << what;
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (const auto& [name, w] : want) {
+    ASSERT_TRUE(got.count(name)) << what << ": " << name << " missing";
+    const std::vector<double> wv = dark::testing::values(w);
+    double scale = 0;
+    for (double v : wv) scale = std::max(scale, std::fabs(v));
+    dark::testing::expect_close(got.at(name), w, tol * scale, 0, what + " " + name);
+  }
+}
+
 // A run cut after its step-10 checkpoint and resumed on the other device ends where the
-// uninterrupted run on the first device ends, within float rounding.
+// uninterrupted run on the first device ends, within float rounding: the loss curve, and
+// every parameter and optimizer state tensor of the final (step-20) checkpoint.
 TEST(GpuTraining, CheckpointsResumeOnTheOtherDevice) {
   DARK_REQUIRE_GPU();
   for (const auto& [first, second] : {std::pair{"cuda", "cpu"}, std::pair{"cpu", "cuda"}}) {
+    const std::string what = std::string(first) + " then " + second;
     TempDir tmp;
     const auto config = tiny_config(tmp, "x", 20);
     train(parse_config(on(config, tmp, "full", first)), {});
@@ -99,12 +126,19 @@ TEST(GpuTraining, CheckpointsResumeOnTheOtherDevice) {
     TrainOptions resume;
     resume.resume = true;
     train(parse_config(on(config, tmp, "cut", second)), resume);
-    expect_curves_close(losses(tmp.path() / "cut"), losses(tmp.path() / "full"), 2e-4,
-                        std::string(first) + " then " + second);
+    expect_curves_close(losses(tmp.path() / "cut"), losses(tmp.path() / "full"), 2e-4, what);
     const auto a = load_checkpoint(tmp.path() / "full/checkpoints" / checkpoint_name(20));
     const auto b = load_checkpoint(tmp.path() / "cut/checkpoints" / checkpoint_name(20));
-    EXPECT_EQ(a.step, b.step);
-    for (const auto& [name, t] : a.model) EXPECT_EQ(b.model.at(name).device(), Device::cpu()) << name;
+    EXPECT_EQ(b.step, 20);
+    // Tolerance: the two devices' gradients differ by float32 rounding (relative ~1e-7 per
+    // step), and 10 AdamW steps (lr <= 0.01, m / sqrt(v) amplifying where a gradient is tiny)
+    // carry that into the weights and moments: seen on the emulator, at most 2.4e-6 of a
+    // tensor's largest magnitude. 1e-4 of it leaves room for a GPU's other summation orders,
+    // and is far below what a wrong update does (one step of lr 0.01 moves a weight of size
+    // ~0.1 by up to 1e-2 of that).
+    expect_tensor_maps_close(b.model, a.model, 1e-4, what + ": parameter");
+    expect_tensor_maps_close(b.optimizer, a.optimizer, 1e-4, what + ": optimizer state");
+    if (!a.attention.empty() || !b.attention.empty()) expect_tensor_maps_close(b.attention, a.attention, 1e-4, what + ": attention state");
   }
 }
 
@@ -149,17 +183,202 @@ TEST(GpuTraining, OutOfMemorySaysHowMuchAndWhatShrinksIt) {
 }
 #endif
 
-// The commands that run a trained model take --set training.device=cuda.
+// Runs a command in-process and returns what it printed on stdout (expecting exit code 0).
+std::string stdout_of(const std::function<int()>& command) {
+  ::testing::internal::CaptureStdout();
+  int code = -1;
+  try {
+    code = command();
+  } catch (...) {
+    std::fflush(stdout);
+    ::testing::internal::GetCapturedStdout();
+    throw;
+  }
+  std::fflush(stdout);
+  std::string out = ::testing::internal::GetCapturedStdout();
+  EXPECT_EQ(code, 0) << out;
+  return out;
+}
+
+// The numbers of eval's result line (stdout also has the log's lines).
+struct PrintedEval {
+  long long step = -1, tokens = -1;
+  double loss = 0, perplexity = 0, accuracy = 0;
+};
+PrintedEval printed_eval(const std::string& out) {
+  PrintedEval e;
+  const std::size_t line = out.rfind("\nstep ");
+  const std::size_t at = line != std::string::npos ? line + 1 : out.rfind("step ", 0) == 0 ? 0 : std::string::npos;
+  if (at == std::string::npos ||
+      std::sscanf(out.c_str() + at, "step %lld | val loss %lf | perplexity %lf | next-token accuracy %lf | %lld tokens",
+                  &e.step, &e.loss, &e.perplexity, &e.accuracy, &e.tokens) != 5)
+    ADD_FAILURE() << "no eval result line in: " << out;
+  return e;
+}
+
+// Every number of `got` within atol + rtol |want| of `want`'s (integers exactly), every
+// string and key the same.
+void expect_json_close(const nlohmann::json& got, const nlohmann::json& want, double atol, double rtol,
+                       const std::string& path) {
+  if (want.is_number_float()) {
+    ASSERT_TRUE(got.is_number()) << path << ": " << got;
+    const double g = got.get<double>(), w = want.get<double>();
+    EXPECT_NEAR(g, w, atol + rtol * std::fabs(w)) << path;
+  } else if (want.is_object()) {
+    ASSERT_TRUE(got.is_object()) << path;
+    ASSERT_EQ(got.size(), want.size()) << path << ": " << got.dump() << " vs " << want.dump();
+    for (const auto& [key, value] : want.items()) {
+      ASSERT_TRUE(got.contains(key)) << path << "." << key;
+      expect_json_close(got.at(key), value, atol, rtol, path + "." + key);
+    }
+  } else if (want.is_array()) {
+    ASSERT_TRUE(got.is_array()) << path;
+    ASSERT_EQ(got.size(), want.size()) << path;
+    for (std::size_t i = 0; i < want.size(); ++i)
+      expect_json_close(got[i], want[i], atol, rtol, path + "[" + std::to_string(i) + "]");
+  } else {
+    EXPECT_EQ(got, want) << path;
+  }
+}
+
+// Whether nn::sample_token(logits, temperature, top_k, u) picks the same token for every
+// logits within `tol` of these: false when the chosen token's logit is within 2 tol of
+// another's (sampling sorts the logits: the two could swap places), or when u lies within
+// 3 x 4 tol / temperature of an end of the chosen token's share of [0, 1) (a logit error of
+// tol changes each weight exp((l - l_max) / temperature) by a factor up to exp(2 tol /
+// temperature), so each end, a ratio of sums of weights, by less than 4 tol / temperature).
+bool choice_is_robust(const std::vector<double>& logits, double temperature, int top_k, double u, double tol) {
+  const std::int32_t chosen = nn::sample_token(logits, temperature, top_k, u);
+  for (std::size_t j = 0; j < logits.size(); ++j)
+    if (static_cast<std::int32_t>(j) != chosen && std::fabs(logits[j] - logits[chosen]) <= 2 * tol) return false;
+  if (temperature <= 0) return true;
+  std::vector<double> sorted = logits;
+  std::sort(sorted.begin(), sorted.end(), std::greater<>());
+  const std::size_t k = top_k > 0 ? std::min<std::size_t>(top_k, sorted.size()) : sorted.size();
+  double total = 0, below = 0;  // below: the weights ranked above the chosen token
+  for (std::size_t i = 0; i < k; ++i) {
+    const double w = std::exp((sorted[i] - sorted[0]) / temperature);
+    if (sorted[i] > logits[chosen]) below += w;
+    total += w;
+  }
+  const double low = below / total, high = (below + std::exp((logits[chosen] - sorted[0]) / temperature)) / total;
+  const double margin = 3 * 4 * tol / temperature;
+  return u - low > margin && high - u > margin;
+}
+
+// A run's latest checkpoint loaded as the commands load it (train/commands.cpp), on `device`.
+struct TrainedModel {
+  std::unique_ptr<nn::CausalLM> model;
+  std::shared_ptr<const data::Tokenizer> tokenizer;
+  std::int64_t context = 0;
+};
+TrainedModel load_trained(const fs::path& run, Device device) {
+  const CheckpointData ck = load_checkpoint(find_checkpoint(run));
+  nlohmann::json json_config = ck.state.at("config");
+  json_config["training"]["device"] = "cpu";
+  const RunConfig config = parse_config(json_config);
+  TrainedModel t;
+  t.tokenizer = checkpoint_tokenizer(ck, config, "test");
+  t.model = build_model(config);
+  load_trained_state(*t.model, ck, config, "test");
+  t.model->to(device);
+  t.model->train(false);
+  t.context = config.data.seq_len;
+  return t;
+}
+
+// The commands that run a trained model take --set training.device=cuda, and give there what
+// they give on the CPU.
 TEST(GpuTraining, EvalGenerateAndProbeRunOnTheGpu) {
   DARK_REQUIRE_GPU();
   TempDir tmp;
   train(parse_config(on(tiny_config(tmp, "x", 6), tmp, "run", "cpu")), {});
   const std::string run = (tmp.path() / "run").string(), gpu = "training.device=cuda";
-  EXPECT_EQ(eval_command({"--checkpoint", run, "--set", gpu}), 0);
-  EXPECT_EQ(generate_command({"--checkpoint", run, "--prompt", "ka", "--max-tokens", "4", "--set", gpu}), 0);
-  EXPECT_EQ(probe_command({"--checkpoint", run, "--features", "4", "--redraws", "1", "--batches", "1",
-                           "--calibration-batches", "1", "--json", tmp / "probe.json", "--set", gpu}),
-            0);
+
+  // eval: the GPU's loss and the CPU's differ by float32 rounding (their logits by ~1e-7, see
+  // below), so the printed values (%.4f, %.2f) are equal or one unit of their last digit apart.
+  // Accuracy counts argmax hits: a near-tie that rounding flips moves it by 1 / tokens.
+  const PrintedEval cpu_eval = printed_eval(stdout_of([&] { return eval_command({"--checkpoint", run}); }));
+  const PrintedEval gpu_eval = printed_eval(stdout_of([&] { return eval_command({"--checkpoint", run, "--set", gpu}); }));
+  EXPECT_EQ(gpu_eval.step, cpu_eval.step);
+  EXPECT_EQ(gpu_eval.tokens, cpu_eval.tokens);
+  EXPECT_GT(cpu_eval.tokens, 0);
+  EXPECT_NEAR(gpu_eval.loss, cpu_eval.loss, 1e-4 + 1e-6);
+  EXPECT_NEAR(gpu_eval.perplexity, cpu_eval.perplexity, 1e-2 + 1e-6 * cpu_eval.perplexity);
+  EXPECT_NEAR(gpu_eval.accuracy, cpu_eval.accuracy, 1e-4 + 1.0 / static_cast<double>(std::max(1ll, cpu_eval.tokens)));
+
+  // generate (seeded sampling, the command's temperature and top-k): the logits of every step
+  // on the GPU against the CPU's, both fed the tokens the CPU samples; then the command's text
+  // on both devices. The draws are host Philox uniforms (nn/generate.cpp), the same on both, so
+  // the texts agree up to the first step whose choice rounding could change (see
+  // choice_is_robust); with this checkpoint and seed no step comes that close: the whole text
+  // (the barely trained model spreads its probability over many tokens, so some seeds do).
+  const std::string prompt = "ka";
+  const int max_tokens = 12;
+  const double temperature = 0.8;
+  const int top_k = 40;
+  const std::uint64_t seed = 6;  // "ka ms skotrlin": no step within the margin of another token
+  // float32 rounding of logits of size ~5 through 2 layers: seen on the emulator, at most
+  // 2.4e-7; 1e-4 leaves room for a GPU's other summation orders.
+  constexpr double kLogitTol = 1e-4;
+  std::vector<std::int32_t> sampled;
+  std::size_t robust = 0;  // tokens before the first choice rounding could change
+  std::shared_ptr<const data::Tokenizer> tokenizer;
+  {
+    NoGradGuard no_grad;
+    TrainedModel cpu_model = load_trained(run, Device::cpu()), gpu_model = load_trained(run, Device::cuda(0));
+    tokenizer = cpu_model.tokenizer;
+    std::vector<std::int32_t> pending = tokenizer->encode(prompt);
+    ASSERT_LE(static_cast<std::int64_t>(pending.size()) + max_tokens, cpu_model.context) << "generate would restart its cache";
+    nn::DecodeCache cpu_cache, gpu_cache;
+    const std::int64_t vocab = cpu_model.model->config().vocab_size;
+    bool robust_so_far = true;
+    for (int i = 0; i < max_tokens; ++i) {
+      const auto T = static_cast<std::int64_t>(pending.size());
+      const auto last_row = [&](TrainedModel& m, nn::DecodeCache& cache, Device device) {
+        const Tensor logits = m.model->decode(Tensor::from_vector(pending, {1, T}, device), cache);
+        return core::slice(core::reshape(logits, {T, vocab}), 0, T - 1, T).to(Device::cpu()).contiguous();
+      };
+      const Tensor want = last_row(cpu_model, cpu_cache, Device::cpu());
+      dark::testing::expect_close(last_row(gpu_model, gpu_cache, Device::cuda(0)), want, kLogitTol, 0,
+                                  "logits of generated token " + std::to_string(i));
+      const std::vector<double> row = dark::testing::values(want);
+      const double u = philox::uniform01(philox::block(seed, /*stream=*/0x67656e, static_cast<std::uint64_t>(i)).v[0]);
+      const std::int32_t next = nn::sample_token(row, temperature, top_k, u);
+      robust_so_far = robust_so_far && choice_is_robust(row, temperature, top_k, u, kLogitTol);
+      robust += robust_so_far;
+      sampled.push_back(next);
+      pending = {next};
+    }
+  }
+  const auto generated = [&](const std::vector<std::string>& extra) {
+    std::vector<std::string> args = {"--checkpoint", run, "--prompt", prompt, "--max-tokens", std::to_string(max_tokens),
+                                     "--temperature", std::to_string(temperature), "--top-k", std::to_string(top_k), "--seed", std::to_string(seed)};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return stdout_of([&] { return generate_command(args); });
+  };
+  const std::string cpu_text = generated({}), gpu_text = generated({"--set", gpu});
+  ASSERT_EQ(cpu_text, prompt + tokenizer->decode(sampled) + "\n") << "the test's decoding loop is not generate's";
+  const std::string sure = prompt + tokenizer->decode(std::vector<std::int32_t>(sampled.begin(), sampled.begin() + robust));
+  EXPECT_EQ(gpu_text.substr(0, sure.size()), sure) << "the CPU's: " << cpu_text;
+  if (robust == sampled.size()) EXPECT_EQ(gpu_text, cpu_text);
+  EXPECT_GE(robust, sampled.size() / 2) << "the sampled steps come too close to a change of token: pick another seed";
+
+  // probe: its JSON report on both devices. The feature draws are made on the host (the same
+  // bits for both); the per-token relative errors (~0.01) then differ by float32 rounding of
+  // the attention outputs: seen on the emulator, at most 2.2e-7 (1.3e-4 relative, on a p99
+  // of 6e-4). 1e-5 + 1e-4 relative leaves room for a GPU's other summation orders.
+  const auto probe = [&](const std::string& json, const std::vector<std::string>& extra) {
+    std::vector<std::string> args = {"--checkpoint", run, "--features", "4", "--redraws", "1", "--batches", "1",
+                                     "--calibration-batches", "1", "--json", tmp / json};
+    args.insert(args.end(), extra.begin(), extra.end());
+    stdout_of([&] { return probe_command(args); });
+    std::ifstream in(tmp / json);
+    return nlohmann::json::parse(in);
+  };
+  const nlohmann::json cpu_probe = probe("cpu_probe.json", {}), gpu_probe = probe("gpu_probe.json", {"--set", gpu});
+  ASSERT_FALSE(cpu_probe.at("rows").empty());
+  expect_json_close(gpu_probe, cpu_probe, 1e-5, 1e-4, "probe");
 }
 
 TEST(GpuTraining, CommandsOnACheckpointSetOnlyTheDevice) {
