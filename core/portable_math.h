@@ -21,15 +21,18 @@
 
 namespace dark::portable {
 
-// x, with the compiler unable to assume anything about how it was computed.
-DARK_HOST_DEVICE double opaque(double x) {
+// x, with the compiler unable to assume anything about how it was computed: on the host it
+// cannot fuse the operation that made x with the one that uses it (the CUDA emulator's _rn
+// intrinsics use it too). On a GPU the _rn intrinsics do that, and x passes unchanged.
+template <class T>
+DARK_HOST_DEVICE T opaque(T x) {
 #if !defined(__CUDA_ARCH__)
 #if defined(__x86_64__) || defined(__i386__)
   __asm__("" : "+x"(x));
 #elif defined(__aarch64__)
   __asm__("" : "+w"(x));
 #else
-  volatile double v = x;
+  volatile T v = x;
   x = v;
 #endif
 #endif

@@ -71,13 +71,14 @@ for p in "${programs[@]}"; do targets+=("$(basename "$p")"); done
 [[ -x /usr/local/cuda/bin/nvcc ]] && export PATH="/usr/local/cuda/bin:$PATH"
 if [[ $configure == 1 ]]; then
   say "configuring and building $build (Release, sm_$arch, emulator off)"
+  mkdir -p "$build"
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DDARK_CUDA_ARCHITECTURES="$arch" -DDARK_BUILD_CUDA_EMULATOR=OFF \
-    -DDARK_BUILD_TESTS=ON -DDARK_BUILD_BENCH=ON -DDARK_USE_CUDA=ON > "$build.configure.log" 2>&1 ||
-    { tail -20 "$build.configure.log" >&2; die "configure failed (log: $build.configure.log)"; }
+    -DDARK_BUILD_TESTS=ON -DDARK_BUILD_BENCH=ON -DDARK_USE_CUDA=ON > "$build/gpu-bundle-configure.log" 2>&1 ||
+    { tail -n 20 "$build/gpu-bundle-configure.log" >&2; die "configure failed (log: $build/gpu-bundle-configure.log)"; }
   cmake --build "$build" -j "${JOBS:-$(nproc)}" --target "${targets[@]}" >&2
 fi
 [[ -f "$build/CMakeCache.txt" ]] || die "$build is not a CMake build folder"
-grep -q "^DARK_USE_CUDA:BOOL=ON" "$build/CMakeCache.txt" || die "$build is not a CUDA build (DARK_USE_CUDA is off)"
+grep -Eq "^DARK_USE_CUDA:[A-Z]+=ON" "$build/CMakeCache.txt" || die "$build is not a CUDA build (DARK_USE_CUDA is off)"
 build_type="$(sed -n 's/^CMAKE_BUILD_TYPE:STRING=//p' "$build/CMakeCache.txt")"
 build_arch="$(sed -n 's/^DARK_CUDA_ARCHITECTURES:STRING=//p' "$build/CMakeCache.txt")"
 for p in "${programs[@]}"; do [[ -x "$build/$p" ]] || die "$build/$p is missing (build it, or drop --no-build)"; done

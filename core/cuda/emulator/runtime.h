@@ -21,6 +21,7 @@
 #include <type_traits>
 
 #include "core/cuda/emulator/grid.h"
+#include "core/portable_math.h"
 
 // ---- keywords ----
 #define __global__
@@ -130,22 +131,8 @@ T atomicCAS(T* p, T compare, T v) {
 
 // ---- math intrinsics ----
 // The _rn intrinsics round each operation on its own: nvcc never fuses them into an FMA, and
-// this emulator compiles kernels with contraction on (as nvcc does), so their results go
-// through an empty asm barrier that the host compiler cannot fuse across.
-namespace dark::cuda_emu {
-template <class T>
-inline T rounded_alone(T x) {
-#if defined(__x86_64__) || defined(__i386__)
-  __asm__("" : "+x"(x));
-#elif defined(__aarch64__)
-  __asm__("" : "+w"(x));
-#else
-  volatile T v = x;
-  x = v;
-#endif
-  return x;
-}
-}  // namespace dark::cuda_emu
+// this emulator compiles kernels with contraction on (as nvcc does), so their results pass
+// through portable::opaque, which the host compiler cannot fuse across.
 inline float __expf(float x) { return expf(x); }
 inline float __logf(float x) { return logf(x); }
 inline float __sinf(float x) { return sinf(x); }
@@ -153,20 +140,20 @@ inline float __cosf(float x) { return cosf(x); }
 inline float __powf(float x, float y) { return powf(x, y); }
 inline float __fdividef(float a, float b) { return a / b; }
 inline float __frcp_rn(float x) { return 1.0f / x; }
-inline float __fsqrt_rn(float x) { return ::dark::cuda_emu::rounded_alone(sqrtf(x)); }
+inline float __fsqrt_rn(float x) { return ::dark::portable::opaque(sqrtf(x)); }
 inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 inline double rsqrt(double x) { return 1.0 / sqrt(x); }
 inline float __saturatef(float x) { return x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : x); }
 inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
-inline float __fadd_rn(float a, float b) { return ::dark::cuda_emu::rounded_alone(a + b); }
-inline float __fsub_rn(float a, float b) { return ::dark::cuda_emu::rounded_alone(a - b); }
-inline float __fmul_rn(float a, float b) { return ::dark::cuda_emu::rounded_alone(a * b); }
-inline float __fdiv_rn(float a, float b) { return ::dark::cuda_emu::rounded_alone(a / b); }
-inline double __dadd_rn(double a, double b) { return ::dark::cuda_emu::rounded_alone(a + b); }
-inline double __dsub_rn(double a, double b) { return ::dark::cuda_emu::rounded_alone(a - b); }
-inline double __dmul_rn(double a, double b) { return ::dark::cuda_emu::rounded_alone(a * b); }
-inline double __ddiv_rn(double a, double b) { return ::dark::cuda_emu::rounded_alone(a / b); }
-inline double __dsqrt_rn(double x) { return ::dark::cuda_emu::rounded_alone(sqrt(x)); }
+inline float __fadd_rn(float a, float b) { return ::dark::portable::opaque(a + b); }
+inline float __fsub_rn(float a, float b) { return ::dark::portable::opaque(a - b); }
+inline float __fmul_rn(float a, float b) { return ::dark::portable::opaque(a * b); }
+inline float __fdiv_rn(float a, float b) { return ::dark::portable::opaque(a / b); }
+inline double __dadd_rn(double a, double b) { return ::dark::portable::opaque(a + b); }
+inline double __dsub_rn(double a, double b) { return ::dark::portable::opaque(a - b); }
+inline double __dmul_rn(double a, double b) { return ::dark::portable::opaque(a * b); }
+inline double __ddiv_rn(double a, double b) { return ::dark::portable::opaque(a / b); }
+inline double __dsqrt_rn(double x) { return ::dark::portable::opaque(sqrt(x)); }
 inline double __fma_rn(double a, double b, double c) { return fma(a, b, c); }
 inline void __sincosf(float x, float* s, float* c) { *s = sinf(x), *c = cosf(x); }
 inline float normcdff(float x) { return 0.5f * erfcf(-x * 0.70710678118654752f); }
