@@ -85,7 +85,9 @@ if [[ -n "$bundle_archive" ]]; then
   unpack="$(mktemp -d "${TMPDIR:-/tmp}/darkformer-bundle-XXXXXX")"
   trap 'rm -rf "$unpack"' EXIT
   t0=$(date +%s)
-  if ! tar -C "$unpack" -xJf "$bundle_archive"; then
+  # tar needs xz for .tar.xz; Python's tarfile (lzma) unpacks it where xz is missing.
+  if ! tar -C "$unpack" -xJf "$bundle_archive" 2> /dev/null &&
+     ! python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$bundle_archive" "$unpack"; then
     say "cannot unpack $bundle_archive"
     stage setup failed "cannot unpack the archive"
     finish
