@@ -17,6 +17,7 @@
 #   corpus/    the debdocs-python corpus (the prepared data's inputs are checked against it),
 #              unpacked there to /usr/share/doc/python3.11/html/_sources when that is missing
 #   MANIFEST.json  commit, whether the tree was dirty, build settings, this machine's CPU,
+#              the libraries left to the GPU machine (a regex gpu-check.sh checks against),
 #              every file with its size
 #
 # Usage: scripts/gpu-bundle.sh [--build-dir DIR] [--no-build] [--arch A] [--out FILE]
@@ -115,7 +116,6 @@ for f in "$b"/bin/* "$b"/lib/libdarkformer_*.so; do copy_dependencies "$f"; done
 # are left out with their heavy libraries.
 say "Open MPI"
 mpirun_path="$(readlink -f "$(command -v mpirun)")" || die "mpirun not found (scripts/install-deps.sh installs Open MPI)"
-ompi_libdir="$(ompi_info --path libdir --parsable | sed -n 's/^path:libdir://p')"
 ompi_pkglibdir="$(ompi_info --path pkglibdir --parsable | sed -n 's/^path:pkglibdir://p')"
 ompi_pkgdatadir="$(ompi_info --path pkgdatadir --parsable | sed -n 's/^path:pkgdatadir://p')"
 ompi_prefix="$(ompi_info --path prefix --parsable | sed -n 's/^path:prefix://p')"
@@ -139,7 +139,6 @@ if [[ -n "$pmix_root" ]]; then
   [[ -d "$pmix_root/share" ]] && cp -r "$pmix_root/share" "$b/mpi/pmix/"
   for c in "$b"/mpi/pmix/lib/pmix/*.so; do [[ -e "$c" ]] && copy_dependencies "$c"; done
 fi
-echo "$ompi_libdir" > "$b/mpi/LIBDIR"  # for the record: where Debian keeps the libraries
 
 # Stripped, and finding their libraries beside them wherever the bundle is unpacked.
 strip --strip-unneeded "$b"/bin/* "$b"/lib/*.so* 2> /dev/null || true
@@ -173,9 +172,9 @@ if [[ $with_data == 1 ]]; then
 fi
 
 # ---- manifest and archive ----
-python3 - "$b" "$root" "$build_type" "$build_arch" "$with_data" << 'EOF' > "$b/MANIFEST.json"
+python3 - "$b" "$root" "$build_type" "$build_arch" "$with_data" "$provided" << 'EOF' > "$b/MANIFEST.json"
 import json, os, platform, subprocess, sys
-b, root, build_type, arch, with_data = sys.argv[1:]
+b, root, build_type, arch, with_data, provided = sys.argv[1:]
 def git(*a):
     return subprocess.run(["git", "-C", root, *a], capture_output=True, text=True).stdout.strip()
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.machine())
@@ -187,6 +186,7 @@ for d, _, names in os.walk(b):
 print(json.dumps({"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain")),
                   "subject": git("log", "-1", "--format=%s"), "build_type": build_type, "cuda_architectures": arch,
                   "built_on": {"cpu": cpu, "host": platform.node()}, "data": with_data == "1",
+                  "machine_provides": provided,
                   "files": dict(sorted(files.items()))}, indent=1))
 EOF
 mkdir -p "$(dirname "$out")"

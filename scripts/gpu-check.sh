@@ -100,16 +100,17 @@ if [[ -n "$bundle_archive" ]]; then
   # python that imports torch runs through $b/python3-clean.
   export LD_LIBRARY_PATH="$b/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   export OPAL_PREFIX="$b/mpi" PMIX_INSTALL_PREFIX="$b/mpi/pmix"
-  export OPAL_SYSCONFDIR="$b/mpi/etc" PMIX_MCA_mca_base_component_path="$b/mpi/pmix/lib/pmix"
+  export OPAL_SYSCONFDIR="$b/mpi/etc"
   printf '#!/bin/sh\nexec env -u LD_LIBRARY_PATH -u OPAL_PREFIX -u PMIX_INSTALL_PREFIX %s "$@"\n' "$(command -v python3)" \
     > "$b/python3-clean"
   chmod +x "$b/python3-clean"
   export PYTHON="$b/python3-clean"
   mpirun_exe="$b/mpi/bin/mpirun"
   # Every library of every ELF file resolves; with DARK_BUNDLE_STRICT=1 (CI) also only to the
-  # bundle or to what a bare GPU machine provides (glibc, libstdc++, libgcc_s, zlib, CUDA).
+  # bundle or to what gpu-bundle.sh left to the GPU machine (glibc, libstdc++, libgcc_s, zlib,
+  # CUDA: MANIFEST.json's machine_provides).
   missing=""
-  provided='^(ld-linux[-a-z0-9_]*|libc|libm|libdl|libpthread|librt|libresolv|libutil|libstdc\+\+|libgcc_s|libz|libcuda|libcudart|libcublas|libcublasLt|libnccl|linux-vdso)\.so'
+  provided="$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["machine_provides"])' "$b/MANIFEST.json")"
   while IFS= read -r -d '' f; do
     [[ "$(head -c 4 "$f" | tail -c 3)" == "ELF" ]] || continue
     while read -r name arrow path _; do
