@@ -20,7 +20,9 @@ namespace dark::testing {
 
 struct Tolerance {
   double rtol, atol;
-  double l2 = 0;  // when > 0, also |got - want|_2 <= l2 |want|_2
+  double l2 = 0;      // when > 0, also |got - want|_2 <= l2 |want|_2
+  double of_max = 0;  // each element may also be off by this fraction of max |want|: for long
+                      // sums that cancel, whose small elements carry the large ones' rounding
 };
 
 // "" when got (any device) matches want (CPU f64) within tol; otherwise what differs.
@@ -28,18 +30,21 @@ inline std::string compare(const Tensor& got, const Tensor& want, Tolerance tol)
   const auto g = got.to(Device::cpu()).to(DType::f64).to_vector<double>();
   const auto w = want.to(DType::f64).to_vector<double>();
   if (g.size() != w.size()) return "size mismatch";
-  double max_abs = 0, err2 = 0, ref2 = 0;
+  double max_abs = 0, err2 = 0, ref2 = 0, max_want = 0;
+  for (double x : w) max_want = std::max(max_want, std::fabs(x));
   std::string first;
   for (std::size_t i = 0; i < g.size(); ++i) {
     const double err = std::fabs(g[i] - w[i]);
     max_abs = std::max(max_abs, err);
     err2 += err * err, ref2 += w[i] * w[i];
-    if (!(err <= tol.atol + tol.rtol * std::fabs(w[i])) && first.empty())
+    if (!(err <= tol.atol + tol.rtol * std::fabs(w[i]) + tol.of_max * max_want) && first.empty())
       first = str("element ", i, ": gpu ", g[i], " cpu-f64 ", w[i]);
   }
   if (tol.l2 > 0 && !(std::sqrt(err2) <= tol.l2 * std::sqrt(ref2)) && first.empty())
     first = str("relative L2 error ", std::sqrt(err2 / std::max(ref2, 1e-300)), " > ", tol.l2);
-  return first.empty() ? "" : first + str(" (max abs err ", max_abs, ")");
+  return first.empty() ? ""
+                       : first + str(" (max abs err ", max_abs, ", max |cpu| ", max_want, ", relative L2 error ",
+                                     std::sqrt(err2 / std::max(ref2, 1e-300)), ")");
 }
 
 // Forward output and input gradients of one case on (device, dtype). With `reference`,

@@ -20,6 +20,7 @@ struct InputSpec {
   enum Kind { normal, positive, away_from_zero, distinct } kind = normal;
   bool transposed = false;  // pass a non-contiguous (last two axes swapped) view
   bool differentiable = true;
+  double scale = 1.0;  // multiplies the drawn values before they are rounded to the dtype
 };
 
 struct OpCase {
@@ -50,6 +51,7 @@ inline std::vector<Tensor> make_inputs(const OpCase& c, DType dtype, Device devi
       for (std::int64_t k = 0; k < n; ++k) v[k] = 0.37 * static_cast<double>((k * 7919 + i * 31) % n) - 0.1 * n;
       t = Tensor::from_vector(v, drawn);
     }
+    if (spec.scale != 1.0) t = mul_scalar(t, spec.scale);
     t = t.to(dtype).to(device);
     if (spec.transposed) t = core::transpose(t, -1, -2);
     out.push_back(t);

@@ -1,5 +1,5 @@
 // Linear attention of the random-feature kinds on CUDA, for f32 and bf16 inputs (f32
-// arithmetic throughout): linear_attention on given feature logits, and the fused
+// accumulation throughout): linear_attention on given feature logits, and the fused
 // random_feature_attention, whose logits omega x - |x|^2 / 2 - ln(m) / 2 (+ log weight) are
 // computed inside the kernels chunk by chunk and never stored for the sequence. Same
 // contract as the CPU kernel (core/cpu/linear_attention.cpp, whose notation this follows):
@@ -25,15 +25,19 @@
 // state in place of the incoming one.
 //
 // Every chunk loader starts with a block barrier, so no thread overwrites what a slower one
-// still reads. Shared memory holds a chunk's matrices; the running state lives in the block's slice of a
-// global scratch buffer (L2-resident). The products are plain f32 loops over shared memory
-// (block_gemm). The chunk length is the requested one rounded down to 64, 32, 16 or 8, or
-// less when m and Dv are large;
-// results match the CPU to rounding, not bit for bit.
+// still reads. Shared memory holds a chunk's matrices (f32); the running state lives in the
+// block's slice of a global scratch buffer (L2-resident). Every product, the logits x omega^T
+// included, is a block product of tile::block_mma (block_mma.cuh): for bf16 inputs on the
+// tensor cores (mma.sync, operands rounded to bf16 as they are loaded, f32 accumulation; the
+// products of G, whose terms cancel, with two bf16 per operand), for f32 inputs in f32 on the
+// CUDA cores. The chunk length is the requested one rounded down to 64, 32, 16 or 8, or less
+// when m and Dv are large; results match the CPU to rounding, not bit for bit.
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
+#include "core/cuda/block_mma.cuh"
 #include "core/cuda/device_math.cuh"
 #include "core/cuda/launch.cuh"
 #include "core/kernels.h"
@@ -45,9 +49,11 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr int kLaThreads = 256;
 
 struct LaShape {
-  std::int64_t batch, len, hq, hkv, m, dv, w, group;
-  std::int64_t r;                  // transformed dimension (fused op), 0 otherwise
-  std::int64_t chunk, seg_len, segments;
+  std::int64_t batch, len, hq, hkv, group;
+  int m, dv, w;                    // features, value dimension, w = dv + 1
+  int r;                           // transformed dimension (fused op), 0 otherwise
+  int chunk;
+  std::int64_t seg_len, segments;
   bool causal;
   float eps;
   float log_m_half;                // ln(m) / 2 (fused op)
@@ -58,30 +64,17 @@ struct LaShape {
   __device__ std::int64_t seg_end(std::int64_t s) const { return (s + 1) * seg_len < len ? (s + 1) * seg_len : len; }
 };
 
+// The operand precision of products whose terms cancel: those of G = [dout / den, -(dout .
+// out) / den] with [v, 1] or a state, where dout . v_j and dout . out_t nearly agree. bf16
+// operands there lose the difference (the GPU's dk was off by 100% in a test), so bf16 calls
+// carry them as two bf16 each (tile::SplitBF16).
+template <class T>
+using Precise = std::conditional_t<std::is_same_v<T, float>, float, tile::SplitBF16>;
+
 // A(i, k) = p[i * row + k * col]: any transposition of a matrix in any memory.
 template <class E>
-struct Mat {
-  const E* p;
-  std::int64_t row, col;
-  __device__ __forceinline__ float at(std::int64_t i, std::int64_t k) const { return static_cast<float>(p[i * row + k * col]); }
-};
-template <class E>
-__device__ __forceinline__ Mat<E> mat(const E* p, std::int64_t row, std::int64_t col) {
-  return {p, row, col};
-}
-
-// out[i * ldo + j] = (or +=) sum_k A(i, k) B(k, j), i < M, j < N; the block's threads split the
-// outputs, each summing its k in order.
-template <bool kAdd, class EA, class EB>
-__device__ void block_gemm(float* out, std::int64_t ldo, std::int64_t M, std::int64_t N, std::int64_t K, Mat<EA> a,
-                           Mat<EB> b) {
-  for (std::int64_t idx = threadIdx.x; idx < M * N; idx += blockDim.x) {
-    const std::int64_t i = idx / N, j = idx % N;
-    float acc = 0.0f;
-    for (std::int64_t k = 0; k < K; ++k) acc += a.at(i, k) * b.at(k, j);
-    if (kAdd) out[i * ldo + j] += acc;
-    else out[i * ldo + j] = acc;
-  }
+__device__ __forceinline__ tile::StridedMat<E> mat(const E* p, int row, int col) {
+  return tile::strided(p, row, col);
 }
 
 __device__ void block_scale(float* x, std::int64_t n, float f) {
@@ -101,24 +94,17 @@ struct GivenLogits {
   // Logits of rows [row0, row0 + n) of head `head` into out (n x m); x / norms unused.
   __device__ void keys(const LaShape& g, std::int64_t b, std::int64_t kvh, std::int64_t row0, std::int64_t n, float* out,
                        float*, float*) const {
-    for (std::int64_t idx = threadIdx.x; idx < n * g.m; idx += blockDim.x) {
-      const std::int64_t r = idx / g.m, f = idx % g.m;
+    for (int idx = threadIdx.x; idx < n * g.m; idx += blockDim.x) {
+      const int r = idx / g.m, f = idx % g.m;
       out[idx] = static_cast<float>(k[((b * g.len + row0 + r) * g.hkv + kvh) * g.m + f]);
     }
   }
   __device__ void queries(const LaShape& g, std::int64_t b, std::int64_t h, std::int64_t row0, std::int64_t n, float* out,
                           float*, float*) const {
-    for (std::int64_t idx = threadIdx.x; idx < n * g.m; idx += blockDim.x) {
-      const std::int64_t r = idx / g.m, f = idx % g.m;
+    for (int idx = threadIdx.x; idx < n * g.m; idx += blockDim.x) {
+      const int r = idx / g.m, f = idx % g.m;
       out[idx] = static_cast<float>(q[((b * g.len + row0 + r) * g.hq + h) * g.m + f]);
     }
-  }
-  // One row's largest logit (a warp's lanes over the features).
-  __device__ float key_row_max(const LaShape& g, std::int64_t b, std::int64_t kvh, std::int64_t j, int lane) const {
-    float mx = kNegInf;
-    const T* kr = k + ((b * g.len + j) * g.hkv + kvh) * g.m;
-    for (std::int64_t f = lane; f < g.m; f += 32) mx = fmaxf(mx, static_cast<float>(kr[f]));
-    return mx;
   }
 };
 
@@ -135,12 +121,12 @@ struct FeatureLogits {
   __device__ void rows(const LaShape& g, const T* x, std::int64_t heads, std::int64_t b, std::int64_t h,
                        std::int64_t kvh, std::int64_t row0, std::int64_t n, float* out, float* xs,
                        float* half_norm) const {
-    for (std::int64_t idx = threadIdx.x; idx < n * g.r; idx += blockDim.x) {
-      const std::int64_t r = idx / g.r, c = idx % g.r;
+    for (int idx = threadIdx.x; idx < n * g.r; idx += blockDim.x) {
+      const int r = idx / g.r, c = idx % g.r;
       xs[idx] = static_cast<float>(x[((b * g.len + row0 + r) * heads + h) * g.r + c]);
     }
     __syncthreads();
-    for (std::int64_t r = threadIdx.x; r < n; r += blockDim.x) {
+    for (int r = threadIdx.x; r < n; r += blockDim.x) {
       float ss = 0.0f;
       for (std::int64_t c = 0; c < g.r; ++c) ss += xs[r * g.r + c] * xs[r * g.r + c];
       half_norm[r] = 0.5f * ss + g.log_m_half;
@@ -148,12 +134,10 @@ struct FeatureLogits {
     __syncthreads();
     const T* om = omega + kvh * g.m * g.r;
     const T* lw = log_weight ? log_weight + kvh * g.m : nullptr;
-    for (std::int64_t idx = threadIdx.x; idx < n * g.m; idx += blockDim.x) {
-      const std::int64_t r = idx / g.m, f = idx % g.m;
-      float acc = 0.0f;
-      for (std::int64_t c = 0; c < g.r; ++c) acc += xs[r * g.r + c] * static_cast<float>(om[f * g.r + c]);
-      out[idx] = acc - half_norm[r] + (lw ? static_cast<float>(lw[f]) : 0.0f);
-    }
+    // logits = xs omega^T (n x r by r x m) - half_norm + log weight
+    tile::block_mma_each<T>(static_cast<int>(n), g.m, g.r, mat(xs, g.r, 1), mat(om, 1, g.r), [&](int row, int f, float v) {
+      out[row * g.m + f] = v - half_norm[row] + (lw ? static_cast<float>(lw[f]) : 0.0f);
+    });
   }
   __device__ void keys(const LaShape& g, std::int64_t b, std::int64_t kvh, std::int64_t row0, std::int64_t n, float* out,
                        float* xs, float* half_norm) const {
@@ -163,36 +147,35 @@ struct FeatureLogits {
                           float* xs, float* half_norm) const {
     rows(g, xq, g.hq, b, h, h / g.group, row0, n, out, xs, half_norm);
   }
-  __device__ float key_row_max(const LaShape& g, std::int64_t b, std::int64_t kvh, std::int64_t j, int lane) const {
-    const T* x = xk + ((b * g.len + j) * g.hkv + kvh) * g.r;
-    const T* om = omega + kvh * g.m * g.r;
-    float ss = 0.0f;
-    for (std::int64_t c = 0; c < g.r; ++c) ss += static_cast<float>(x[c]) * static_cast<float>(x[c]);
-    const float shift = 0.5f * ss + g.log_m_half;
-    float mx = kNegInf;
-    for (std::int64_t f = lane; f < g.m; f += 32) {
-      float acc = 0.0f;
-      for (std::int64_t c = 0; c < g.r; ++c) acc += static_cast<float>(x[c]) * static_cast<float>(om[f * g.r + c]);
-      mx = fmaxf(mx, acc - shift + (log_weight ? static_cast<float>(log_weight[kvh * g.m + f]) : 0.0f));
-    }
-    return mx;
-  }
 };
 
 // ---------------------------------------------------------------- offsets
 
-// rowmax[(b hkv + kv) T + j] = max_f k[b, j, kv, f], -inf for a padded key; one warp per row.
-template <class Src>
-__global__ void la_key_max_kernel(Src src, LaShape g, float* rowmax) {
-  const int lane = threadIdx.x & 31;
-  const std::int64_t rows = g.batch * g.hkv * g.len;
-  for (std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; row < rows;
-       row += static_cast<std::int64_t>(gridDim.x) * (blockDim.x / 32)) {
-    const std::int64_t j = row % g.len, bkv = row / g.len, kvh = bkv % g.hkv, b = bkv / g.hkv;
-    float mx = g.real(b, j) ? src.key_row_max(g, b, kvh, j, lane) : kNegInf;
+// Shared memory of the key-max pass: one chunk's logits, x rows and norms.
+std::size_t key_max_floats(const LaShape& g) {
+  return static_cast<std::size_t>(g.chunk) * (g.m + (g.r > 0 ? g.r : 1) + 1);
+}
+
+// rowmax[(b hkv + kv) T + j] = max_f logit_f(k_j), -inf for a padded key: one block per chunk
+// of keys, whose logits come from the same source (and products) as in the chunk kernels.
+template <class T, class Src>
+__global__ void __launch_bounds__(kLaThreads, 1) la_key_max_kernel(Src src, LaShape g, float* rowmax) {
+  DARK_DYNAMIC_SHARED(float, smem);
+  float* logits = smem;
+  float* xs = logits + g.chunk * g.m;
+  float* half_norm = xs + g.chunk * (g.r > 0 ? g.r : 1);
+  const std::int64_t c0 = static_cast<std::int64_t>(blockIdx.x) * g.chunk, bkv = blockIdx.y;
+  const std::int64_t b = bkv / g.hkv, kvh = bkv % g.hkv;
+  const int n = g.len - c0 < g.chunk ? static_cast<int>(g.len - c0) : g.chunk;
+  src.keys(g, b, kvh, c0, n, logits, xs, half_norm);
+  __syncthreads();
+  const int lane = threadIdx.x & 31, warps = blockDim.x / 32;
+  for (int r = threadIdx.x / 32; r < n; r += warps) {
+    float mx = kNegInf;
+    for (int f = lane; f < g.m; f += 32) mx = fmaxf(mx, logits[r * g.m + f]);
 #pragma unroll
     for (int delta = 16; delta > 0; delta >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, delta));
-    if (lane == 0) rowmax[row] = mx;
+    if (lane == 0) rowmax[bkv * g.len + c0 + r] = g.real(b, c0 + r) ? mx : kNegInf;
   }
 }
 
@@ -261,18 +244,18 @@ __device__ void load_keys(const LaShape& g, const Src& src, const T* v, const fl
                           std::int64_t c0, std::int64_t n, const ChunkSmem& s, bool use_fixed, float fixed) {
   __syncthreads();  // every reader of the previous chunk's keys and offsets is done
   const float* ob = o + (b * g.hkv + kvh) * g.len;
-  for (std::int64_t r = threadIdx.x; r < n; r += blockDim.x) {
+  for (int r = threadIdx.x; r < n; r += blockDim.x) {
     s.oc[r] = ob[c0 + r];
     s.is_real[r] = g.real(b, c0 + r) ? 1 : 0;
   }
   src.keys(g, b, kvh, c0, n, s.e, s.xs, s.half_norm);
   __syncthreads();
-  for (std::int64_t idx = threadIdx.x; idx < n * g.m; idx += blockDim.x) {
-    const std::int64_t r = idx / g.m;
+  for (int idx = threadIdx.x; idx < n * g.m; idx += blockDim.x) {
+    const int r = idx / g.m;
     s.e[idx] = s.is_real[r] ? expf(s.e[idx] - (use_fixed ? fixed : s.oc[r])) : 0.0f;
   }
-  for (std::int64_t idx = threadIdx.x; idx < n * g.w; idx += blockDim.x) {
-    const std::int64_t r = idx / g.w, c = idx % g.w;
+  for (int idx = threadIdx.x; idx < n * g.w; idx += blockDim.x) {
+    const int r = idx / g.w, c = idx % g.w;
     float x = 0.0f;
     if (s.is_real[r]) x = c < g.dv ? static_cast<float>(v[((b * g.len + c0 + r) * g.hkv + kvh) * g.dv + c]) : 1.0f;
     s.vx[idx] = x;
@@ -299,9 +282,9 @@ __device__ void load_queries(const LaShape& g, const Src& src, std::int64_t b, s
 }
 
 // The causal intra-chunk weights D[r][c] = exp(o_c - o_r) for real keys c <= r, else 0.
-__device__ void build_decay(std::int64_t n, std::int64_t ld, const ChunkSmem& s) {
-  for (std::int64_t idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
-    const std::int64_t r = idx / n, c = idx % n;
+__device__ void build_decay(int n, int ld, const ChunkSmem& s) {
+  for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
+    const int r = idx / n, c = idx % n;
     s.dec[r * ld + c] = (c <= r && s.is_real[c]) ? expf(s.oc[c] - s.oc[r]) : 0.0f;
   }
 }
@@ -311,7 +294,7 @@ template <class T>
 __device__ void load_grads(const LaShape& g, const T* out, const T* den, const T* dout, std::int64_t b, std::int64_t h,
                            std::int64_t c0, std::int64_t n, const ChunkSmem& s) {
   __syncthreads();  // every reader of the previous G is done
-  for (std::int64_t r = threadIdx.x; r < n; r += blockDim.x) {
+  for (int r = threadIdx.x; r < n; r += blockDim.x) {
     float* gr = s.gm + r * g.w;
     if (s.oc[r] == kNegInf) {
       for (std::int64_t j = 0; j < g.w; ++j) gr[j] = 0.0f;
@@ -337,44 +320,42 @@ __device__ void logits_backward(const LaShape& g, const FeatureLogits<T>& src, c
                                 std::int64_t kvh, T* dx_rows, std::int64_t dx_row_stride, float* domega_part,
                                 const ChunkSmem& s) {
   const T* om = src.omega + kvh * g.m * g.r;
-  for (std::int64_t r = threadIdx.x; r < n; r += blockDim.x) {
+  for (int r = threadIdx.x; r < n; r += blockDim.x) {
     float sum = 0.0f;
     for (std::int64_t f = 0; f < g.m; ++f) sum += dl[r * g.m + f];
     s.half_norm[r] = sum;  // reused: rowsum(dl)
   }
   __syncthreads();
-  for (std::int64_t idx = threadIdx.x; idx < n * g.r; idx += blockDim.x) {
-    const std::int64_t r = idx / g.r, c = idx % g.r;
-    float acc = 0.0f;
-    for (std::int64_t f = 0; f < g.m; ++f) acc += dl[r * g.m + f] * static_cast<float>(om[f * g.r + c]);
-    dx_rows[r * dx_row_stride + c] = T(acc - s.xs[idx] * s.half_norm[r]);
-  }
-  if (domega_part) block_gemm<true>(domega_part, g.r, g.m, g.r, n, mat(dl, 1, g.m), mat(s.xs, g.r, 1));
+  tile::block_mma_each<T>(static_cast<int>(n), g.r, g.m, mat(dl, g.m, 1), mat(om, g.r, 1), [&](int row, int c, float v) {
+    dx_rows[row * dx_row_stride + c] = T(v - s.xs[row * g.r + c] * s.half_norm[row]);
+  });
+  if (domega_part) tile::block_mma<T, true>(domega_part, g.r, g.m, g.r, n, mat(dl, 1, g.m), mat(s.xs, g.r, 1));
   __syncthreads();
 }
 
 // Folds the loaded chunk (keys in s.e, s.vx; n rows) into the causal state st, which moves to
 // the chunk's last offset (rescaled by exp(at - o_new) <= 1); before the first real key the
 // state stays empty. Scales s.e in place.
+template <class T>
 __device__ void fold_chunk(const LaShape& g, std::int64_t n, const ChunkSmem& s, float* st, float& at, bool& held) {
   const float o_new = s.oc[n - 1];
   if (o_new == kNegInf) return;
   if (held) block_scale(st, g.m * g.w, expf(at - o_new));
-  for (std::int64_t idx = threadIdx.x; idx < n * g.m; idx += blockDim.x) {
-    const std::int64_t r = idx / g.m;
+  for (int idx = threadIdx.x; idx < n * g.m; idx += blockDim.x) {
+    const int r = idx / g.m;
     if (s.is_real[r]) s.e[idx] *= expf(s.oc[r] - o_new);
   }
   __syncthreads();
-  block_gemm<true>(st, g.w, g.m, g.w, n, mat(s.e, 1, g.m), mat(s.vx, g.w, 1));
+  tile::block_mma<T, true>(st, g.w, g.m, g.w, n, mat(s.e, 1, g.m), mat(s.vx, g.w, 1));
   __syncthreads();
   at = o_new;
   held = true;
 }
 
 // p (n x n, ld c) *= the decay weights of the chunk (build_decay).
-__device__ void apply_decay(float* p, std::int64_t n, std::int64_t c, const ChunkSmem& s) {
+__device__ void apply_decay(float* p, int n, int c, const ChunkSmem& s) {
   __syncthreads();
-  for (std::int64_t idx = threadIdx.x; idx < n * n; idx += blockDim.x) p[(idx / n) * c + idx % n] *= s.dec[(idx / n) * c + idx % n];
+  for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) p[(idx / n) * c + idx % n] *= s.dec[(idx / n) * c + idx % n];
   __syncthreads();
 }
 
@@ -383,7 +364,7 @@ __device__ void apply_decay(float* p, std::int64_t n, std::int64_t c, const Chun
 // Segment s's own state, held at o_end (its last offset): sum over real keys of
 // exp(k - o_end)^T Vx. states: (B Hkv, G, m, W).
 template <class T, class Src>
-__global__ void __launch_bounds__(kLaThreads) la_segment_state_kernel(Src src, const T* v, const float* o, LaShape g,
+__global__ void __launch_bounds__(kLaThreads, 1) la_segment_state_kernel(Src src, const T* v, const float* o, LaShape g,
                                                                       float* states) {
   DARK_DYNAMIC_SHARED(float, smem);
   const ChunkSmem s = ChunkSmem::carve(smem, g.chunk, g.m, g.w, g.r);
@@ -397,7 +378,7 @@ __global__ void __launch_bounds__(kLaThreads) la_segment_state_kernel(Src src, c
   for (std::int64_t c0 = j0; c0 < j1; c0 += g.chunk) {
     const std::int64_t n = j1 - c0 < g.chunk ? j1 - c0 : g.chunk;
     load_keys(g, src, v, o, b, kvh, c0, n, s, true, o_end);
-    block_gemm<true>(st, g.w, g.m, g.w, n, mat(s.e, 1, g.m), mat(s.vx, g.w, 1));
+    tile::block_mma<T, true>(st, g.w, g.m, g.w, n, mat(s.e, 1, g.m), mat(s.vx, g.w, 1));
     __syncthreads();
   }
 }
@@ -435,7 +416,7 @@ __device__ float incoming_offset(const LaShape& g, const float* o, std::int64_t 
 }
 
 template <class T, class Src>
-__global__ void __launch_bounds__(kLaThreads) la_forward_kernel(Src src, const T* v, const float* o, LaShape g,
+__global__ void __launch_bounds__(kLaThreads, 1) la_forward_kernel(Src src, const T* v, const float* o, LaShape g,
                                                                 float* states, T* out, T* den) {
   DARK_DYNAMIC_SHARED(float, smem);
   const ChunkSmem s = ChunkSmem::carve(smem, g.chunk, g.m, g.w, g.r);
@@ -451,31 +432,31 @@ __global__ void __launch_bounds__(kLaThreads) la_forward_kernel(Src src, const T
     for (std::int64_t h = kvh * g.group; h < (kvh + 1) * g.group; ++h) {
       load_queries(g, src, b, h, c0, n, s);
       if (g.causal) {
-        block_gemm<false>(s.p, c, n, n, g.m, mat(s.phi, g.m, 1), mat(s.e, 1, g.m));
+        tile::block_mma<T, false>(s.p, c, n, n, g.m, mat(s.phi, g.m, 1), mat(s.e, 1, g.m));
         apply_decay(s.p, n, c, s);
-        block_gemm<false>(s.y, g.w, n, g.w, n, mat(s.p, c, 1), mat(s.vx, g.w, 1));
+        tile::block_mma<T, false>(s.y, g.w, n, g.w, n, mat(s.p, c, 1), mat(s.vx, g.w, 1));
       } else {
         block_zero(s.y, n * g.w);
       }
       __syncthreads();
       if (held) {
-        block_gemm<false>(s.dvx, g.w, n, g.w, g.m, mat(s.phi, g.m, 1), mat<float>(st, g.w, 1));
+        tile::block_mma<T, false>(s.dvx, g.w, n, g.w, g.m, mat(s.phi, g.m, 1), mat<float>(st, g.w, 1));
         __syncthreads();
-        for (std::int64_t idx = threadIdx.x; idx < n * g.w; idx += blockDim.x) {
-          const std::int64_t r = idx / g.w;
+        for (int idx = threadIdx.x; idx < n * g.w; idx += blockDim.x) {
+          const int r = idx / g.w;
           s.y[idx] += s.dvx[idx] * (g.causal ? expf(at - s.oc[r]) : 1.0f);
         }
       }
       __syncthreads();
-      for (std::int64_t idx = threadIdx.x; idx < n * g.w; idx += blockDim.x) {
-        const std::int64_t r = idx / g.w, j = idx % g.w;
+      for (int idx = threadIdx.x; idx < n * g.w; idx += blockDim.x) {
+        const int r = idx / g.w, j = idx % g.w;
         const float d = s.y[r * g.w + g.dv] + g.eps;
         if (j < g.dv) out[((b * g.len + c0 + r) * g.hq + h) * g.dv + j] = T(s.oc[r] == kNegInf ? 0.0f : s.y[idx] / d);
         else den[(b * g.hq + h) * g.len + c0 + r] = T(d);
       }
       __syncthreads();
     }
-    if (g.causal) fold_chunk(g, n, s, st, at, held);
+    if (g.causal) fold_chunk<T>(g, n, s, st, at, held);
   }
 }
 
@@ -484,7 +465,7 @@ __global__ void __launch_bounds__(kLaThreads) la_forward_kernel(Src src, const T
 // dPhi = (G Vx^T o D) E + (G S^T) exp(o_S - o_t), then dq = Phi o dPhi (given logits) or the
 // fused op's dx and domega. The state is recomputed exactly as the forward does.
 template <class T, class Src, bool kFused>
-__global__ void __launch_bounds__(kLaThreads) la_dq_kernel(Src src, const T* v, const float* o, LaShape g, float* states,
+__global__ void __launch_bounds__(kLaThreads, 1) la_dq_kernel(Src src, const T* v, const float* o, LaShape g, float* states,
                                                            const T* out, const T* den, const T* dout, T* dq,
                                                            float* domega_parts) {
   DARK_DYNAMIC_SHARED(float, smem);
@@ -505,34 +486,34 @@ __global__ void __launch_bounds__(kLaThreads) la_dq_kernel(Src src, const T* v, 
     for (std::int64_t h = kvh * g.group; h < (kvh + 1) * g.group; ++h) {
       load_grads(g, out, den, dout, b, h, c0, n, s);
       if (g.causal) {
-        block_gemm<false>(s.p, c, n, n, g.w, mat(s.gm, g.w, 1), mat(s.vx, 1, g.w));
+        tile::block_mma<Precise<T>, false>(s.p, c, n, n, g.w, mat(s.gm, g.w, 1), mat(s.vx, 1, g.w));
         apply_decay(s.p, n, c, s);
-        block_gemm<false>(s.dphi, g.m, n, g.m, n, mat(s.p, c, 1), mat(s.e, g.m, 1));
+        tile::block_mma<T, false>(s.dphi, g.m, n, g.m, n, mat(s.p, c, 1), mat(s.e, g.m, 1));
       } else {
         block_zero(s.dphi, n * g.m);
       }
       __syncthreads();
       if (held) {
-        block_gemm<false>(s.de, g.m, n, g.m, g.w, mat(s.gm, g.w, 1), mat<float>(st, 1, g.w));
+        tile::block_mma<Precise<T>, false>(s.de, g.m, n, g.m, g.w, mat(s.gm, g.w, 1), mat<float>(st, 1, g.w));
         __syncthreads();
-        for (std::int64_t idx = threadIdx.x; idx < n * g.m; idx += blockDim.x)
+        for (int idx = threadIdx.x; idx < n * g.m; idx += blockDim.x)
           s.dphi[idx] += s.de[idx] * (g.causal ? expf(at - s.oc[idx / g.m]) : 1.0f);
       }
       __syncthreads();
       load_queries(g, src, b, h, c0, n, s);
-      for (std::int64_t idx = threadIdx.x; idx < n * g.m; idx += blockDim.x) s.dphi[idx] *= s.phi[idx];  // dlogits
+      for (int idx = threadIdx.x; idx < n * g.m; idx += blockDim.x) s.dphi[idx] *= s.phi[idx];  // dlogits
       __syncthreads();
       if constexpr (kFused) {
         logits_backward(g, src, s.dphi, n, kvh, dq + ((b * g.len + c0) * g.hq + h) * g.r, g.hq * g.r, domega_part, s);
       } else {
-        for (std::int64_t idx = threadIdx.x; idx < n * g.m; idx += blockDim.x) {
-          const std::int64_t r = idx / g.m, f = idx % g.m;
+        for (int idx = threadIdx.x; idx < n * g.m; idx += blockDim.x) {
+          const int r = idx / g.m, f = idx % g.m;
           dq[((b * g.len + c0 + r) * g.hq + h) * g.m + f] = T(s.dphi[idx]);
         }
         __syncthreads();
       }
     }
-    if (g.causal) fold_chunk(g, n, s, st, at, held);
+    if (g.causal) fold_chunk<T>(g, n, s, st, at, held);
   }
 }
 
@@ -547,7 +528,7 @@ __device__ float segment_first_offset(const LaShape& g, const float* o, std::int
 // Phi_t^T G_t exp(o_first - o_t), held at o_first (0 when o_first is -inf: no earlier key is
 // real, so nothing needs it). rstates: (B Hkv, G, m, W).
 template <class T, class Src>
-__global__ void __launch_bounds__(kLaThreads) la_segment_rstate_kernel(Src src, const float* o, LaShape g, const T* out,
+__global__ void __launch_bounds__(kLaThreads, 1) la_segment_rstate_kernel(Src src, const float* o, LaShape g, const T* out,
                                                                        const T* den, const T* dout, float* rstates) {
   DARK_DYNAMIC_SHARED(float, smem);
   const ChunkSmem s = ChunkSmem::carve(smem, g.chunk, g.m, g.w, g.r);
@@ -561,17 +542,17 @@ __global__ void __launch_bounds__(kLaThreads) la_segment_rstate_kernel(Src src, 
   for (std::int64_t c0 = j0; c0 < j1; c0 += g.chunk) {
     const std::int64_t n = j1 - c0 < g.chunk ? j1 - c0 : g.chunk;
     __syncthreads();
-    for (std::int64_t r = threadIdx.x; r < n; r += blockDim.x) s.oc[r] = o[bkv * g.len + c0 + r];
+    for (int r = threadIdx.x; r < n; r += blockDim.x) s.oc[r] = o[bkv * g.len + c0 + r];
     __syncthreads();
     for (std::int64_t h = kvh * g.group; h < (kvh + 1) * g.group; ++h) {
       load_queries(g, src, b, h, c0, n, s);
       load_grads(g, out, den, dout, b, h, c0, n, s);
-      for (std::int64_t idx = threadIdx.x; idx < n * g.w; idx += blockDim.x) {
-        const std::int64_t r = idx / g.w;
+      for (int idx = threadIdx.x; idx < n * g.w; idx += blockDim.x) {
+        const int r = idx / g.w;
         if (g.causal && s.oc[r] != kNegInf) s.gm[idx] *= expf(o_first - s.oc[r]);
       }
       __syncthreads();
-      block_gemm<true>(rs, g.w, g.m, g.w, n, mat(s.phi, 1, g.m), mat(s.gm, g.w, 1));
+      tile::block_mma<T, true>(rs, g.w, g.m, g.w, n, mat(s.phi, 1, g.m), mat(s.gm, g.w, 1));
       __syncthreads();
     }
   }
@@ -610,7 +591,7 @@ __global__ void la_segment_rscan_kernel(float* rstates, const float* o, LaShape 
 // ---------------------------------------------------------------- backward: dk, dv
 
 template <class T, class Src, bool kFused>
-__global__ void __launch_bounds__(kLaThreads) la_dkv_kernel(Src src, const T* v, const float* o, LaShape g,
+__global__ void __launch_bounds__(kLaThreads, 1) la_dkv_kernel(Src src, const T* v, const float* o, LaShape g,
                                                             float* rstates, const T* out, const T* den, const T* dout,
                                                             T* dk, T* dv, float* domega_parts) {
   DARK_DYNAMIC_SHARED(float, smem);
@@ -629,13 +610,13 @@ __global__ void __launch_bounds__(kLaThreads) la_dkv_kernel(Src src, const T* v,
     load_keys(g, src, v, o, b, kvh, c0, n, s, false, 0.0f);
     if (g.causal) build_decay(n, c, s);
     if (r_held) {  // later chunks: dE_j = e^(o_j - o_R) R Vx_j, dVx_j = e^(o_j - o_R) R^T E_j
-      block_gemm<false>(s.de, g.m, n, g.m, g.w, mat(s.vx, g.w, 1), mat<float>(rs, 1, g.w));
-      block_gemm<false>(s.dvx, g.w, n, g.w, g.m, mat(s.e, g.m, 1), mat<float>(rs, g.w, 1));
+      tile::block_mma<Precise<T>, false>(s.de, g.m, n, g.m, g.w, mat(s.vx, g.w, 1), mat<float>(rs, 1, g.w));
+      tile::block_mma<T, false>(s.dvx, g.w, n, g.w, g.m, mat(s.e, g.m, 1), mat<float>(rs, g.w, 1));
       __syncthreads();
       if (g.causal) {
-        for (std::int64_t idx = threadIdx.x; idx < n * g.m; idx += blockDim.x)
+        for (int idx = threadIdx.x; idx < n * g.m; idx += blockDim.x)
           if (s.is_real[idx / g.m]) s.de[idx] *= expf(s.oc[idx / g.m] - r_at);
-        for (std::int64_t idx = threadIdx.x; idx < n * g.w; idx += blockDim.x)
+        for (int idx = threadIdx.x; idx < n * g.w; idx += blockDim.x)
           if (s.is_real[idx / g.w]) s.dvx[idx] *= expf(s.oc[idx / g.w] - r_at);
       }
     } else {
@@ -653,40 +634,40 @@ __global__ void __launch_bounds__(kLaThreads) la_dkv_kernel(Src src, const T* v,
         load_queries(g, src, b, h, c0, n, s);
         load_grads(g, out, den, dout, b, h, c0, n, s);
         // M = G Vx^T o D;  dE += M^T Phi;  P = Phi E^T o D;  dVx += P^T G
-        block_gemm<false>(s.p, c, n, n, g.w, mat(s.gm, g.w, 1), mat(s.vx, 1, g.w));
+        tile::block_mma<Precise<T>, false>(s.p, c, n, n, g.w, mat(s.gm, g.w, 1), mat(s.vx, 1, g.w));
         apply_decay(s.p, n, c, s);
-        block_gemm<true>(s.de, g.m, n, g.m, n, mat(s.p, 1, c), mat(s.phi, g.m, 1));
+        tile::block_mma<T, true>(s.de, g.m, n, g.m, n, mat(s.p, 1, c), mat(s.phi, g.m, 1));
         __syncthreads();
-        block_gemm<false>(s.p, c, n, n, g.m, mat(s.phi, g.m, 1), mat(s.e, 1, g.m));
+        tile::block_mma<T, false>(s.p, c, n, n, g.m, mat(s.phi, g.m, 1), mat(s.e, 1, g.m));
         apply_decay(s.p, n, c, s);
-        block_gemm<true>(s.dvx, g.w, n, g.w, n, mat(s.p, 1, c), mat(s.gm, g.w, 1));
+        tile::block_mma<T, true>(s.dvx, g.w, n, g.w, n, mat(s.p, 1, c), mat(s.gm, g.w, 1));
         __syncthreads();
         if (fold) {
-          for (std::int64_t idx = threadIdx.x; idx < n * g.w; idx += blockDim.x) {
-            const std::int64_t r = idx / g.w;
+          for (int idx = threadIdx.x; idx < n * g.w; idx += blockDim.x) {
+            const int r = idx / g.w;
             s.gm[idx] = s.oc[r] == kNegInf ? 0.0f : s.gm[idx] * expf(o_new - s.oc[r]);
           }
           __syncthreads();
-          block_gemm<true>(rs, g.w, g.m, g.w, n, mat(s.phi, 1, g.m), mat(s.gm, g.w, 1));
+          tile::block_mma<T, true>(rs, g.w, g.m, g.w, n, mat(s.phi, 1, g.m), mat(s.gm, g.w, 1));
           __syncthreads();
         }
       }
     // dk = E o dE, dv = dVx[:, :Dv]; the fused op's keys: dx and domega. Keys are reloaded
     // first in the fused op (its x scratch held the queries).
-    for (std::int64_t idx = threadIdx.x; idx < n * g.w; idx += blockDim.x) {
-      const std::int64_t r = idx / g.w, j = idx % g.w;
+    for (int idx = threadIdx.x; idx < n * g.w; idx += blockDim.x) {
+      const int r = idx / g.w, j = idx % g.w;
       if (j < g.dv) dv[((b * g.len + c0 + r) * g.hkv + kvh) * g.dv + j] = T(s.dvx[idx]);
     }
     if constexpr (kFused) {
       __syncthreads();
       src.keys(g, b, kvh, c0, n, s.dphi, s.xs, s.half_norm);  // the keys' x rows again (their logits unused)
       __syncthreads();
-      for (std::int64_t idx = threadIdx.x; idx < n * g.m; idx += blockDim.x) s.de[idx] *= s.e[idx];
+      for (int idx = threadIdx.x; idx < n * g.m; idx += blockDim.x) s.de[idx] *= s.e[idx];
       __syncthreads();
       logits_backward(g, src, s.de, n, kvh, dk + ((b * g.len + c0) * g.hkv + kvh) * g.r, g.hkv * g.r, domega_part, s);
     } else {
-      for (std::int64_t idx = threadIdx.x; idx < n * g.m; idx += blockDim.x) {
-        const std::int64_t r = idx / g.m, f = idx % g.m;
+      for (int idx = threadIdx.x; idx < n * g.m; idx += blockDim.x) {
+        const int r = idx / g.m, f = idx % g.m;
         dk[((b * g.len + c0 + r) * g.hkv + kvh) * g.m + f] = T(s.e[idx] * s.de[idx]);
       }
     }
@@ -761,8 +742,14 @@ void launch_segments(K* kernel, const LaShape& g, auto&&... args) {
 // Passes 1-3: offsets o (B Hkv, T) and each segment's incoming state.
 template <class T, class Src>
 void offsets_and_states(const Src& src, const T* v, const LaShape& g, Tensor& o, Tensor& states) {
-  const std::int64_t rows = g.batch * g.hkv * g.len;
-  launch(la_key_max_kernel<Src>, {grid_for(rows, kThreads / 32), kThreads}, src, g, o.data<float>());
+  const std::size_t key_max_bytes = key_max_floats(g) * sizeof(float);
+  if (key_max_bytes > 48 * 1024)
+    DARK_CUDA_CHECK(cudaFuncSetAttribute(la_key_max_kernel<T, Src>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(key_max_bytes)));
+  launch(la_key_max_kernel<T, Src>,
+         {dim3(static_cast<unsigned>((g.len + g.chunk - 1) / g.chunk), static_cast<unsigned>(g.batch * g.hkv)),
+          kLaThreads, key_max_bytes},
+         src, g, o.data<float>());
   launch(la_offsets_kernel, {grid_for(g.batch * g.hkv, 1), 32}, o.data<float>(), g.batch * g.hkv, g.len, g.causal);
   launch_segments(la_segment_state_kernel<T, Src>, g, src, v, o.data<float>(), g, states.data<float>());
   launch(la_segment_scan_kernel, {grid_for(g.batch * g.hkv * g.m * g.w), kThreads}, states.data<float>(),

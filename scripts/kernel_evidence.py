@@ -1,0 +1,174 @@
+#!/usr/bin/env python3
+"""Static evidence about CUDA kernels, for sessions without a GPU.
+
+Compiles each given .cu file for one architecture (sm_90 by default) with the flags of a
+configured CUDA build (its compile_commands.json), then prints one row per kernel:
+registers, spills and stack (ptxas -v), and, from the SASS (cuobjdump -sass), how many
+tensor-core instructions (HMMA: mma.sync; HGMMA: Hopper's wgmma), ldmatrix (LDSM), async
+copies (LDGSTS: cp.async; UTMALDG: TMA), shared loads / stores and barriers the kernel has.
+
+    scripts/kernel_evidence.py core/cuda/flash_attention.cu core/cuda/linear_attention.cu
+    scripts/kernel_evidence.py --build-dir build-gpu --arch 90 --filter flash core/cuda/flash_attention.cu
+
+cuobjdump is not part of the CUDA toolkit this project installs; the script installs PyPI's
+nvidia-cuda-cuobjdump into cache/cuobjdump the first time (it needs no GPU and no driver).
+Counts are static (instructions in the code, not executed ones): they show that a hot loop
+uses the tensor cores, not how fast it runs. Exits non-zero when a kernel matching
+--require-no-spills spills.
+"""
+import argparse
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+OPCODES = ["HMMA", "HGMMA", "LDSM", "LDGSTS", "UTMALDG", "LDS", "STS", "BAR", "MUFU.EX2"]
+
+
+def find_cuobjdump() -> str:
+    found = shutil.which("cuobjdump") or (Path("/usr/local/cuda/bin/cuobjdump").exists() and "/usr/local/cuda/bin/cuobjdump")
+    if found:
+        return str(found)
+    target = REPO / "cache" / "cuobjdump"
+    tool = next(target.rglob("bin/cuobjdump"), None) if target.exists() else None
+    if tool is None:
+        print("kernel_evidence: installing nvidia-cuda-cuobjdump into cache/cuobjdump (pip)", file=sys.stderr)
+        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--target", str(target),
+                        "nvidia-cuda-cuobjdump"], check=True)
+        tool = next(target.rglob("bin/cuobjdump"), None)
+    if tool is None:
+        sys.exit("kernel_evidence: no cuobjdump after installing nvidia-cuda-cuobjdump")
+    return str(tool)
+
+
+def compile_command(build_dir: Path, source: Path, arch: str, output: Path) -> list:
+    commands = build_dir / "compile_commands.json"
+    if not commands.exists():
+        sys.exit(f"kernel_evidence: {commands} is missing: configure a CUDA build there first, e.g.\n"
+                 f"  cmake -S . -B {build_dir} -DDARK_USE_CUDA=ON -DCMAKE_EXPORT_COMPILE_COMMANDS=ON")
+    for entry in json.loads(commands.read_text()):
+        if Path(entry["file"]).resolve() == source.resolve():
+            words = shlex.split(entry["command"])
+            break
+    else:
+        sys.exit(f"kernel_evidence: {source} is not compiled by the build in {build_dir}")
+    out = []
+    skip = False
+    for w in words:
+        if skip:
+            skip = False
+            continue
+        if w == "-o":
+            skip = True
+            continue
+        if w.startswith("--generate-code") or w.startswith("-gencode"):
+            continue
+        out.append(w)
+    out += [f"--generate-code=arch=compute_{arch},code=sm_{arch}", "-Xptxas", "-v", "-o", str(output)]
+    return out, entry["directory"]
+
+
+def demangle(names):
+    if not names or not shutil.which("c++filt"):
+        return {n: n for n in names}
+    result = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True, text=True, check=True)
+    return dict(zip(names, result.stdout.splitlines()))
+
+
+def short(name: str) -> str:
+    name = re.sub(r"dark::cuda::\(anonymous namespace\)::|dark::cuda::|dark::", "", name)
+    name = re.sub(r"\(.*\)$", "", name)  # the parameter list
+    return name
+
+
+def ptxas_rows(log: str):
+    rows = {}
+    current = None
+    for line in log.splitlines():
+        m = re.search(r"Compiling entry function '([^']+)'", line)
+        if m:
+            current = m.group(1)
+            rows[current] = {}
+            continue
+        if current is None:
+            continue
+        m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line)
+        if m:
+            rows[current].update(stack=int(m.group(1)), spill_st=int(m.group(2)), spill_ld=int(m.group(3)))
+        m = re.search(r"Used (\d+) registers", line)
+        if m:
+            rows[current]["regs"] = int(m.group(1))
+    return rows
+
+
+def sass_counts(sass: str):
+    counts = {}
+    current = None
+    for line in sass.splitlines():
+        m = re.match(r"\s*Function : (\S+)", line)
+        if m:
+            current = m.group(1)
+            counts[current] = {op: 0 for op in OPCODES + ["total"]}
+            continue
+        if current is None:
+            continue
+        m = re.match(r"\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", line)
+        if not m:
+            continue
+        op = m.group(1)
+        counts[current]["total"] += 1
+        for key in OPCODES:
+            if op == key or op.startswith(key + "."):
+                counts[current][key] += 1
+    return counts
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("sources", nargs="+", help=".cu files of the project")
+    parser.add_argument("--build-dir", default="build-gpu", help="configured CUDA build (default build-gpu)")
+    parser.add_argument("--arch", default="90", help="compute capability without the dot (default 90)")
+    parser.add_argument("--filter", default="", help="only kernels whose name contains this")
+    parser.add_argument("--require-no-spills", default=None, metavar="SUBSTRING",
+                        help="fail when a kernel whose name contains SUBSTRING spills")
+    args = parser.parse_args()
+    build_dir = (REPO / args.build_dir) if not os.path.isabs(args.build_dir) else Path(args.build_dir)
+    cuobjdump = find_cuobjdump()
+    failed = False
+    print(f"| kernel | regs | spill st/ld (B) | stack (B) | {' | '.join(OPCODES)} | SASS instr |")
+    print("|---|" + "---|" * (len(OPCODES) + 4))
+    with tempfile.TemporaryDirectory() as tmp:
+        for source in args.sources:
+            path = (REPO / source) if not os.path.isabs(source) else Path(source)
+            obj = Path(tmp) / (path.stem + ".o")
+            cmd, cwd = compile_command(build_dir, path, args.arch, obj)
+            compiled = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+            if compiled.returncode != 0:
+                sys.exit(f"kernel_evidence: compiling {source} failed:\n{compiled.stderr[-4000:]}")
+            rows = ptxas_rows(compiled.stderr)
+            sass = subprocess.run([cuobjdump, "-sass", str(obj)], capture_output=True, text=True, check=True).stdout
+            counts = sass_counts(sass)
+            names = demangle(sorted(rows))
+            for mangled in sorted(rows, key=lambda n: short(names[n])):
+                name = short(names[mangled])
+                if args.filter and args.filter not in name:
+                    continue
+                r, c = rows[mangled], counts.get(mangled, {})
+                spills = r.get("spill_st", 0) + r.get("spill_ld", 0)
+                if args.require_no_spills is not None and args.require_no_spills in name and spills:
+                    failed = True
+                cells = [str(c.get(op, "?")) for op in OPCODES]
+                print(f"| {name} | {r.get('regs', '?')} | {r.get('spill_st', 0)}/{r.get('spill_ld', 0)} | "
+                      f"{r.get('stack', 0)} | {' | '.join(cells)} | {c.get('total', '?')} |")
+    if failed:
+        sys.exit(f"kernel_evidence: a kernel matching '{args.require_no_spills}' spills registers")
+
+
+if __name__ == "__main__":
+    main()
