@@ -122,6 +122,9 @@ def bench_summary(out, peak_tflops=989.0):
     for r in attn:
         if "ms" in r:
             s["attention"].append({k: r.get(k) for k in ("side", "kind", "m", "d", "len", "ms", "tflops")})
+    targets = (load(f"{out}/bench/summary.json") or {}).get("targets")
+    if targets:
+        s["targets"] = targets
     return s
 
 
@@ -208,6 +211,12 @@ def summary(out):
                 extra += ", phases " + " ".join(f"{k} {v:.1f}" for k, v in r["phases_ms"].items()) + " ms"
             lines.append(f"train {name}: {r['tokens_per_s']:.0f} tok/s, MFU {100 * r['mfu']:.1f}%{extra}")
         lines += fmt_attention(bench["attention"])
+        targets = bench.get("targets") or []
+        if targets:
+            met = [t for t in targets if t["met"]]
+            lines.append(f"attention targets met: {len(met)} of {len(targets)}")
+            lines += [f"  {'MISSED' if t['met'] is False else 'n/a'}: {t['target']} ({t['detail']})"
+                      for t in targets if not t["met"]]
     failed = [st["stage"] for st in stages if st["status"] == "failed"]
     lines.append("failed stages: " + (", ".join(failed) if failed else "none"))
     text = "\n".join(lines)

@@ -82,7 +82,9 @@ def demangle(names):
 
 
 def short(name: str) -> str:
-    name = re.sub(r"dark::cuda::\(anonymous namespace\)::|dark::cuda::|dark::", "", name)
+    name = name.replace("(anonymous namespace)::", "")
+    name = re.sub(r"\bdark::(cuda::)?", "", name)
+    name = re.sub(r"^void ", "", name)
     name = re.sub(r"\(.*\)$", "", name)  # the parameter list
     return name
 

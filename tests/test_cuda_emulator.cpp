@@ -2,7 +2,8 @@
 // (block barriers, warp shuffles and votes with their masks), the faults it turns into
 // errors instead of hangs or wrong answers (deadlocks, masks naming absent or exited lanes,
 // launch shapes a GPU refuses), the tensor-core tile product against a plain product in the
-// PTX fragment layout, and device memory that host code cannot touch. Driven through the
+// PTX fragment layout, ldmatrix and cp.async (layout, zero fill, addresses outside shared
+// memory), and device memory that host code cannot touch. Driven through the
 // emulator's own API (grid.h), with kernels written as lambdas run per emulated thread.
 #include <gtest/gtest.h>
 
@@ -189,6 +190,77 @@ TEST(CudaEmulator, TensorCoreTileProductFollowsThePtxFragmentLayout) {
       for (int k = 0; k < 16; ++k) want += static_cast<double>(a[i][k]) * b[k][j];
       EXPECT_NEAR(d[i][j], want, 1e-5) << i << ", " << j;
     }
+}
+
+// ldmatrix.x4: four 8 x 8 matrices of 16-bit elements in dynamic shared memory, rows at a
+// padded stride, lanes 8i .. 8i + 7 naming matrix i's rows; each lane's registers against the
+// PTX layout (row lane / 4, columns 2 (lane % 4) and the next; transposed: the column and rows).
+TEST(CudaEmulator, LdmatrixGivesEachLaneThePtxLayout) {
+  constexpr int kLd = 40;  // elements per row: 80 bytes, rows stay 16-byte aligned
+  auto value = [](int matrix, int row, int col) { return static_cast<std::uint16_t>(matrix * 1000 + row * 10 + col); };
+  for (const bool transposed : {false, true}) {
+    std::uint32_t got[32][4] = {};
+    ASSERT_EQ(run({1, 1, 1}, {32, 1, 1},
+                  [&] {
+                    auto* shared = static_cast<std::uint16_t*>(dynamic_shared_memory());
+                    const int lane = current().lane;
+                    // matrix i sits at columns 8 i .. 8 i + 7 of rows 0 .. 7
+                    for (int i = 0; i < 4; ++i)
+                      for (int c = 0; c < 8; ++c) shared[lane % 8 * kLd + 8 * i + c] = value(i, lane % 8, c);
+                    sync_warp(0xffffffffu);
+                    ldmatrix_x4(got[lane], shared + lane % 8 * kLd + 8 * (lane / 8), transposed);
+                  },
+                  8 * kLd * 2),
+              LaunchStatus::ok);
+    for (int lane = 0; lane < 32; ++lane)
+      for (int i = 0; i < 4; ++i) {
+        const int major = lane / 4, minor = 2 * (lane % 4);
+        const std::uint32_t lo = transposed ? value(i, minor, major) : value(i, major, minor);
+        const std::uint32_t hi = transposed ? value(i, minor + 1, major) : value(i, major, minor + 1);
+        EXPECT_EQ(got[lane][i], lo | (hi << 16)) << "lane " << lane << " matrix " << i << (transposed ? " .trans" : "");
+      }
+  }
+}
+
+TEST(CudaEmulator, LdmatrixAndAsyncCopiesOutsideSharedMemoryAreFaults) {
+  std::vector<std::uint16_t> global(64, 1);
+  const std::string bad_row = error_of([&] {
+    run({1, 1, 1}, {32, 1, 1}, [&] {
+      std::uint32_t r[4];
+      ldmatrix_x4(r, global.data(), false);
+    }, 256);
+  });
+  EXPECT_NE(bad_row.find("outside the block's dynamic shared memory"), std::string::npos) << bad_row;
+  const std::string misaligned = error_of([&] {
+    run({1, 1, 1}, {32, 1, 1}, [&] {
+      std::uint32_t r[4];
+      ldmatrix_x4(r, static_cast<char*>(dynamic_shared_memory()) + 8, false);
+    }, 256);
+  });
+  EXPECT_NE(misaligned.find("not 16-byte aligned"), std::string::npos) << misaligned;
+  const std::string bad_copy = error_of([&] {
+    run({1, 1, 1}, {1, 1, 1}, [&] { copy_async_16(global.data(), global.data() + 8, true); }, 64);
+  });
+  EXPECT_NE(bad_copy.find("cp.async destination"), std::string::npos) << bad_copy;
+}
+
+// cp.async of 16 bytes: a copy, or 16 zero bytes in its src-size-0 form (where the source
+// is not read).
+TEST(CudaEmulator, AsyncCopiesCopyOrZeroFillSixteenBytes) {
+  alignas(16) std::uint8_t source[32];
+  std::iota(source, source + 32, std::uint8_t{1});
+  std::uint8_t got[32] = {};
+  ASSERT_EQ(run({1, 1, 1}, {1, 1, 1},
+                [&] {
+                  auto* shared = static_cast<std::uint8_t*>(dynamic_shared_memory());
+                  copy_async_16(shared, source, true);
+                  copy_async_16(shared + 16, source + 16, false);
+                  std::memcpy(got, shared, 32);
+                },
+                32),
+            LaunchStatus::ok);
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(got[i], source[i]);
+  for (int i = 16; i < 32; ++i) EXPECT_EQ(got[i], 0);
 }
 
 TEST(CudaEmulator, CudaTensorsLiveInEmulatedDeviceMemory) {

@@ -69,6 +69,9 @@ std::vector<OpCase> fused_cases() {
       [](auto& x) { return flash_attention(x[0], x[1], x[2], true, 1.0 / std::sqrt(128.0)); });
   add("flash_d256[1,40,2,256]", {{{1, 40, 2, 256}}, {{1, 40, 1, 256}}, {{1, 40, 1, 256}}},
       [](auto& x) { return flash_attention(x[0], x[1], x[2], true, 1.0 / 16.0); });
+  // D = 20: rows are not 16-byte aligned, so the bf16 kernels load element by element
+  add("flash_unaligned_d20[2,70,4/2,20]", {{{2, 70, 4, 20}}, {{2, 70, 2, 20}}, {{2, 70, 2, 20}}},
+      [](auto& x) { return flash_attention(x[0], x[1], x[2], true, 0.22, mask_on(x[0], Padding::right, 2, 70)); });
   // a (B, H, T, D) tensor viewed as (B, T, H, D): head stride T D, sequence stride D
   add("flash_strided[2,H,T,D]", {{{2, 3, 70, 16}}, {{2, 3, 70, 16}}, {{2, 3, 70, 16}}}, [](auto& x) {
     auto view = [](const Tensor& t) { return permute(t, {0, 2, 1, 3}); };

@@ -5,13 +5,13 @@
 // contract (core/kernels.h): only out and the row logsumexp are saved; a row that sees no
 // real key gets out = 0, lse = -inf and zero gradients; padded keys get dk = dv = 0.
 //
-// Layout: every block works on one (batch, head) and tiles of rows; warps own 16 rows each.
-// Scores, probabilities and gradients are products of shared-memory tiles computed by
-// tile_mma.cuh (bf16: tensor cores, mma.sync m16n8k16 with f32 accumulation; f32: the same
-// fragment layout on the CUDA cores). Softmax statistics, accumulators and lse are f32; the
-// probabilities and score gradients that feed the second product of each pair are rounded
-// to the input type (as FlashAttention does in bf16). The head dimension D is padded with
-// zeros to kD in {32, 64, 128, 256}.
+// This file holds the f32 kernels and the host side; bf16 runs the tensor-core kernels of
+// flash_attention_bf16.cu (FlashAttention-2's design: cp.async, ldmatrix, probabilities kept
+// in registers), which share this contract and the shape (flash_attention.cuh). f32 layout: every block works on one (batch, head) and tiles of rows;
+// warps own 16 rows each. Scores, probabilities and gradients are products of shared-memory
+// tiles in the mma fragment layout computed with FMAs (tile_mma.cuh). Softmax statistics,
+// accumulators and lse are f32. The head dimension D is padded with zeros to kD in
+// {32, 64, 128, 256}.
 //   forward: a block per 64 (kBr) queries; it walks the key tiles the queries can see with
 //            an online softmax (running max m and sum l per row).
 //   backward (FlashAttention-2, made deterministic): Delta = rowsum(dO * O) first; then one
@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "core/cuda/flash_attention.cuh"
 #include "core/cuda/launch.cuh"
 #include "core/cuda/tile_mma.cuh"
 #include "core/kernels.h"
@@ -29,36 +30,9 @@
 namespace dark::cuda {
 namespace {
 
+using flash::AttnShape;
+
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-
-struct AttnShape {
-  std::int64_t batch, t, s, hq, hkv, d, group;
-  std::int64_t q_stride[3], k_stride[3], v_stride[3];  // batch, sequence, head (D has stride 1)
-  bool causal;
-  std::int64_t window;  // > 0: sliding window (causal only); 0: none (also for window >= S)
-  float scale;
-  const std::int32_t* key_mask;  // (B, S); nullptr: every key is real
-
-  // Whether query tq sees key sk (both may lie past the end: then it does not).
-  __device__ __forceinline__ bool visible(std::int64_t b, std::int64_t tq, std::int64_t sk) const {
-    if (tq >= t || sk >= s) return false;
-    if (causal && sk > tq + (s - t)) return false;
-    if (window > 0 && sk <= tq + (s - t) - window) return false;
-    return key_mask == nullptr || key_mask[b * s + sk] != 0;
-  }
-  // The first key of the tile (of `tile` keys) holding query tq's first visible key.
-  __device__ __forceinline__ std::int64_t first_key_tile(std::int64_t tq, int tile) const {
-    if (window == 0) return 0;
-    const std::int64_t first = tq + (s - t) - window + 1;
-    return first <= 0 ? 0 : first / tile * tile;
-  }
-  // One past the last query that sees key sk (t without a window).
-  __device__ __forceinline__ std::int64_t query_end(std::int64_t sk) const {
-    if (window == 0) return t;
-    const std::int64_t end = sk - (s - t) + window;
-    return end < 0 ? 0 : (end > t ? t : end);
-  }
-};
 
 // Rows [0, kRows) of one head's (L, D) matrix from `src` (row r at src + r * row_stride),
 // as a zero-padded kRows x kD tile with leading dimension ld; rows >= rows_left and columns
@@ -385,6 +359,14 @@ AttnShape shape_of(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
   g.window = window < g.s ? window : 0;
   g.scale = static_cast<float>(scale);
   g.key_mask = key_mask.defined() ? key_mask.data<std::int32_t>() : nullptr;
+  // The bf16 kernels copy 16-byte row pieces (cp.async) when every row starts 16-byte aligned.
+  auto aligned = [](const Tensor& x) {
+    if (reinterpret_cast<std::uintptr_t>(x.raw_data()) % 16 != 0) return false;
+    for (int i = 0; i < 3; ++i)
+      if (x.stride(i) % 8 != 0) return false;
+    return true;
+  };
+  g.aligned = g.d % 8 == 0 && aligned(q) && aligned(k) && aligned(v);
   return g;
 }
 
@@ -412,30 +394,40 @@ void allow_shared(Kernel* kernel, std::size_t bytes) {
     DARK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
 }
 
+// f32 through the generic kernels above; bf16 through the tensor-core kernels of
+// flash_attention_bf16.cu.
 template <class T, int kD>
 void forward_padded(const Tensor& q, const Tensor& k, const Tensor& v, const AttnShape& g, Tensor& out, Tensor& lse) {
-  using C = FwdTiles<T, kD>;
-  allow_shared(flash_forward_kernel<T, kD>, C::kSmem);
-  const dim3 grid(static_cast<unsigned>((g.t + C::kBr - 1) / C::kBr), static_cast<unsigned>(g.hq),
-                  static_cast<unsigned>(g.batch));
-  launch(flash_forward_kernel<T, kD>, {grid, C::kThreads, C::kSmem}, q.data<T>(), k.data<T>(), v.data<T>(), g,
-         out.data<T>(), lse.data<float>());
+  if constexpr (std::is_same_v<T, BFloat16>) {
+    flash::forward_bf16(q, k, v, g, kD, out, lse);
+  } else {
+    using C = FwdTiles<T, kD>;
+    allow_shared(flash_forward_kernel<T, kD>, C::kSmem);
+    const dim3 grid(static_cast<unsigned>((g.t + C::kBr - 1) / C::kBr), static_cast<unsigned>(g.hq),
+                    static_cast<unsigned>(g.batch));
+    launch(flash_forward_kernel<T, kD>, {grid, C::kThreads, C::kSmem}, q.data<T>(), k.data<T>(), v.data<T>(), g,
+           out.data<T>(), lse.data<float>());
+  }
 }
 
 template <class T, int kD>
 void backward_padded(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, const Tensor& lse,
                      const Tensor& delta, const AttnShape& g, Tensor& dq, Tensor& dk, Tensor& dv) {
-  using C = BwdTiles<T, kD>;
-  allow_shared(flash_dq_kernel<T, kD>, C::kSmemDq);
-  allow_shared(flash_dkv_kernel<T, kD>, C::kSmemDkv);
-  const dim3 grid_q(static_cast<unsigned>((g.t + C::kBq - 1) / C::kBq), static_cast<unsigned>(g.hq),
-                    static_cast<unsigned>(g.batch));
-  launch(flash_dq_kernel<T, kD>, {grid_q, C::kQWarps * 32, C::kSmemDq}, q.data<T>(), k.data<T>(), v.data<T>(),
-         dout.data<T>(), lse.data<float>(), delta.data<float>(), g, dq.data<T>());
-  const dim3 grid_k(static_cast<unsigned>((g.s + C::kBk - 1) / C::kBk * C::kPasses), static_cast<unsigned>(g.hkv),
-                    static_cast<unsigned>(g.batch));
-  launch(flash_dkv_kernel<T, kD>, {grid_k, C::kKWarps * 32, C::kSmemDkv}, q.data<T>(), k.data<T>(), v.data<T>(),
-         dout.data<T>(), lse.data<float>(), delta.data<float>(), g, dk.data<T>(), dv.data<T>());
+  if constexpr (std::is_same_v<T, BFloat16>) {
+    flash::backward_bf16(q, k, v, dout, lse, delta, g, kD, dq, dk, dv);
+  } else {
+    using C = BwdTiles<T, kD>;
+    allow_shared(flash_dq_kernel<T, kD>, C::kSmemDq);
+    allow_shared(flash_dkv_kernel<T, kD>, C::kSmemDkv);
+    const dim3 grid_q(static_cast<unsigned>((g.t + C::kBq - 1) / C::kBq), static_cast<unsigned>(g.hq),
+                      static_cast<unsigned>(g.batch));
+    launch(flash_dq_kernel<T, kD>, {grid_q, C::kQWarps * 32, C::kSmemDq}, q.data<T>(), k.data<T>(), v.data<T>(),
+           dout.data<T>(), lse.data<float>(), delta.data<float>(), g, dq.data<T>());
+    const dim3 grid_k(static_cast<unsigned>((g.s + C::kBk - 1) / C::kBk * C::kPasses), static_cast<unsigned>(g.hkv),
+                      static_cast<unsigned>(g.batch));
+    launch(flash_dkv_kernel<T, kD>, {grid_k, C::kKWarps * 32, C::kSmemDkv}, q.data<T>(), k.data<T>(), v.data<T>(),
+           dout.data<T>(), lse.data<float>(), delta.data<float>(), g, dk.data<T>(), dv.data<T>());
+  }
 }
 
 template <class T>

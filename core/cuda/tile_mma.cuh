@@ -1,15 +1,14 @@
-// Warp-level 16 x 8 x 16 tile products on shared-memory operands, the building block of the
-// attention kernels: acc (16 x 8, f32) += A (16 x 16) B (16 x 8), computed by a whole warp.
-// The accumulator is held in the PTX m16n8k16 C-fragment layout whatever the element type:
-// lane l (g = l / 4, t = l % 4) holds rows g and g + 8, columns 2t and 2t + 1:
+// Warp-level 16 x 8 x 16 tile products, the building block of the attention kernels:
+// acc (16 x 8, f32) += A (16 x 16) B (16 x 8), computed by a whole warp. The accumulator is
+// held in the PTX m16n8k16 C-fragment layout whatever the element type: lane l (g = l / 4,
+// t = l % 4) holds rows g and g + 8, columns 2t and 2t + 1:
 //   acc[0] = (g, 2t), acc[1] = (g, 2t + 1), acc[2] = (g + 8, 2t), acc[3] = (g + 8, 2t + 1).
-// bf16 operands go through the tensor cores (mma.sync, sm_80+), f32 operands through plain
-// FMAs on the same layout (every lane computes its four elements), so one kernel body serves
-// both. A is row-major (A[r][k] = a[r * lda + k]); B comes in two layouts:
+// bf16: operands in fragment registers (loaded with ldmatrix, or built from accumulators)
+// multiplied on the tensor cores (mma_bf16: mma.sync, sm_80+). f32: mma_kmajor / mma_nmajor
+// compute the same layout with FMAs on shared-memory operands (every lane its four elements).
+// A is row-major (A[r][k] = a[r * lda + k]); B comes in two layouts:
 //   k-major: B[k][n] = b[n * ldb + k] (e.g. K or Q rows for Q K^T, whose k is the head dim)
 //   n-major: B[k][n] = b[k * ldb + n] (e.g. V rows for P V)
-// Pointers and leading dimensions must keep pairs of bf16 4-byte aligned (even lda, ldb and
-// offsets).
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -26,15 +25,6 @@ __device__ __forceinline__ int lane_in_group() { return static_cast<int>(threadI
 __device__ __forceinline__ int frag_row(int i) { return lane_group() + (i >= 2 ? 8 : 0); }
 __device__ __forceinline__ int frag_col(int i) { return 2 * lane_in_group() + (i & 1); }
 
-__device__ __forceinline__ std::uint32_t load_pair(const BFloat16* p) {
-#if defined(DARK_CUDA_EMULATOR)
-  std::uint32_t w;
-  std::memcpy(&w, p, 4);
-  return w;
-#else
-  return *reinterpret_cast<const std::uint32_t*>(p);
-#endif
-}
 __device__ __forceinline__ std::uint32_t pack(BFloat16 lo, BFloat16 hi) {
   return static_cast<std::uint32_t>(lo.bits) | (static_cast<std::uint32_t>(hi.bits) << 16);
 }
@@ -54,35 +44,37 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const std::uint32_t (&a)
 #endif
 }
 
-__device__ __forceinline__ void a_fragment(std::uint32_t (&a)[4], const BFloat16* p, int lda) {
-  const int g = lane_group(), t = lane_in_group();
-  a[0] = load_pair(p + g * lda + 2 * t);
-  a[1] = load_pair(p + (g + 8) * lda + 2 * t);
-  a[2] = load_pair(p + g * lda + 2 * t + 8);
-  a[3] = load_pair(p + (g + 8) * lda + 2 * t + 8);
+// ldmatrix.x4: lanes 8i .. 8i + 7 pass the address of row (lane % 8) of 8 x 8 bf16 matrix i
+// (16-byte aligned rows in shared memory); r[i] receives matrix i's elements at row lane / 4,
+// columns 2 (lane % 4) and the next (the transposed form: column lane / 4, rows 2 (lane % 4)
+// and the next). One instruction loads an A fragment, or the B fragments of two 8-column tiles.
+__device__ __forceinline__ void ldmatrix_x4(std::uint32_t (&r)[4], const BFloat16* row) {
+#if defined(DARK_CUDA_EMULATOR)
+  ::dark::cuda_emu::ldmatrix_x4(r, row, false);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const auto at = static_cast<std::uint32_t>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(at));
+#else
+  __trap();
+#endif
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t (&r)[4], const BFloat16* row) {
+#if defined(DARK_CUDA_EMULATOR)
+  ::dark::cuda_emu::ldmatrix_x4(r, row, true);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const auto at = static_cast<std::uint32_t>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(at));
+#else
+  __trap();
+#endif
 }
 
-// acc += A B, B k-major.
-__device__ __forceinline__ void mma_kmajor(float (&acc)[4], const BFloat16* a, int lda, const BFloat16* b, int ldb) {
-  std::uint32_t af[4], bf[2];
-  a_fragment(af, a, lda);
-  const int g = lane_group(), t = lane_in_group();
-  bf[0] = load_pair(b + g * ldb + 2 * t);
-  bf[1] = load_pair(b + g * ldb + 2 * t + 8);
-  mma_bf16(acc, af, bf);
-}
-
-// acc += A B, B n-major.
-__device__ __forceinline__ void mma_nmajor(float (&acc)[4], const BFloat16* a, int lda, const BFloat16* b, int ldb) {
-  std::uint32_t af[4], bf[2];
-  a_fragment(af, a, lda);
-  const int g = lane_group(), t = lane_in_group();
-  bf[0] = pack(b[(2 * t) * ldb + g], b[(2 * t + 1) * ldb + g]);
-  bf[1] = pack(b[(2 * t + 8) * ldb + g], b[(2 * t + 9) * ldb + g]);
-  mma_bf16(acc, af, bf);
-}
-
-// The same products in float32 on the CUDA cores.
+// acc += A B in float32 on the CUDA cores, in the same fragment layout (the f32 attention
+// kernels), for B k-major and n-major.
 __device__ __forceinline__ void mma_kmajor(float (&acc)[4], const float* a, int lda, const float* b, int ldb) {
 #pragma unroll
   for (int i = 0; i < 4; ++i) {

@@ -303,6 +303,52 @@ void mma_m16n8k16_bf16(float* d, const std::uint32_t* a, const std::uint32_t* b,
   std::memcpy(d, out, sizeof out);
 }
 
+namespace {
+// Faults unless [p, p + bytes) lies in the running block's dynamic shared memory.
+void check_in_shared(const void* p, std::size_t bytes, const char* what) {
+  const auto& shared = running_block->dynamic_shared;
+  const auto* at = static_cast<const unsigned char*>(p);
+  if (shared.empty() || at < shared.data() || at + bytes > shared.data() + shared.size())
+    device_fault(str(what, " at ", p, ": outside the block's dynamic shared memory"));
+  if (reinterpret_cast<std::uintptr_t>(p) % 16 != 0) device_fault(str(what, " at ", p, ": not 16-byte aligned"));
+}
+}  // namespace
+
+void ldmatrix_x4(std::uint32_t* r, const void* row_address, bool transposed) {
+  EmuThread& t = self();
+  Warp& w = running_block->warps[t.ctx.warp];
+  if (w.existing != 0xffffffffu) device_fault("ldmatrix needs a full warp of 32 threads");
+  check_in_shared(row_address, 16, "an ldmatrix row");
+  std::memcpy(w.slots[t.ctx.lane], &row_address, sizeof row_address);
+  warp_barrier(0xffffffffu, "ldmatrix");
+  // PTX ISA, "Warp-level matrix load instruction: ldmatrix".
+  auto element = [&](int matrix, int row, int col) {
+    const unsigned char* p;
+    std::memcpy(&p, w.slots[matrix * 8 + row], sizeof p);
+    std::uint16_t v;
+    std::memcpy(&v, p + 2 * col, 2);
+    return static_cast<std::uint32_t>(v);
+  };
+  const int lane = t.ctx.lane, major = lane / 4, minor = 2 * (lane % 4);
+  std::uint32_t out[4];
+  for (int i = 0; i < 4; ++i)
+    out[i] = transposed ? element(i, minor, major) | (element(i, minor + 1, major) << 16)
+                        : element(i, major, minor) | (element(i, major, minor + 1) << 16);
+  warp_barrier(0xffffffffu, "ldmatrix");
+  std::memcpy(r, out, sizeof out);
+}
+
+void copy_async_16(void* dst, const void* src, bool valid) {
+  (void)self();
+  check_in_shared(dst, 16, "a cp.async destination");
+  if (!valid) {
+    std::memset(dst, 0, 16);
+    return;
+  }
+  if (reinterpret_cast<std::uintptr_t>(src) % 16 != 0) device_fault(str("a cp.async source at ", src, ": not 16-byte aligned"));
+  std::memcpy(dst, src, 16);
+}
+
 LaunchStatus set_max_dynamic_shared(const void* kernel, std::size_t bytes) {
   if (bytes > kMaxSharedOptin) return LaunchStatus::invalid_value;
   shared_limits()[kernel] = bytes;

@@ -53,6 +53,15 @@ DARK_EMULATOR_API void* dynamic_shared_memory();
 // The tensor-core product d = a b + c of one m16n8k16 tile (bf16 a, b; f32 c, d) in the PTX
 // fragment layout, computed by the whole warp (every lane calls it).
 DARK_EMULATOR_API void mma_m16n8k16_bf16(float* d, const std::uint32_t* a, const std::uint32_t* b, const float* c);
+// ldmatrix.sync.aligned.m8n8.x4(.trans).shared.b16: lanes 8i .. 8i + 7 give the 16-byte rows
+// of 8 x 8 matrix i (in the block's dynamic shared memory); every lane gets, in r[i], the
+// pair of matrix i's elements the PTX layout gives it (row lane / 4, columns 2 (lane % 4) and
+// the next; transposed: column lane / 4, rows 2 (lane % 4) and the next). A whole warp calls it.
+DARK_EMULATOR_API void ldmatrix_x4(std::uint32_t* r, const void* row_address, bool transposed);
+// cp.async.cg.shared.global of 16 bytes, done at once (the emulator has no asynchrony to
+// model): copies src to dst in the block's dynamic shared memory, or writes 16 zero bytes
+// when !valid (the src-size 0 form). Both addresses must be 16-byte aligned.
+DARK_EMULATOR_API void copy_async_16(void* dst, const void* src, bool valid);
 // Reports a fault inside a kernel (thrown out of the launch).
 [[noreturn]] DARK_EMULATOR_API void device_fault(const std::string& what);
 
