@@ -34,7 +34,7 @@ enum class MatrixInit { identity, whiten };  // DARKFormer: M's initial value
 // What a sliding-window layer (Gemma 3's local layers) runs when the kind is not softmax:
 // softmax = exact windowed softmax, so swapping the attention replaces the global layers
 // only; same = the configured kind (windowed random-feature attention: linear_attention with
-// a window, autograd/ops.h; CPU only for now).
+// a window, autograd/ops.h; CPU and CUDA kernels).
 enum class WindowedLayers { softmax, same };
 
 struct DarkformerSettings {

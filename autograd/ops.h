@@ -170,7 +170,8 @@ Tensor geglu_tanh(const Tensor& gate, const Tensor& up);
 // window > 0 (requires causal; sliding-window layers): query t sees only the real keys j
 // with t - window < j <= t, and o_t is the max over those keys alone (window >= T is the
 // plain causal op). Work O(T (window / chunk) m Dv + T chunk (m + Dv)); no prefix state is
-// subtracted (core/cpu/windowed_linear_attention.cpp). CPU only for now.
+// subtracted (core/cpu/windowed_linear_attention.cpp; CUDA f32 / bf16:
+// core/cuda/windowed_linear_attention.cu, with O(T m Dv / chunk) scratch per kv head).
 Tensor linear_attention(const Tensor& q_logits, const Tensor& k_logits, const Tensor& v, bool causal, double eps,
                         std::int64_t chunk = 64, const Tensor& key_mask = Tensor(), std::int64_t window = 0);
 // The random-feature attention of Performer / LFK / DARKFormer with its feature logits

@@ -190,9 +190,10 @@ DARK_DECLARE_KERNEL(linear_attention_backward, void(const Tensor& q, const Tenso
                                                     bool causal, std::int64_t chunk))
 
 // Sliding-window linear attention (autograd/ops.h, linear_attention with window > 0; CPU
-// only): causal, query t sees the real keys j with t - window < j <= t, and its key offset
-// is the max over those keys alone, so keys that left the window never scale a row. Shapes,
-// key_mask, out, den, eps and chunk as for linear_attention_forward / _backward; window >= 1.
+// f32 / f64, CUDA f32 / bf16): causal, query t sees the real keys j with t - window < j <= t,
+// and its key offset is the max over those keys alone, so keys that left the window never
+// scale a row. Shapes, key_mask, out, den, eps and chunk as for linear_attention_forward /
+// _backward; window >= 1.
 DARK_DECLARE_KERNEL(windowed_linear_attention_forward, void(const Tensor& q, const Tensor& k, const Tensor& v,
                                                             const Tensor& key_mask, Tensor& out, Tensor& den,
                                                             std::int64_t window, double eps, std::int64_t chunk))

@@ -400,7 +400,7 @@ TEST(Config, PerLayerOverrides) {
 
 // gemma3: heads of any width, local layers (all but every sliding_window_pattern-th) keep
 // exact windowed softmax under a random-feature kind unless windowed_layers is "same" (the
-// kind through the window; refused on a GPU while that kernel is CPU only).
+// kind through the window, on the CPU and the GPU).
 TEST(Config, Gemma3FamilyAndWindowedLayers) {
   const RunConfig c = parse_config(json::parse(R"({"model": {"family": "gemma3", "d_model": 40, "n_heads": 4,
       "head_dim": 16, "n_layers": 6, "sliding_window_pattern": 3}, "attention": {"kind": "darkformer",
@@ -423,18 +423,13 @@ TEST(Config, Gemma3FamilyAndWindowedLayers) {
   EXPECT_FALSE(llama.model.is_local_layer(0));
   EXPECT_EQ(attention_for_layer(llama, 0).kind, attention::Kind::performer);
 
-  // "same": the kind on every layer (windowed random-feature attention, CPU only when the
-  // window binds, i.e. data.seq_len > model.sliding_window).
+  // "same": the kind on every layer (windowed random-feature attention when the window binds,
+  // i.e. data.seq_len > model.sliding_window; it has CUDA kernels, so a GPU run is accepted).
   const RunConfig same = parse_config(json::parse(R"({"model": {"family": "gemma3", "n_layers": 2},
       "attention": {"kind": "performer", "windowed_layers": "same"}})"));
   EXPECT_FALSE(keeps_windowed_softmax(same, 0));
   EXPECT_EQ(attention_for_layer(same, 0).kind, attention::Kind::performer);
-  EXPECT_EQ(parse_error(R"({"model": {"family": "gemma3", "n_layers": 2, "sliding_window": 64}, "data": {"seq_len": 128},
-      "training": {"device": "cuda"}, "attention": {"kind": "performer", "windowed_layers": "same"}})"),
-            "config: attention.windowed_layers: \"same\" puts performer attention on the sliding-window layer 0, and "
-            "windowed random-feature attention (data.seq_len 128 > model.sliding_window 64) runs on the CPU only; use "
-            "training.device \"cpu\" or windowed_layers \"softmax\"");
-  EXPECT_NO_THROW(parse_config(json::parse(R"({"model": {"family": "gemma3", "n_layers": 2, "sliding_window": 128},
+  EXPECT_NO_THROW(parse_config(json::parse(R"({"model": {"family": "gemma3", "n_layers": 2, "sliding_window": 64},
       "data": {"seq_len": 128}, "training": {"device": "cuda"}, "attention": {"kind": "performer",
       "windowed_layers": "same"}})")));
   EXPECT_NO_THROW(parse_config(json::parse(R"({"model": {"family": "gemma3", "n_layers": 2},

@@ -1,6 +1,6 @@
 // The CUDA kernels of the fused model ops (argmax, RMSNorm, RoPE, SwiGLU / GeGLU / GeGLU-tanh,
-// cross entropy, flash attention (also with a sliding window), linear attention and the fused
-// random-feature attention) and of
+// cross entropy, flash attention (also with a sliding window), linear attention (also with a
+// sliding window) and the fused random-feature attention) and of
 // the optimizer, against the CPU: forward values and input gradients in f32 (tolerance 1e-4
 // relative) and bf16 (inputs rounded to bf16 on both sides; 5e-2 elementwise and 2e-2 in
 // relative L2), the CPU computing in float64. Shapes cross tile and chunk boundaries, use
@@ -112,6 +112,30 @@ std::vector<OpCase> fused_cases() {
   });
   add("linear_long[1,400,1,8,4]", {{{1, 400, 1, 8}}, {{1, 400, 1, 8}}, {{1, 400, 1, 4}}},
       [](auto& x) { return linear_attention(x[0], x[1], x[2], true, 1e-6, 64); });
+  // sliding-window linear attention (window W: query t sees the keys t - W < j <= t), T not a
+  // multiple of the chunk: W = 1, W < chunk, windows whose middle spans several chunks, key
+  // masks (left padding leaves queries that see no key), chunk 8, and W >= T (the causal
+  // kernel runs). With W = 1 each query sees only its own key: out = v a / (a + eps), whose
+  // dq and dk are eps-sized (nothing to compare relatively), so only the output and dv are
+  // compared there.
+  add("linear_window1_gqa[2,150,4/2,16,8]",
+      {{{2, 150, 4, 16}, S::normal, false, false}, {{2, 150, 2, 16}, S::normal, false, false}, {{2, 150, 2, 8}}},
+      [](auto& x) { return linear_attention(x[0], x[1], x[2], true, 1e-6, 16, Tensor(), 1); });
+  for (const std::int64_t w : {5, 37, 64, 150, 400})
+    add("linear_window" + std::to_string(w) + "_gqa[2,150,4/2,16,8]",
+        {{{2, 150, 4, 16}}, {{2, 150, 2, 16}}, {{2, 150, 2, 8}}},
+        [w](auto& x) { return linear_attention(x[0], x[1], x[2], true, 1e-6, 16, Tensor(), w); });
+  for (const Padding kind : kPaddings)
+    add(std::string("linear_window40_") +
+            (kind == Padding::left ? "left" : kind == Padding::right ? "right" : "holes") + "[2,130,2,12,6]",
+        {{{2, 130, 2, 12}}, {{2, 130, 2, 12}}, {{2, 130, 2, 6}}}, [kind](auto& x) {
+          return linear_attention(x[0], x[1], x[2], true, 1e-6, 16, mask_on(x[0], kind, 2, 130), 40);
+        });
+  add("linear_window100_chunk8[1,203,3/1,8,5]", {{{1, 203, 3, 8}}, {{1, 203, 1, 8}}, {{1, 203, 1, 5}}},
+      [](auto& x) { return linear_attention(x[0], x[1], x[2], true, 1e-6, 8, Tensor(), 100); });
+  // the benchmark's sizes, whole 64-row chunks: two or three middle chunks per query chunk
+  add("linear_window200_wide[1,260,2,64,64]", {{{1, 260, 2, 64}}, {{1, 260, 2, 64}}, {{1, 260, 2, 64}}},
+      [](auto& x) { return linear_attention(x[0], x[1], x[2], true, 1e-6, 64, Tensor(), 200); });
   // random-feature attention with in-kernel logits: x_q (B, T, Hq, r), x_k (B, T, Hkv, r),
   // v (B, T, Hkv, Dv), omega (Hkv, m, r), log_weight (Hkv, m)
   add("rfa_causal_gqa[2,130,4/2,r8,m16,6]",

@@ -71,6 +71,24 @@ TEST(GpuTraining, EveryKindFollowsTheCpuLossCurveInF32) {
   }
 }
 
+// Gemma 3's sliding-window layers under a random-feature kind ("same") with the window
+// binding (seq_len 32 > window 8): the windowed linear-attention kernels in a whole model.
+TEST(GpuTraining, WindowedRandomFeatureLayersFollowTheCpuCurve) {
+  DARK_REQUIRE_GPU();
+  TempDir tmp;
+  auto config = tiny_config(tmp, "x", 10);
+  config["model"].merge_patch({{"family", "gemma3"}, {"n_layers", 3}, {"sliding_window", 8},
+                               {"sliding_window_pattern", 3}});
+  config["attention"] = {{"kind", "performer"}, {"num_features", 16}, {"windowed_layers", "same"}};
+  const RunConfig cpu = parse_config(on(config, tmp, "cpu", "cpu"));
+  ASSERT_TRUE(cpu.model.is_local_layer(0) && !cpu.model.is_local_layer(2));
+  train(cpu, {});
+  train(parse_config(on(config, tmp, "gpu", "cuda")), {});
+  expect_curves_close(losses(tmp.path() / "gpu"), losses(tmp.path() / "cpu"), 2e-4, "windowed performer");
+  train(parse_config(on(config, tmp, "bf16", "cuda", "bf16")), {});
+  expect_curves_close(losses(tmp.path() / "bf16"), losses(tmp.path() / "cpu"), 0.03, "windowed performer bf16");
+}
+
 TEST(GpuTraining, Bf16MixedPrecisionFollowsTheF32Curve) {
   DARK_REQUIRE_GPU();
   for (const char* kind : {"softmax", "darkformer"}) {

@@ -811,18 +811,6 @@ void validate_config(const RunConfig& config) {
   attention::validate(config.attention, m.head_size(), "attention");
   for (const attention::LayerOverride& o : config.attention.layers)
     attention::validate(attention_for_layer(config, o.first), m.head_size(), override_path(o));
-  // Windowed random-feature attention has a CPU kernel only; say so before a GPU run starts.
-  const bool window_binds_on_gpu =
-      config.training.device.rfind("cuda", 0) == 0 && config.data.seq_len > m.sliding_window;
-  for (int layer = 0; window_binds_on_gpu && layer < m.n_layers; ++layer) {
-    const attention::AttentionConfig a = attention_for_layer(config, layer);
-    if (m.is_local_layer(layer) && a.kind != attention::Kind::softmax && a.mode == attention::Mode::linear)
-      fail("attention.windowed_layers",
-           str("\"same\" puts ", enum_name(a.kind), " attention on the sliding-window layer ", layer,
-               ", and windowed random-feature attention (data.seq_len ", config.data.seq_len,
-               " > model.sliding_window ", m.sliding_window, ") runs on the CPU only; use training.device \"cpu\" or ",
-               "windowed_layers \"softmax\""));
-  }
   if (m.max_seq_len != 0 && m.max_seq_len < config.data.seq_len) {
     fail("model.max_seq_len", str(m.max_seq_len, " is less than data.seq_len (", config.data.seq_len, ")"));
   }

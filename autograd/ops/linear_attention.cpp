@@ -40,8 +40,9 @@ Tensor linear_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_
   // A window that covers the whole sequence changes nothing: the causal kernel runs.
   const bool windowed = window > 0 && window < len;
   DARK_CHECK(!windowed || kernels::windowed_linear_attention_forward().has(q_in.device().type, q_in.dtype()), name,
-             ": a sliding window of ", window, " over ", len, " positions runs on the CPU only (no ",
-             device_type_name(q_in.device().type), " kernel for ", dtype_name(q_in.dtype()), " yet)");
+             ": a sliding window of ", window, " over ", len, " positions has no ",
+             device_type_name(q_in.device().type), " kernel for ", dtype_name(q_in.dtype()),
+             " (CPU: f32, f64; CUDA: f32, bf16)");
   const Tensor q = q_in.contiguous();
   const Tensor k = k_in.contiguous();
   const Tensor v = v_in.contiguous();

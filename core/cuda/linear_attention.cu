@@ -32,81 +32,25 @@
 // products of G, whose terms cancel, with two bf16 per operand), for f32 inputs in f32 on the
 // CUDA cores. The chunk length is the requested one rounded down to 64, 32, 16 or 8, or less
 // when m and Dv are large; results match the CPU to rounding, not bit for bit.
+// The shape, the given-logits source, the key-max pass and the chunk loaders are in
+// linear_attention_chunks.cuh, shared with the sliding-window kernels.
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <type_traits>
 
-#include "core/cuda/block_mma.cuh"
-#include "core/cuda/device_math.cuh"
-#include "core/cuda/launch.cuh"
+#include "core/cuda/linear_attention_chunks.cuh"
 #include "core/kernels.h"
 
 namespace dark::cuda {
 namespace {
 
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-constexpr int kLaThreads = 256;
-
-struct LaShape {
-  std::int64_t batch, len, hq, hkv, group;
-  int m, dv, w;                    // features, value dimension, w = dv + 1
-  int r;                           // transformed dimension (fused op), 0 otherwise
-  int chunk;
-  std::int64_t seg_len, segments;
-  bool causal;
-  float eps;
-  float log_m_half;                // ln(m) / 2 (fused op)
-  const std::int32_t* key_mask;    // (B, T); nullptr: every key is real
-
-  __device__ bool real(std::int64_t b, std::int64_t j) const { return key_mask == nullptr || key_mask[b * len + j] != 0; }
-  __device__ std::int64_t seg_begin(std::int64_t s) const { return s * seg_len; }
-  __device__ std::int64_t seg_end(std::int64_t s) const { return (s + 1) * seg_len < len ? (s + 1) * seg_len : len; }
-};
-
-// The operand precision of products whose terms cancel: those of G = [dout / den, -(dout .
-// out) / den] with [v, 1] or a state, where dout . v_j and dout . out_t nearly agree. bf16
-// operands there lose the difference (the GPU's dk was off by 100% in a test), so bf16 calls
-// carry them as two bf16 each (tile::SplitBF16).
-template <class T>
-using Precise = std::conditional_t<std::is_same_v<T, float>, float, tile::SplitBF16>;
-
-// A(i, k) = p[i * row + k * col]: any transposition of a matrix in any memory.
-template <class E>
-__device__ __forceinline__ tile::StridedMat<E> mat(const E* p, int row, int col) {
-  return tile::strided(p, row, col);
-}
-
 __device__ void block_scale(float* x, std::int64_t n, float f) {
   for (std::int64_t i = threadIdx.x; i < n; i += blockDim.x) x[i] *= f;
 }
-__device__ void block_zero(float* x, std::int64_t n) {
-  for (std::int64_t i = threadIdx.x; i < n; i += blockDim.x) x[i] = 0.0f;
-}
 
-// ---------------------------------------------------------------- the two logit sources
-
-// Given logits: q (B, T, Hq, m), k (B, T, Hkv, m).
-template <class T>
-struct GivenLogits {
-  const T* q;
-  const T* k;
-  // Logits of rows [row0, row0 + n) of head `head` into out (n x m); x / norms unused.
-  __device__ void keys(const LaShape& g, std::int64_t b, std::int64_t kvh, std::int64_t row0, std::int64_t n, float* out,
-                       float*, float*) const {
-    for (int idx = threadIdx.x; idx < n * g.m; idx += blockDim.x) {
-      const int r = idx / g.m, f = idx % g.m;
-      out[idx] = static_cast<float>(k[((b * g.len + row0 + r) * g.hkv + kvh) * g.m + f]);
-    }
-  }
-  __device__ void queries(const LaShape& g, std::int64_t b, std::int64_t h, std::int64_t row0, std::int64_t n, float* out,
-                          float*, float*) const {
-    for (int idx = threadIdx.x; idx < n * g.m; idx += blockDim.x) {
-      const int r = idx / g.m, f = idx % g.m;
-      out[idx] = static_cast<float>(q[((b * g.len + row0 + r) * g.hq + h) * g.m + f]);
-    }
-  }
-};
+// ---------------------------------------------------------------- computed logits
+// (the other source, GivenLogits, is in linear_attention_chunks.cuh)
 
 // Computed logits: xq (B, T, Hq, r), xk (B, T, Hkv, r), omega (Hkv, m, r), log_weight (Hkv, m).
 template <class T>
@@ -151,34 +95,6 @@ struct FeatureLogits {
 
 // ---------------------------------------------------------------- offsets
 
-// Shared memory of the key-max pass: one chunk's logits, x rows and norms.
-std::size_t key_max_floats(const LaShape& g) {
-  return static_cast<std::size_t>(g.chunk) * (g.m + (g.r > 0 ? g.r : 1) + 1);
-}
-
-// rowmax[(b hkv + kv) T + j] = max_f logit_f(k_j), -inf for a padded key: one block per chunk
-// of keys, whose logits come from the same source (and products) as in the chunk kernels.
-template <class T, class Src>
-__global__ void __launch_bounds__(kLaThreads, 1) la_key_max_kernel(Src src, LaShape g, float* rowmax) {
-  DARK_DYNAMIC_SHARED(float, smem);
-  float* logits = smem;
-  float* xs = logits + g.chunk * g.m;
-  float* half_norm = xs + g.chunk * (g.r > 0 ? g.r : 1);
-  const std::int64_t c0 = static_cast<std::int64_t>(blockIdx.x) * g.chunk, bkv = blockIdx.y;
-  const std::int64_t b = bkv / g.hkv, kvh = bkv % g.hkv;
-  const int n = g.len - c0 < g.chunk ? static_cast<int>(g.len - c0) : g.chunk;
-  src.keys(g, b, kvh, c0, n, logits, xs, half_norm);
-  __syncthreads();
-  const int lane = threadIdx.x & 31, warps = blockDim.x / 32;
-  for (int r = threadIdx.x / 32; r < n; r += warps) {
-    float mx = kNegInf;
-    for (int f = lane; f < g.m; f += 32) mx = fmaxf(mx, logits[r * g.m + f]);
-#pragma unroll
-    for (int delta = 16; delta > 0; delta >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, delta));
-    if (lane == 0) rowmax[bkv * g.len + c0 + r] = g.real(b, c0 + r) ? mx : kNegInf;
-  }
-}
-
 // In place: each (b, kv) row of rowmax becomes its running max (causal) or its max
 // everywhere. One warp per (b, kv); max is exact, so the order does not matter.
 __global__ void la_offsets_kernel(float* o, std::int64_t rows, std::int64_t len, bool causal) {
@@ -211,106 +127,12 @@ __global__ void la_offsets_kernel(float* o, std::int64_t rows, std::int64_t len,
 
 // ---------------------------------------------------------------- chunk pieces
 
-// Shared-memory layout of one chunk (C rows): every kernel uses the parts it needs.
-struct ChunkSmem {
-  float *e, *vx, *phi, *p, *dec, *y, *gm, *dphi, *de, *dvx, *xs, *half_norm, *oc;
-  int* is_real;
-
-  static std::size_t floats(std::int64_t c, std::int64_t m, std::int64_t w, std::int64_t r) {
-    return static_cast<std::size_t>(4 * c * m + 4 * c * w + 2 * c * c + c * (r > 0 ? r : 1) + 3 * c);
-  }
-  __device__ static ChunkSmem carve(float* base, std::int64_t c, std::int64_t m, std::int64_t w, std::int64_t r) {
-    ChunkSmem s;
-    float* p = base;
-    auto take = [&](std::int64_t n) {
-      float* q = p;
-      p += n;
-      return q;
-    };
-    s.e = take(c * m), s.phi = take(c * m), s.dphi = take(c * m), s.de = take(c * m);
-    s.vx = take(c * w), s.y = take(c * w), s.gm = take(c * w), s.dvx = take(c * w);
-    s.p = take(c * c), s.dec = take(c * c);
-    s.xs = take(c * (r > 0 ? r : 1));
-    s.half_norm = take(c), s.oc = take(c);
-    s.is_real = reinterpret_cast<int*>(take(c));
-    return s;
-  }
-};
-
-// Keys of rows [c0, c0 + n): offsets oc, is_real, E = exp(logit - rel) for real rows (rel =
-// each row's own offset, or `fixed` when use_fixed), 0 otherwise; Vx = [v, 1] or 0.
-template <class T, class Src>
-__device__ void load_keys(const LaShape& g, const Src& src, const T* v, const float* o, std::int64_t b, std::int64_t kvh,
-                          std::int64_t c0, std::int64_t n, const ChunkSmem& s, bool use_fixed, float fixed) {
-  __syncthreads();  // every reader of the previous chunk's keys and offsets is done
-  const float* ob = o + (b * g.hkv + kvh) * g.len;
-  for (int r = threadIdx.x; r < n; r += blockDim.x) {
-    s.oc[r] = ob[c0 + r];
-    s.is_real[r] = g.real(b, c0 + r) ? 1 : 0;
-  }
-  src.keys(g, b, kvh, c0, n, s.e, s.xs, s.half_norm);
-  __syncthreads();
-  for (int idx = threadIdx.x; idx < n * g.m; idx += blockDim.x) {
-    const int r = idx / g.m;
-    s.e[idx] = s.is_real[r] ? expf(s.e[idx] - (use_fixed ? fixed : s.oc[r])) : 0.0f;
-  }
-  for (int idx = threadIdx.x; idx < n * g.w; idx += blockDim.x) {
-    const int r = idx / g.w, c = idx % g.w;
-    float x = 0.0f;
-    if (s.is_real[r]) x = c < g.dv ? static_cast<float>(v[((b * g.len + c0 + r) * g.hkv + kvh) * g.dv + c]) : 1.0f;
-    s.vx[idx] = x;
-  }
-  __syncthreads();
-}
-
-// Phi (n x m) of query head h: exp(logit - the row's max logit). One warp per row for the max.
-template <class Src>
-__device__ void load_queries(const LaShape& g, const Src& src, std::int64_t b, std::int64_t h, std::int64_t c0,
-                             std::int64_t n, const ChunkSmem& s) {
-  __syncthreads();  // every reader of the previous Phi (and x scratch) is done
-  src.queries(g, b, h, c0, n, s.phi, s.xs, s.half_norm);
-  __syncthreads();
-  const int lane = threadIdx.x & 31, warps = blockDim.x / 32;
-  for (std::int64_t r = threadIdx.x / 32; r < n; r += warps) {
-    float mx = kNegInf;
-    for (std::int64_t f = lane; f < g.m; f += 32) mx = fmaxf(mx, s.phi[r * g.m + f]);
-#pragma unroll
-    for (int delta = 16; delta > 0; delta >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, delta));
-    for (std::int64_t f = lane; f < g.m; f += 32) s.phi[r * g.m + f] = expf(s.phi[r * g.m + f] - mx);
-  }
-  __syncthreads();
-}
-
 // The causal intra-chunk weights D[r][c] = exp(o_c - o_r) for real keys c <= r, else 0.
 __device__ void build_decay(int n, int ld, const ChunkSmem& s) {
   for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
     const int r = idx / n, c = idx % n;
     s.dec[r * ld + c] = (c <= r && s.is_real[c]) ? expf(s.oc[c] - s.oc[r]) : 0.0f;
   }
-}
-
-// G (n x W) of query head h: [dout / den, -(dout . out) / den], 0 for rows that see no key.
-template <class T>
-__device__ void load_grads(const LaShape& g, const T* out, const T* den, const T* dout, std::int64_t b, std::int64_t h,
-                           std::int64_t c0, std::int64_t n, const ChunkSmem& s) {
-  __syncthreads();  // every reader of the previous G is done
-  for (int r = threadIdx.x; r < n; r += blockDim.x) {
-    float* gr = s.gm + r * g.w;
-    if (s.oc[r] == kNegInf) {
-      for (std::int64_t j = 0; j < g.w; ++j) gr[j] = 0.0f;
-      continue;
-    }
-    const std::int64_t at = ((b * g.len + c0 + r) * g.hq + h) * g.dv;
-    const float inv = 1.0f / static_cast<float>(den[(b * g.hq + h) * g.len + c0 + r]);
-    float dot = 0.0f;
-    for (std::int64_t j = 0; j < g.dv; ++j) {
-      const float d = static_cast<float>(dout[at + j]);
-      gr[j] = d * inv;
-      dot += d * static_cast<float>(out[at + j]);
-    }
-    gr[g.dv] = -dot * inv;
-  }
-  __syncthreads();
 }
 
 // The fused op's logit gradient dl (n x m, in `dl`) of rows whose x sits in s.xs: writes
@@ -350,13 +172,6 @@ __device__ void fold_chunk(const LaShape& g, std::int64_t n, const ChunkSmem& s,
   __syncthreads();
   at = o_new;
   held = true;
-}
-
-// p (n x n, ld c) *= the decay weights of the chunk (build_decay).
-__device__ void apply_decay(float* p, int n, int c, const ChunkSmem& s) {
-  __syncthreads();
-  for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) p[(idx / n) * c + idx % n] *= s.dec[(idx / n) * c + idx % n];
-  __syncthreads();
 }
 
 // ---------------------------------------------------------------- passes 2 and 3: states
@@ -433,7 +248,7 @@ __global__ void __launch_bounds__(kLaThreads, 1) la_forward_kernel(Src src, cons
       load_queries(g, src, b, h, c0, n, s);
       if (g.causal) {
         tile::block_mma<T, false>(s.p, c, n, n, g.m, mat(s.phi, g.m, 1), mat(s.e, 1, g.m));
-        apply_decay(s.p, n, c, s);
+        apply_weights(s.p, n, n, c, s);
         tile::block_mma<T, false>(s.y, g.w, n, g.w, n, mat(s.p, c, 1), mat(s.vx, g.w, 1));
       } else {
         block_zero(s.y, n * g.w);
@@ -484,10 +299,10 @@ __global__ void __launch_bounds__(kLaThreads, 1) la_dq_kernel(Src src, const T* 
     load_keys(g, src, v, o, b, kvh, c0, n, s, false, 0.0f);
     if (g.causal) build_decay(n, c, s);
     for (std::int64_t h = kvh * g.group; h < (kvh + 1) * g.group; ++h) {
-      load_grads(g, out, den, dout, b, h, c0, n, s);
+      load_grads(g, out, den, dout, b, h, c0, n, s.oc, s);
       if (g.causal) {
         tile::block_mma<Precise<T>, false>(s.p, c, n, n, g.w, mat(s.gm, g.w, 1), mat(s.vx, 1, g.w));
-        apply_decay(s.p, n, c, s);
+        apply_weights(s.p, n, n, c, s);
         tile::block_mma<T, false>(s.dphi, g.m, n, g.m, n, mat(s.p, c, 1), mat(s.e, g.m, 1));
       } else {
         block_zero(s.dphi, n * g.m);
@@ -546,7 +361,7 @@ __global__ void __launch_bounds__(kLaThreads, 1) la_segment_rstate_kernel(Src sr
     __syncthreads();
     for (std::int64_t h = kvh * g.group; h < (kvh + 1) * g.group; ++h) {
       load_queries(g, src, b, h, c0, n, s);
-      load_grads(g, out, den, dout, b, h, c0, n, s);
+      load_grads(g, out, den, dout, b, h, c0, n, s.oc, s);
       for (int idx = threadIdx.x; idx < n * g.w; idx += blockDim.x) {
         const int r = idx / g.w;
         if (g.causal && s.oc[r] != kNegInf) s.gm[idx] *= expf(o_first - s.oc[r]);
@@ -632,14 +447,14 @@ __global__ void __launch_bounds__(kLaThreads, 1) la_dkv_kernel(Src src, const T*
     if (g.causal)
       for (std::int64_t h = kvh * g.group; h < (kvh + 1) * g.group; ++h) {
         load_queries(g, src, b, h, c0, n, s);
-        load_grads(g, out, den, dout, b, h, c0, n, s);
+        load_grads(g, out, den, dout, b, h, c0, n, s.oc, s);
         // M = G Vx^T o D;  dE += M^T Phi;  P = Phi E^T o D;  dVx += P^T G
         tile::block_mma<Precise<T>, false>(s.p, c, n, n, g.w, mat(s.gm, g.w, 1), mat(s.vx, 1, g.w));
-        apply_decay(s.p, n, c, s);
+        apply_weights(s.p, n, n, c, s);
         tile::block_mma<T, true>(s.de, g.m, n, g.m, n, mat(s.p, 1, c), mat(s.phi, g.m, 1));
         __syncthreads();
         tile::block_mma<T, false>(s.p, c, n, n, g.m, mat(s.phi, g.m, 1), mat(s.e, 1, g.m));
-        apply_decay(s.p, n, c, s);
+        apply_weights(s.p, n, n, c, s);
         tile::block_mma<T, true>(s.dvx, g.w, n, g.w, n, mat(s.p, 1, c), mat(s.gm, g.w, 1));
         __syncthreads();
         if (fold) {
@@ -710,12 +525,7 @@ LaShape plan(std::int64_t batch, std::int64_t len, std::int64_t hq, std::int64_t
   int optin = 0, sms = 0;
   DARK_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device.index));
   DARK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device.index));
-  g.chunk = 0;
-  for (std::int64_t c : {64, 32, 16, 8})
-    if ((c <= chunk || c == 8) && ChunkSmem::floats(c, m, g.w, r) * sizeof(float) <= static_cast<std::size_t>(optin)) {
-      g.chunk = c;
-      break;
-    }
+  g.chunk = pick_chunk(chunk, optin, [&](int c) { return ChunkSmem::floats(c, m, g.w, r); });
   DARK_CHECK(g.chunk > 0, op, " on ", device.to_string(), ": ", m, " features with value dimension ", dv,
              " need more shared memory than the GPU has (", optin, " bytes per block)");
   const std::int64_t chunks = (len + g.chunk - 1) / g.chunk;

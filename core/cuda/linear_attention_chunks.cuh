@@ -1,0 +1,224 @@
+// The chunk pieces of the CUDA linear-attention kernels, shared by linear_attention.cu (causal
+// and bidirectional, on given or computed logits) and windowed_linear_attention.cu (sliding
+// window): the shape of a call, the given-logits source, the per-key max pass, the
+// shared-memory layout of one chunk with its loaders (keys, queries, output gradients) and
+// the choice of the chunk length. Notation of core/cpu/linear_attention.cpp. Every chunk
+// loader starts with a block barrier, so no thread overwrites what a slower one still reads.
+// Internal to core/cuda: everything is in an unnamed namespace, one copy per kernel file.
+#pragma once
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+#include "core/cuda/block_mma.cuh"
+#include "core/cuda/device_math.cuh"
+#include "core/cuda/launch.cuh"
+
+namespace dark::cuda {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr int kLaThreads = 256;
+
+struct LaShape {
+  std::int64_t batch, len, hq, hkv, group;
+  int m, dv, w;                    // features, value dimension, w = dv + 1
+  int r;                           // transformed dimension (fused op), 0 otherwise
+  int chunk;
+  std::int64_t seg_len, segments;  // linear_attention.cu's segments (unused with a window)
+  bool causal;
+  float eps;
+  float log_m_half;                // ln(m) / 2 (fused op)
+  const std::int32_t* key_mask;    // (B, T); nullptr: every key is real
+
+  __device__ bool real(std::int64_t b, std::int64_t j) const { return key_mask == nullptr || key_mask[b * len + j] != 0; }
+  __device__ std::int64_t seg_begin(std::int64_t s) const { return s * seg_len; }
+  __device__ std::int64_t seg_end(std::int64_t s) const { return (s + 1) * seg_len < len ? (s + 1) * seg_len : len; }
+};
+
+// The operand precision of products whose terms cancel: those of G = [dout / den, -(dout .
+// out) / den] with [v, 1] or a state, where dout . v_j and dout . out_t nearly agree. bf16
+// operands there lose the difference (the GPU's dk was off by 100% in a test), so bf16 calls
+// carry them as two bf16 each (tile::SplitBF16).
+template <class T>
+using Precise = std::conditional_t<std::is_same_v<T, float>, float, tile::SplitBF16>;
+
+// A(i, k) = p[i * row + k * col]: any transposition of a matrix in any memory.
+template <class E>
+__device__ __forceinline__ tile::StridedMat<E> mat(const E* p, int row, int col) {
+  return tile::strided(p, row, col);
+}
+
+__device__ void block_zero(float* x, std::int64_t n) {
+  for (std::int64_t i = threadIdx.x; i < n; i += blockDim.x) x[i] = 0.0f;
+}
+
+// Given logits: q (B, T, Hq, m), k (B, T, Hkv, m).
+template <class T>
+struct GivenLogits {
+  const T* q;
+  const T* k;
+  // Logits of rows [row0, row0 + n) of head `head` into out (n x m); x / norms unused.
+  __device__ void keys(const LaShape& g, std::int64_t b, std::int64_t kvh, std::int64_t row0, std::int64_t n, float* out,
+                       float*, float*) const {
+    for (int idx = threadIdx.x; idx < n * g.m; idx += blockDim.x) {
+      const int r = idx / g.m, f = idx % g.m;
+      out[idx] = static_cast<float>(k[((b * g.len + row0 + r) * g.hkv + kvh) * g.m + f]);
+    }
+  }
+  __device__ void queries(const LaShape& g, std::int64_t b, std::int64_t h, std::int64_t row0, std::int64_t n, float* out,
+                          float*, float*) const {
+    for (int idx = threadIdx.x; idx < n * g.m; idx += blockDim.x) {
+      const int r = idx / g.m, f = idx % g.m;
+      out[idx] = static_cast<float>(q[((b * g.len + row0 + r) * g.hq + h) * g.m + f]);
+    }
+  }
+};
+
+// Shared memory of the key-max pass: one chunk's logits, x rows and norms.
+std::size_t key_max_floats(const LaShape& g) {
+  return static_cast<std::size_t>(g.chunk) * (g.m + (g.r > 0 ? g.r : 1) + 1);
+}
+
+// rowmax[(b hkv + kv) T + j] = max_f logit_f(k_j), -inf for a padded key: one block per chunk
+// of keys, whose logits come from the same source (and products) as in the chunk kernels.
+template <class T, class Src>
+__global__ void __launch_bounds__(kLaThreads, 1) la_key_max_kernel(Src src, LaShape g, float* rowmax) {
+  DARK_DYNAMIC_SHARED(float, smem);
+  float* logits = smem;
+  float* xs = logits + g.chunk * g.m;
+  float* half_norm = xs + g.chunk * (g.r > 0 ? g.r : 1);
+  const std::int64_t c0 = static_cast<std::int64_t>(blockIdx.x) * g.chunk, bkv = blockIdx.y;
+  const std::int64_t b = bkv / g.hkv, kvh = bkv % g.hkv;
+  const int n = g.len - c0 < g.chunk ? static_cast<int>(g.len - c0) : g.chunk;
+  src.keys(g, b, kvh, c0, n, logits, xs, half_norm);
+  __syncthreads();
+  const int lane = threadIdx.x & 31, warps = blockDim.x / 32;
+  for (int r = threadIdx.x / 32; r < n; r += warps) {
+    float mx = kNegInf;
+    for (int f = lane; f < g.m; f += 32) mx = fmaxf(mx, logits[r * g.m + f]);
+#pragma unroll
+    for (int delta = 16; delta > 0; delta >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, delta));
+    if (lane == 0) rowmax[bkv * g.len + c0 + r] = g.real(b, c0 + r) ? mx : kNegInf;
+  }
+}
+
+// Shared-memory layout of one chunk (C rows): every kernel uses the parts it needs.
+struct ChunkSmem {
+  float *e, *vx, *phi, *p, *dec, *y, *gm, *dphi, *de, *dvx, *xs, *half_norm, *oc;
+  int* is_real;
+
+  __host__ __device__ static std::size_t floats(std::int64_t c, std::int64_t m, std::int64_t w, std::int64_t r) {
+    return static_cast<std::size_t>(4 * c * m + 4 * c * w + 2 * c * c + c * (r > 0 ? r : 1) + 3 * c);
+  }
+  __device__ static ChunkSmem carve(float* base, std::int64_t c, std::int64_t m, std::int64_t w, std::int64_t r) {
+    ChunkSmem s;
+    float* p = base;
+    auto take = [&](std::int64_t n) {
+      float* q = p;
+      p += n;
+      return q;
+    };
+    s.e = take(c * m), s.phi = take(c * m), s.dphi = take(c * m), s.de = take(c * m);
+    s.vx = take(c * w), s.y = take(c * w), s.gm = take(c * w), s.dvx = take(c * w);
+    s.p = take(c * c), s.dec = take(c * c);
+    s.xs = take(c * (r > 0 ? r : 1));
+    s.half_norm = take(c), s.oc = take(c);
+    s.is_real = reinterpret_cast<int*>(take(c));
+    return s;
+  }
+};
+
+// Keys of rows [c0, c0 + n): offsets oc, is_real, E = exp(logit - rel) for real rows (rel =
+// each row's own offset, or `fixed` when use_fixed), 0 otherwise; Vx = [v, 1] or 0.
+template <class T, class Src>
+__device__ void load_keys(const LaShape& g, const Src& src, const T* v, const float* o, std::int64_t b, std::int64_t kvh,
+                          std::int64_t c0, std::int64_t n, const ChunkSmem& s, bool use_fixed, float fixed) {
+  __syncthreads();  // every reader of the previous chunk's keys and offsets is done
+  const float* ob = o + (b * g.hkv + kvh) * g.len;
+  for (int r = threadIdx.x; r < n; r += blockDim.x) {
+    s.oc[r] = ob[c0 + r];
+    s.is_real[r] = g.real(b, c0 + r) ? 1 : 0;
+  }
+  src.keys(g, b, kvh, c0, n, s.e, s.xs, s.half_norm);
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < n * g.m; idx += blockDim.x) {
+    const int r = idx / g.m;
+    s.e[idx] = s.is_real[r] ? expf(s.e[idx] - (use_fixed ? fixed : s.oc[r])) : 0.0f;
+  }
+  for (int idx = threadIdx.x; idx < n * g.w; idx += blockDim.x) {
+    const int r = idx / g.w, c = idx % g.w;
+    float x = 0.0f;
+    if (s.is_real[r]) x = c < g.dv ? static_cast<float>(v[((b * g.len + c0 + r) * g.hkv + kvh) * g.dv + c]) : 1.0f;
+    s.vx[idx] = x;
+  }
+  __syncthreads();
+}
+
+// Phi (n x m) of query head h: exp(logit - the row's max logit). One warp per row for the max.
+template <class Src>
+__device__ void load_queries(const LaShape& g, const Src& src, std::int64_t b, std::int64_t h, std::int64_t c0,
+                             std::int64_t n, const ChunkSmem& s) {
+  __syncthreads();  // every reader of the previous Phi (and x scratch) is done
+  src.queries(g, b, h, c0, n, s.phi, s.xs, s.half_norm);
+  __syncthreads();
+  const int lane = threadIdx.x & 31, warps = blockDim.x / 32;
+  for (std::int64_t r = threadIdx.x / 32; r < n; r += warps) {
+    float mx = kNegInf;
+    for (std::int64_t f = lane; f < g.m; f += 32) mx = fmaxf(mx, s.phi[r * g.m + f]);
+#pragma unroll
+    for (int delta = 16; delta > 0; delta >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, delta));
+    for (std::int64_t f = lane; f < g.m; f += 32) s.phi[r * g.m + f] = expf(s.phi[r * g.m + f] - mx);
+  }
+  __syncthreads();
+}
+
+// G (n x W) of query head h: [dout / den, -(dout . out) / den], 0 for rows that see no key
+// (their offset in o_rows, n floats, is -inf).
+template <class T>
+__device__ void load_grads(const LaShape& g, const T* out, const T* den, const T* dout, std::int64_t b, std::int64_t h,
+                           std::int64_t c0, std::int64_t n, const float* o_rows, const ChunkSmem& s) {
+  __syncthreads();  // every reader of the previous G is done
+  for (int r = threadIdx.x; r < n; r += blockDim.x) {
+    float* gr = s.gm + r * g.w;
+    if (o_rows[r] == kNegInf) {
+      for (std::int64_t j = 0; j < g.w; ++j) gr[j] = 0.0f;
+      continue;
+    }
+    const std::int64_t at = ((b * g.len + c0 + r) * g.hq + h) * g.dv;
+    const float inv = 1.0f / static_cast<float>(den[(b * g.hq + h) * g.len + c0 + r]);
+    float dot = 0.0f;
+    for (std::int64_t j = 0; j < g.dv; ++j) {
+      const float d = static_cast<float>(dout[at + j]);
+      gr[j] = d * inv;
+      dot += d * static_cast<float>(out[at + j]);
+    }
+    gr[g.dv] = -dot * inv;
+  }
+  __syncthreads();
+}
+
+// p (rows x cols, leading dimension ld) *= the weights of the chunk pair in s.dec (same
+// layout): the causal decay of one chunk (build_decay), or a window's weights.
+__device__ void apply_weights(float* p, int rows, int cols, int ld, const ChunkSmem& s) {
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < rows * cols; idx += blockDim.x) {
+    const int at = (idx / cols) * ld + idx % cols;
+    p[at] *= s.dec[at];
+  }
+  __syncthreads();
+}
+
+// The chunk length of a call: the largest of 64, 32, 16, 8 that is at most the requested one
+// (8 at least) and whose shared memory, floats(c) floats, fits in `optin` bytes; 0 if none does.
+template <class Floats>
+int pick_chunk(std::int64_t requested, int optin, Floats&& floats) {
+  for (const int c : {64, 32, 16, 8})
+    if ((c <= requested || c == 8) && floats(c) * sizeof(float) <= static_cast<std::size_t>(optin)) return c;
+  return 0;
+}
+
+}  // namespace
+}  // namespace dark::cuda
