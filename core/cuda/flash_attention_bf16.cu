@@ -62,6 +62,30 @@ __device__ __forceinline__ void load_stats(float* dst, const float* src, std::in
   for (int r = threadIdx.x; r < kRows; r += kThreads) dst[r] = r < rows_left ? src[r] * factor : 0.0f;
 }
 
+// The key tiles a block of queries [t0, t0 + rows) walks (from the first tile of the first
+// query's window to the last key the last query sees), double-buffered in shared memory:
+// buffer i & 1 of `kv` holds K of tile i, then V (2 kCols rows of kD + 8 elements).
+template <int kD, int kCols>
+struct KeyTiles {
+  static constexpr int kLd = kD + 8;
+  std::int64_t begin;
+  int count;
+
+  __device__ KeyTiles(const AttnShape& g, std::int64_t t0, int rows) : begin(g.first_key_tile(t0, kCols)) {
+    const std::int64_t end = g.causal ? std::min(g.s, t0 + rows + g.s - g.t) : g.s;
+    count = end > begin ? static_cast<int>((end - begin + kCols - 1) / kCols) : 0;
+  }
+  __device__ std::int64_t start(int i) const { return begin + static_cast<std::int64_t>(i) * kCols; }
+  __device__ static bf16* keys(bf16* kv, int i) { return kv + 2 * (i & 1) * kCols * kLd; }
+  __device__ static bf16* values(bf16* kv, int i) { return keys(kv, i) + kCols * kLd; }
+  // Issues the loads of tile i (K rows from kh, V rows from vh: the head's first rows).
+  __device__ void load(int i, bf16* kv, const bf16* kh, const bf16* vh, const AttnShape& g) const {
+    const std::int64_t s0 = start(i);
+    load_tile<kD, kCols>(keys(kv, i), kh + s0 * g.k_stride[1], g.k_stride[1], g.s - s0, g.d, g.aligned);
+    load_tile<kD, kCols>(values(kv, i), vh + s0 * g.v_stride[1], g.v_stride[1], g.s - s0, g.d, g.aligned);
+  }
+};
+
 // ldmatrix addresses (tile_mma.cuh): lane l passes row l % 8 of matrix l / 8.
 // The A fragment of rows [row0, row0 + 16) and columns [col0, col0 + 16) of a row-major tile.
 __device__ __forceinline__ void a_fragment(std::uint32_t (&a)[4], const bf16* tile, int ld, int row0, int col0) {
@@ -115,7 +139,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const bf16* q, const 
   constexpr int kRT = C::kRowTiles;
   DARK_DYNAMIC_SHARED(bf16, smem);
   bf16* sq = smem;
-  bf16* skv = sq + C::kBr * C::kLd;  // buffer i: K at skv + 2 i kBc kLd, V after it
+  bf16* skv = sq + C::kBr * C::kLd;  // the key tiles' two buffers (KeyTiles)
   const int warp = static_cast<int>(threadIdx.x) / 32;
   const std::int64_t h = blockIdx.y, b = blockIdx.z, kvh = h / g.group;
   const std::int64_t t0 = static_cast<std::int64_t>(blockIdx.x) * C::kBr;
@@ -124,16 +148,8 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const bf16* q, const 
   const bf16* vh = v + b * g.v_stride[0] + kvh * g.v_stride[2];
   load_tile<kD, C::kBr>(sq, q + b * g.q_stride[0] + h * g.q_stride[2] + t0 * g.q_stride[1], g.q_stride[1], g.t - t0,
                         g.d, g.aligned);
-  const std::int64_t s_begin = g.first_key_tile(t0, C::kBc);
-  const std::int64_t s_end = g.causal ? std::min(g.s, t0 + C::kBr + g.s - g.t) : g.s;
-  const int tiles = s_end > s_begin ? static_cast<int>((s_end - s_begin + C::kBc - 1) / C::kBc) : 0;
-  auto load_keys = [&](int i) {
-    const std::int64_t s0 = s_begin + static_cast<std::int64_t>(i) * C::kBc;
-    bf16* buf = skv + 2 * (i & 1) * C::kBc * C::kLd;
-    load_tile<kD, C::kBc>(buf, kh + s0 * g.k_stride[1], g.k_stride[1], g.s - s0, g.d, g.aligned);
-    load_tile<kD, C::kBc>(buf + C::kBc * C::kLd, vh + s0 * g.v_stride[1], g.v_stride[1], g.s - s0, g.d, g.aligned);
-  };
-  if (tiles > 0) load_keys(0);
+  const KeyTiles<kD, C::kBc> tiles(g, t0, C::kBr);
+  if (tiles.count > 0) tiles.load(0, skv, kh, vh, g);
   async::commit();
 
   const float scale_log2 = g.scale * kLog2e;
@@ -141,14 +157,14 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const bf16* q, const 
   float m[kRT][2], l[kRT][2] = {};
 #pragma unroll
   for (int mt = 0; mt < kRT; ++mt) m[mt][0] = m[mt][1] = kNegInf;
-  for (int i = 0; i < tiles; ++i) {
-    if (i + 1 < tiles) load_keys(i + 1);
+  for (int i = 0; i < tiles.count; ++i) {
+    if (i + 1 < tiles.count) tiles.load(i + 1, skv, kh, vh, g);
     async::commit();
     async::wait<1>();  // tile i (and the queries) have landed
     __syncthreads();
-    const bf16* sk = skv + 2 * (i & 1) * C::kBc * C::kLd;
-    const bf16* sv = sk + C::kBc * C::kLd;
-    const std::int64_t s0 = s_begin + static_cast<std::int64_t>(i) * C::kBc;
+    const bf16* sk = tiles.keys(skv, i);
+    const bf16* sv = tiles.values(skv, i);
+    const std::int64_t s0 = tiles.start(i);
 
     float sc[kRT][C::kBc / 8][4] = {};
 #pragma unroll
@@ -267,7 +283,7 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(const bf16* q, const bf16*
   DARK_DYNAMIC_SHARED(bf16, smem);
   bf16* sq = smem;
   bf16* sdo = sq + C::kBq * C::kLd;
-  bf16* skv = sdo + C::kBq * C::kLd;  // buffer i: K at skv + 2 i kBk kLd, V after it
+  bf16* skv = sdo + C::kBq * C::kLd;  // the key tiles' two buffers (KeyTiles)
   float* s_lse = reinterpret_cast<float*>(skv + 4 * C::kBk * C::kLd);
   float* s_delta = s_lse + C::kBq;
   const int warp = static_cast<int>(threadIdx.x) / 32, row0 = warp * 16;
@@ -280,28 +296,20 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(const bf16* q, const bf16*
   load_tile<kD, C::kBq>(sdo, dout + ((b * g.t + t0) * g.hq + h) * g.d, g.hq * g.d, g.t - t0, g.d, g.aligned);
   load_stats<C::kBq>(s_lse, lse + (b * g.hq + h) * g.t + t0, g.t - t0, kLog2e);
   load_stats<C::kBq>(s_delta, delta + (b * g.hq + h) * g.t + t0, g.t - t0, 1.0f);
-  const std::int64_t s_begin = g.first_key_tile(t0, C::kBk);
-  const std::int64_t s_end = g.causal ? std::min(g.s, t0 + C::kBq + g.s - g.t) : g.s;
-  const int tiles = s_end > s_begin ? static_cast<int>((s_end - s_begin + C::kBk - 1) / C::kBk) : 0;
-  auto load_keys = [&](int i) {
-    const std::int64_t s0 = s_begin + static_cast<std::int64_t>(i) * C::kBk;
-    bf16* buf = skv + 2 * (i & 1) * C::kBk * C::kLd;
-    load_tile<kD, C::kBk>(buf, kh + s0 * g.k_stride[1], g.k_stride[1], g.s - s0, g.d, g.aligned);
-    load_tile<kD, C::kBk>(buf + C::kBk * C::kLd, vh + s0 * g.v_stride[1], g.v_stride[1], g.s - s0, g.d, g.aligned);
-  };
-  if (tiles > 0) load_keys(0);
+  const KeyTiles<kD, C::kBk> tiles(g, t0, C::kBq);
+  if (tiles.count > 0) tiles.load(0, skv, kh, vh, g);
   async::commit();
 
   const float scale_log2 = g.scale * kLog2e;
   float acc[kD / 8][4] = {};
-  for (int i = 0; i < tiles; ++i) {
-    if (i + 1 < tiles) load_keys(i + 1);
+  for (int i = 0; i < tiles.count; ++i) {
+    if (i + 1 < tiles.count) tiles.load(i + 1, skv, kh, vh, g);
     async::commit();
     async::wait<1>();
     __syncthreads();
-    const bf16* sk = skv + 2 * (i & 1) * C::kBk * C::kLd;
-    const bf16* sv = sk + C::kBk * C::kLd;
-    const std::int64_t s0 = s_begin + static_cast<std::int64_t>(i) * C::kBk;
+    const bf16* sk = tiles.keys(skv, i);
+    const bf16* sv = tiles.values(skv, i);
+    const std::int64_t s0 = tiles.start(i);
     float sc[C::kBk / 8][4] = {}, dp[C::kBk / 8][4] = {};
 #pragma unroll
     for (int kk = 0; kk < kD; kk += 16) {
