@@ -80,7 +80,7 @@ struct FeatureLogits {
     const T* lw = log_weight ? log_weight + kvh * g.m : nullptr;
     // logits = xs omega^T (n x r by r x m) - half_norm + log weight
     tile::block_mma_each<T>(static_cast<int>(n), g.m, g.r, mat(xs, g.r, 1), mat(om, 1, g.r), [&](int row, int f, float v) {
-      out[row * g.m + f] = v - half_norm[row] + (lw ? static_cast<float>(lw[f]) : 0.0f);
+      out[row * g.lm + f] = v - half_norm[row] + (lw ? static_cast<float>(lw[f]) : 0.0f);
     });
   }
   __device__ void keys(const LaShape& g, std::int64_t b, std::int64_t kvh, std::int64_t row0, std::int64_t n, float* out,
@@ -144,14 +144,14 @@ __device__ void logits_backward(const LaShape& g, const FeatureLogits<T>& src, c
   const T* om = src.omega + kvh * g.m * g.r;
   for (int r = threadIdx.x; r < n; r += blockDim.x) {
     float sum = 0.0f;
-    for (std::int64_t f = 0; f < g.m; ++f) sum += dl[r * g.m + f];
+    for (std::int64_t f = 0; f < g.m; ++f) sum += dl[r * g.lm + f];
     s.half_norm[r] = sum;  // reused: rowsum(dl)
   }
   __syncthreads();
-  tile::block_mma_each<T>(static_cast<int>(n), g.r, g.m, mat(dl, g.m, 1), mat(om, g.r, 1), [&](int row, int c, float v) {
+  tile::block_mma_each<T>(static_cast<int>(n), g.r, g.m, mat(dl, g.lm, 1), mat(om, g.r, 1), [&](int row, int c, float v) {
     dx_rows[row * dx_row_stride + c] = T(v - s.xs[row * g.r + c] * s.half_norm[row]);
   });
-  if (domega_part) tile::block_mma<T, true>(domega_part, g.r, g.m, g.r, n, mat(dl, 1, g.m), mat(s.xs, g.r, 1));
+  if (domega_part) tile::block_mma<T, true>(domega_part, g.r, g.m, g.r, n, mat(dl, 1, g.lm), mat(s.xs, g.r, 1));
   __syncthreads();
 }
 
@@ -165,10 +165,10 @@ __device__ void fold_chunk(const LaShape& g, std::int64_t n, const ChunkSmem& s,
   if (held) block_scale(st, g.m * g.w, expf(at - o_new));
   for (int idx = threadIdx.x; idx < n * g.m; idx += blockDim.x) {
     const int r = idx / g.m;
-    if (s.is_real[r]) s.e[idx] *= expf(s.oc[r] - o_new);
+    if (s.is_real[r]) s.e[g.at_m(idx)] *= expf(s.oc[r] - o_new);
   }
   __syncthreads();
-  tile::block_mma<T, true>(st, g.w, g.m, g.w, n, mat(s.e, 1, g.m), mat(s.vx, g.w, 1));
+  tile::block_mma<T, true>(st, g.w, g.m, g.w, n, mat(s.e, 1, g.lm), mat(s.vx, g.lw, 1));
   __syncthreads();
   at = o_new;
   held = true;
@@ -193,7 +193,7 @@ __global__ void __launch_bounds__(kLaThreads, 1) la_segment_state_kernel(Src src
   for (std::int64_t c0 = j0; c0 < j1; c0 += g.chunk) {
     const std::int64_t n = j1 - c0 < g.chunk ? j1 - c0 : g.chunk;
     load_keys(g, src, v, o, b, kvh, c0, n, s, true, o_end);
-    tile::block_mma<T, true>(st, g.w, g.m, g.w, n, mat(s.e, 1, g.m), mat(s.vx, g.w, 1));
+    tile::block_mma<T, true>(st, g.w, g.m, g.w, n, mat(s.e, 1, g.lm), mat(s.vx, g.lw, 1));
     __syncthreads();
   }
 }
@@ -243,30 +243,30 @@ __global__ void __launch_bounds__(kLaThreads, 1) la_forward_kernel(Src src, cons
   for (std::int64_t c0 = j0; c0 < j1; c0 += c) {
     const std::int64_t n = j1 - c0 < c ? j1 - c0 : c;
     load_keys(g, src, v, o, b, kvh, c0, n, s, false, 0.0f);
-    if (g.causal) build_decay(n, c, s);
+    if (g.causal) build_decay(n, g.lc, s);
     for (std::int64_t h = kvh * g.group; h < (kvh + 1) * g.group; ++h) {
       load_queries(g, src, b, h, c0, n, s);
       if (g.causal) {
-        tile::block_mma<T, false>(s.p, c, n, n, g.m, mat(s.phi, g.m, 1), mat(s.e, 1, g.m));
-        apply_weights(s.p, n, n, c, s);
-        tile::block_mma<T, false>(s.y, g.w, n, g.w, n, mat(s.p, c, 1), mat(s.vx, g.w, 1));
+        tile::block_mma<T, false>(s.p, g.lc, n, n, g.m, mat(s.phi, g.lm, 1), mat(s.e, 1, g.lm));
+        apply_weights(s.p, n, n, g.lc, s);
+        tile::block_mma<T, false>(s.y, g.lw, n, g.w, n, mat(s.p, g.lc, 1), mat(s.vx, g.lw, 1));
       } else {
-        block_zero(s.y, n * g.w);
+        block_zero(s.y, n * g.lw);
       }
       __syncthreads();
       if (held) {
-        tile::block_mma<T, false>(s.dvx, g.w, n, g.w, g.m, mat(s.phi, g.m, 1), mat<float>(st, g.w, 1));
+        tile::block_mma<T, false>(s.dvx, g.lw, n, g.w, g.m, mat(s.phi, g.lm, 1), mat<float>(st, g.w, 1));
         __syncthreads();
         for (int idx = threadIdx.x; idx < n * g.w; idx += blockDim.x) {
           const int r = idx / g.w;
-          s.y[idx] += s.dvx[idx] * (g.causal ? expf(at - s.oc[r]) : 1.0f);
+          s.y[g.at_w(idx)] += s.dvx[g.at_w(idx)] * (g.causal ? expf(at - s.oc[r]) : 1.0f);
         }
       }
       __syncthreads();
       for (int idx = threadIdx.x; idx < n * g.w; idx += blockDim.x) {
         const int r = idx / g.w, j = idx % g.w;
-        const float d = s.y[r * g.w + g.dv] + g.eps;
-        if (j < g.dv) out[((b * g.len + c0 + r) * g.hq + h) * g.dv + j] = T(s.oc[r] == kNegInf ? 0.0f : s.y[idx] / d);
+        const float d = s.y[r * g.lw + g.dv] + g.eps;
+        if (j < g.dv) out[((b * g.len + c0 + r) * g.hq + h) * g.dv + j] = T(s.oc[r] == kNegInf ? 0.0f : s.y[g.at_w(idx)] / d);
         else den[(b * g.hq + h) * g.len + c0 + r] = T(d);
       }
       __syncthreads();
@@ -297,33 +297,33 @@ __global__ void __launch_bounds__(kLaThreads, 1) la_dq_kernel(Src src, const T* 
   for (std::int64_t c0 = j0; c0 < j1; c0 += c) {
     const std::int64_t n = j1 - c0 < c ? j1 - c0 : c;
     load_keys(g, src, v, o, b, kvh, c0, n, s, false, 0.0f);
-    if (g.causal) build_decay(n, c, s);
+    if (g.causal) build_decay(n, g.lc, s);
     for (std::int64_t h = kvh * g.group; h < (kvh + 1) * g.group; ++h) {
       load_grads(g, out, den, dout, b, h, c0, n, s.oc, s);
       if (g.causal) {
-        tile::block_mma<Precise<T>, false>(s.p, c, n, n, g.w, mat(s.gm, g.w, 1), mat(s.vx, 1, g.w));
-        apply_weights(s.p, n, n, c, s);
-        tile::block_mma<T, false>(s.dphi, g.m, n, g.m, n, mat(s.p, c, 1), mat(s.e, g.m, 1));
+        tile::block_mma<Precise<T>, false>(s.p, g.lc, n, n, g.w, mat(s.gm, g.lw, 1), mat(s.vx, 1, g.lw));
+        apply_weights(s.p, n, n, g.lc, s);
+        tile::block_mma<T, false>(s.dphi, g.lm, n, g.m, n, mat(s.p, g.lc, 1), mat(s.e, g.lm, 1));
       } else {
-        block_zero(s.dphi, n * g.m);
+        block_zero(s.dphi, n * g.lm);
       }
       __syncthreads();
       if (held) {
-        tile::block_mma<Precise<T>, false>(s.de, g.m, n, g.m, g.w, mat(s.gm, g.w, 1), mat<float>(st, 1, g.w));
+        tile::block_mma<Precise<T>, false>(s.de, g.lm, n, g.m, g.w, mat(s.gm, g.lw, 1), mat<float>(st, 1, g.w));
         __syncthreads();
         for (int idx = threadIdx.x; idx < n * g.m; idx += blockDim.x)
-          s.dphi[idx] += s.de[idx] * (g.causal ? expf(at - s.oc[idx / g.m]) : 1.0f);
+          s.dphi[g.at_m(idx)] += s.de[g.at_m(idx)] * (g.causal ? expf(at - s.oc[idx / g.m]) : 1.0f);
       }
       __syncthreads();
       load_queries(g, src, b, h, c0, n, s);
-      for (int idx = threadIdx.x; idx < n * g.m; idx += blockDim.x) s.dphi[idx] *= s.phi[idx];  // dlogits
+      for (int idx = threadIdx.x; idx < n * g.m; idx += blockDim.x) s.dphi[g.at_m(idx)] *= s.phi[g.at_m(idx)];  // dlogits
       __syncthreads();
       if constexpr (kFused) {
         logits_backward(g, src, s.dphi, n, kvh, dq + ((b * g.len + c0) * g.hq + h) * g.r, g.hq * g.r, domega_part, s);
       } else {
         for (int idx = threadIdx.x; idx < n * g.m; idx += blockDim.x) {
           const int r = idx / g.m, f = idx % g.m;
-          dq[((b * g.len + c0 + r) * g.hq + h) * g.m + f] = T(s.dphi[idx]);
+          dq[((b * g.len + c0 + r) * g.hq + h) * g.m + f] = T(s.dphi[g.at_m(idx)]);
         }
         __syncthreads();
       }
@@ -364,10 +364,10 @@ __global__ void __launch_bounds__(kLaThreads, 1) la_segment_rstate_kernel(Src sr
       load_grads(g, out, den, dout, b, h, c0, n, s.oc, s);
       for (int idx = threadIdx.x; idx < n * g.w; idx += blockDim.x) {
         const int r = idx / g.w;
-        if (g.causal && s.oc[r] != kNegInf) s.gm[idx] *= expf(o_first - s.oc[r]);
+        if (g.causal && s.oc[r] != kNegInf) s.gm[g.at_w(idx)] *= expf(o_first - s.oc[r]);
       }
       __syncthreads();
-      tile::block_mma<T, true>(rs, g.w, g.m, g.w, n, mat(s.phi, 1, g.m), mat(s.gm, g.w, 1));
+      tile::block_mma<T, true>(rs, g.w, g.m, g.w, n, mat(s.phi, 1, g.lm), mat(s.gm, g.lw, 1));
       __syncthreads();
     }
   }
@@ -423,20 +423,20 @@ __global__ void __launch_bounds__(kLaThreads, 1) la_dkv_kernel(Src src, const T*
   for (std::int64_t c0 = last; c0 >= j0; c0 -= c) {
     const std::int64_t n = j1 - c0 < c ? j1 - c0 : c;
     load_keys(g, src, v, o, b, kvh, c0, n, s, false, 0.0f);
-    if (g.causal) build_decay(n, c, s);
+    if (g.causal) build_decay(n, g.lc, s);
     if (r_held) {  // later chunks: dE_j = e^(o_j - o_R) R Vx_j, dVx_j = e^(o_j - o_R) R^T E_j
-      tile::block_mma<Precise<T>, false>(s.de, g.m, n, g.m, g.w, mat(s.vx, g.w, 1), mat<float>(rs, 1, g.w));
-      tile::block_mma<T, false>(s.dvx, g.w, n, g.w, g.m, mat(s.e, g.m, 1), mat<float>(rs, g.w, 1));
+      tile::block_mma<Precise<T>, false>(s.de, g.lm, n, g.m, g.w, mat(s.vx, g.lw, 1), mat<float>(rs, 1, g.w));
+      tile::block_mma<T, false>(s.dvx, g.lw, n, g.w, g.m, mat(s.e, g.lm, 1), mat<float>(rs, g.w, 1));
       __syncthreads();
       if (g.causal) {
         for (int idx = threadIdx.x; idx < n * g.m; idx += blockDim.x)
-          if (s.is_real[idx / g.m]) s.de[idx] *= expf(s.oc[idx / g.m] - r_at);
+          if (s.is_real[idx / g.m]) s.de[g.at_m(idx)] *= expf(s.oc[idx / g.m] - r_at);
         for (int idx = threadIdx.x; idx < n * g.w; idx += blockDim.x)
-          if (s.is_real[idx / g.w]) s.dvx[idx] *= expf(s.oc[idx / g.w] - r_at);
+          if (s.is_real[idx / g.w]) s.dvx[g.at_w(idx)] *= expf(s.oc[idx / g.w] - r_at);
       }
     } else {
-      block_zero(s.de, n * g.m);
-      block_zero(s.dvx, n * g.w);
+      block_zero(s.de, n * g.lm);
+      block_zero(s.dvx, n * g.lw);
     }
     __syncthreads();
     // R moves to o_new = o[c0]; if that is -inf no key before c0 is real and R is not needed.
@@ -449,21 +449,21 @@ __global__ void __launch_bounds__(kLaThreads, 1) la_dkv_kernel(Src src, const T*
         load_queries(g, src, b, h, c0, n, s);
         load_grads(g, out, den, dout, b, h, c0, n, s.oc, s);
         // M = G Vx^T o D;  dE += M^T Phi;  P = Phi E^T o D;  dVx += P^T G
-        tile::block_mma<Precise<T>, false>(s.p, c, n, n, g.w, mat(s.gm, g.w, 1), mat(s.vx, 1, g.w));
-        apply_weights(s.p, n, n, c, s);
-        tile::block_mma<T, true>(s.de, g.m, n, g.m, n, mat(s.p, 1, c), mat(s.phi, g.m, 1));
+        tile::block_mma<Precise<T>, false>(s.p, g.lc, n, n, g.w, mat(s.gm, g.lw, 1), mat(s.vx, 1, g.lw));
+        apply_weights(s.p, n, n, g.lc, s);
+        tile::block_mma<T, true>(s.de, g.lm, n, g.m, n, mat(s.p, 1, g.lc), mat(s.phi, g.lm, 1));
         __syncthreads();
-        tile::block_mma<T, false>(s.p, c, n, n, g.m, mat(s.phi, g.m, 1), mat(s.e, 1, g.m));
-        apply_weights(s.p, n, n, c, s);
-        tile::block_mma<T, true>(s.dvx, g.w, n, g.w, n, mat(s.p, 1, c), mat(s.gm, g.w, 1));
+        tile::block_mma<T, false>(s.p, g.lc, n, n, g.m, mat(s.phi, g.lm, 1), mat(s.e, 1, g.lm));
+        apply_weights(s.p, n, n, g.lc, s);
+        tile::block_mma<T, true>(s.dvx, g.lw, n, g.w, n, mat(s.p, 1, g.lc), mat(s.gm, g.lw, 1));
         __syncthreads();
         if (fold) {
           for (int idx = threadIdx.x; idx < n * g.w; idx += blockDim.x) {
             const int r = idx / g.w;
-            s.gm[idx] = s.oc[r] == kNegInf ? 0.0f : s.gm[idx] * expf(o_new - s.oc[r]);
+            s.gm[g.at_w(idx)] = s.oc[r] == kNegInf ? 0.0f : s.gm[g.at_w(idx)] * expf(o_new - s.oc[r]);
           }
           __syncthreads();
-          tile::block_mma<T, true>(rs, g.w, g.m, g.w, n, mat(s.phi, 1, g.m), mat(s.gm, g.w, 1));
+          tile::block_mma<T, true>(rs, g.w, g.m, g.w, n, mat(s.phi, 1, g.lm), mat(s.gm, g.lw, 1));
           __syncthreads();
         }
       }
@@ -471,19 +471,19 @@ __global__ void __launch_bounds__(kLaThreads, 1) la_dkv_kernel(Src src, const T*
     // first in the fused op (its x scratch held the queries).
     for (int idx = threadIdx.x; idx < n * g.w; idx += blockDim.x) {
       const int r = idx / g.w, j = idx % g.w;
-      if (j < g.dv) dv[((b * g.len + c0 + r) * g.hkv + kvh) * g.dv + j] = T(s.dvx[idx]);
+      if (j < g.dv) dv[((b * g.len + c0 + r) * g.hkv + kvh) * g.dv + j] = T(s.dvx[g.at_w(idx)]);
     }
     if constexpr (kFused) {
       __syncthreads();
       src.keys(g, b, kvh, c0, n, s.dphi, s.xs, s.half_norm);  // the keys' x rows again (their logits unused)
       __syncthreads();
-      for (int idx = threadIdx.x; idx < n * g.m; idx += blockDim.x) s.de[idx] *= s.e[idx];
+      for (int idx = threadIdx.x; idx < n * g.m; idx += blockDim.x) s.de[g.at_m(idx)] *= s.e[g.at_m(idx)];
       __syncthreads();
       logits_backward(g, src, s.de, n, kvh, dk + ((b * g.len + c0) * g.hkv + kvh) * g.r, g.hkv * g.r, domega_part, s);
     } else {
       for (int idx = threadIdx.x; idx < n * g.m; idx += blockDim.x) {
         const int r = idx / g.m, f = idx % g.m;
-        dk[((b * g.len + c0 + r) * g.hkv + kvh) * g.m + f] = T(s.e[idx] * s.de[idx]);
+        dk[((b * g.len + c0 + r) * g.hkv + kvh) * g.m + f] = T(s.e[g.at_m(idx)] * s.de[g.at_m(idx)]);
       }
     }
     __syncthreads();
@@ -526,6 +526,7 @@ LaShape plan(std::int64_t batch, std::int64_t len, std::int64_t hq, std::int64_t
   DARK_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device.index));
   DARK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device.index));
   g.chunk = pick_chunk(chunk, optin, [&](int c) { return ChunkSmem::floats(c, m, g.w, r); });
+  g.lm = padded_row(g.m), g.lw = padded_row(g.w), g.lc = padded_row(g.chunk);
   DARK_CHECK(g.chunk > 0, op, " on ", device.to_string(), ": ", m, " features with value dimension ", dv,
              " need more shared memory than the GPU has (", optin, " bytes per block)");
   const std::int64_t chunks = (len + g.chunk - 1) / g.chunk;

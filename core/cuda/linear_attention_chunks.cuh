@@ -27,12 +27,17 @@ struct LaShape {
   int m, dv, w;                    // features, value dimension, w = dv + 1
   int r;                           // transformed dimension (fused op), 0 otherwise
   int chunk;
+  int lm, lw, lc;                  // row strides of the chunk's m-, w- and chunk-wide matrices in
+                                   // shared memory (padded_row; ChunkSmem)
   std::int64_t seg_len, segments;  // linear_attention.cu's segments (unused with a window)
   bool causal;
   float eps;
   float log_m_half;                // ln(m) / 2 (fused op)
   const std::int32_t* key_mask;    // (B, T); nullptr: every key is real
 
+  // Element idx of a dense walk over n rows of m (w) columns, in the padded layout.
+  __device__ int at_m(int idx) const { return idx / m * lm + idx % m; }
+  __device__ int at_w(int idx) const { return idx / w * lw + idx % w; }
   __device__ bool real(std::int64_t b, std::int64_t j) const { return key_mask == nullptr || key_mask[b * len + j] != 0; }
   __device__ std::int64_t seg_begin(std::int64_t s) const { return s * seg_len; }
   __device__ std::int64_t seg_end(std::int64_t s) const { return (s + 1) * seg_len < len ? (s + 1) * seg_len : len; }
@@ -44,6 +49,13 @@ struct LaShape {
 // carry them as two bf16 each (tile::SplitBF16).
 template <class T>
 using Precise = std::conditional_t<std::is_same_v<T, float>, float, tile::SplitBF16>;
+
+// The row stride of an n-wide chunk matrix in shared memory: the smallest stride >= n that is
+// 4 mod 8 floats. The block products' fragment loads read 8 rows at once (lanes g = 0..7):
+// at a stride of 64 floats all 8 fall in the same bank (8-way conflicts); at 4 mod 8 they
+// spread over the banks (at most 2 lanes per bank, none for column-major and n-major reads).
+__host__ __device__ constexpr int padded_row(int n) { return n + (12 - n % 8) % 8; }
+static_assert(padded_row(64) == 68 && padded_row(65) == 68 && padded_row(12) == 12 && padded_row(5) == 12);
 
 // A(i, k) = p[i * row + k * col]: any transposition of a matrix in any memory.
 template <class E>
@@ -60,26 +72,27 @@ template <class T>
 struct GivenLogits {
   const T* q;
   const T* k;
-  // Logits of rows [row0, row0 + n) of head `head` into out (n x m); x / norms unused.
+  // Logits of rows [row0, row0 + n) of head `head` into out (n x m, row stride g.lm); x / norms
+  // unused.
   __device__ void keys(const LaShape& g, std::int64_t b, std::int64_t kvh, std::int64_t row0, std::int64_t n, float* out,
                        float*, float*) const {
     for (int idx = threadIdx.x; idx < n * g.m; idx += blockDim.x) {
       const int r = idx / g.m, f = idx % g.m;
-      out[idx] = static_cast<float>(k[((b * g.len + row0 + r) * g.hkv + kvh) * g.m + f]);
+      out[r * g.lm + f] = static_cast<float>(k[((b * g.len + row0 + r) * g.hkv + kvh) * g.m + f]);
     }
   }
   __device__ void queries(const LaShape& g, std::int64_t b, std::int64_t h, std::int64_t row0, std::int64_t n, float* out,
                           float*, float*) const {
     for (int idx = threadIdx.x; idx < n * g.m; idx += blockDim.x) {
       const int r = idx / g.m, f = idx % g.m;
-      out[idx] = static_cast<float>(q[((b * g.len + row0 + r) * g.hq + h) * g.m + f]);
+      out[r * g.lm + f] = static_cast<float>(q[((b * g.len + row0 + r) * g.hq + h) * g.m + f]);
     }
   }
 };
 
 // Shared memory of the key-max pass: one chunk's logits, x rows and norms.
 std::size_t key_max_floats(const LaShape& g) {
-  return static_cast<std::size_t>(g.chunk) * (g.m + (g.r > 0 ? g.r : 1) + 1);
+  return static_cast<std::size_t>(g.chunk) * (g.lm + (g.r > 0 ? g.r : 1) + 1);
 }
 
 // rowmax[(b hkv + kv) T + j] = max_f logit_f(k_j), -inf for a padded key: one block per chunk
@@ -88,7 +101,7 @@ template <class T, class Src>
 __global__ void __launch_bounds__(kLaThreads, 1) la_key_max_kernel(Src src, LaShape g, float* rowmax) {
   DARK_DYNAMIC_SHARED(float, smem);
   float* logits = smem;
-  float* xs = logits + g.chunk * g.m;
+  float* xs = logits + g.chunk * g.lm;
   float* half_norm = xs + g.chunk * (g.r > 0 ? g.r : 1);
   const std::int64_t c0 = static_cast<std::int64_t>(blockIdx.x) * g.chunk, bkv = blockIdx.y;
   const std::int64_t b = bkv / g.hkv, kvh = bkv % g.hkv;
@@ -98,20 +111,24 @@ __global__ void __launch_bounds__(kLaThreads, 1) la_key_max_kernel(Src src, LaSh
   const int lane = threadIdx.x & 31, warps = blockDim.x / 32;
   for (int r = threadIdx.x / 32; r < n; r += warps) {
     float mx = kNegInf;
-    for (int f = lane; f < g.m; f += 32) mx = fmaxf(mx, logits[r * g.m + f]);
+    for (int f = lane; f < g.m; f += 32) mx = fmaxf(mx, logits[r * g.lm + f]);
 #pragma unroll
     for (int delta = 16; delta > 0; delta >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, delta));
     if (lane == 0) rowmax[bkv * g.len + c0 + r] = g.real(b, c0 + r) ? mx : kNegInf;
   }
 }
 
-// Shared-memory layout of one chunk (C rows): every kernel uses the parts it needs.
+// Shared-memory layout of one chunk (C rows): every kernel uses the parts it needs. Rows of
+// the m-, w- and C-wide matrices are padded_row(m), (w), (C) floats apart (LaShape::lm, lw,
+// lc); elementwise loops walk n x m densely and index through LaShape::at_m / at_w.
 struct ChunkSmem {
   float *e, *vx, *phi, *p, *dec, *y, *gm, *dphi, *de, *dvx, *xs, *half_norm, *oc;
   int* is_real;
 
   __host__ __device__ static std::size_t floats(std::int64_t c, std::int64_t m, std::int64_t w, std::int64_t r) {
-    return static_cast<std::size_t>(4 * c * m + 4 * c * w + 2 * c * c + c * (r > 0 ? r : 1) + 3 * c);
+    const std::int64_t lm = padded_row(static_cast<int>(m)), lw = padded_row(static_cast<int>(w));
+    return static_cast<std::size_t>(4 * c * lm + 4 * c * lw + 2 * c * padded_row(static_cast<int>(c)) +
+                                    c * (r > 0 ? r : 1) + 3 * c);
   }
   __device__ static ChunkSmem carve(float* base, std::int64_t c, std::int64_t m, std::int64_t w, std::int64_t r) {
     ChunkSmem s;
@@ -121,9 +138,11 @@ struct ChunkSmem {
       p += n;
       return q;
     };
-    s.e = take(c * m), s.phi = take(c * m), s.dphi = take(c * m), s.de = take(c * m);
-    s.vx = take(c * w), s.y = take(c * w), s.gm = take(c * w), s.dvx = take(c * w);
-    s.p = take(c * c), s.dec = take(c * c);
+    const std::int64_t lm = padded_row(static_cast<int>(m)), lw = padded_row(static_cast<int>(w));
+    const std::int64_t lc = padded_row(static_cast<int>(c));
+    s.e = take(c * lm), s.phi = take(c * lm), s.dphi = take(c * lm), s.de = take(c * lm);
+    s.vx = take(c * lw), s.y = take(c * lw), s.gm = take(c * lw), s.dvx = take(c * lw);
+    s.p = take(c * lc), s.dec = take(c * lc);
     s.xs = take(c * (r > 0 ? r : 1));
     s.half_norm = take(c), s.oc = take(c);
     s.is_real = reinterpret_cast<int*>(take(c));
@@ -146,13 +165,13 @@ __device__ void load_keys(const LaShape& g, const Src& src, const T* v, const fl
   __syncthreads();
   for (int idx = threadIdx.x; idx < n * g.m; idx += blockDim.x) {
     const int r = idx / g.m;
-    s.e[idx] = s.is_real[r] ? expf(s.e[idx] - (use_fixed ? fixed : s.oc[r])) : 0.0f;
+    s.e[g.at_m(idx)] = s.is_real[r] ? expf(s.e[g.at_m(idx)] - (use_fixed ? fixed : s.oc[r])) : 0.0f;
   }
   for (int idx = threadIdx.x; idx < n * g.w; idx += blockDim.x) {
     const int r = idx / g.w, c = idx % g.w;
     float x = 0.0f;
     if (s.is_real[r]) x = c < g.dv ? static_cast<float>(v[((b * g.len + c0 + r) * g.hkv + kvh) * g.dv + c]) : 1.0f;
-    s.vx[idx] = x;
+    s.vx[g.at_w(idx)] = x;
   }
   __syncthreads();
 }
@@ -167,10 +186,10 @@ __device__ void load_queries(const LaShape& g, const Src& src, std::int64_t b, s
   const int lane = threadIdx.x & 31, warps = blockDim.x / 32;
   for (std::int64_t r = threadIdx.x / 32; r < n; r += warps) {
     float mx = kNegInf;
-    for (std::int64_t f = lane; f < g.m; f += 32) mx = fmaxf(mx, s.phi[r * g.m + f]);
+    for (std::int64_t f = lane; f < g.m; f += 32) mx = fmaxf(mx, s.phi[r * g.lm + f]);
 #pragma unroll
     for (int delta = 16; delta > 0; delta >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, delta));
-    for (std::int64_t f = lane; f < g.m; f += 32) s.phi[r * g.m + f] = expf(s.phi[r * g.m + f] - mx);
+    for (std::int64_t f = lane; f < g.m; f += 32) s.phi[r * g.lm + f] = expf(s.phi[r * g.lm + f] - mx);
   }
   __syncthreads();
 }
@@ -182,7 +201,7 @@ __device__ void load_grads(const LaShape& g, const T* out, const T* den, const T
                            std::int64_t c0, std::int64_t n, const float* o_rows, const ChunkSmem& s) {
   __syncthreads();  // every reader of the previous G is done
   for (int r = threadIdx.x; r < n; r += blockDim.x) {
-    float* gr = s.gm + r * g.w;
+    float* gr = s.gm + r * g.lw;
     if (o_rows[r] == kNegInf) {
       for (std::int64_t j = 0; j < g.w; ++j) gr[j] = 0.0f;
       continue;

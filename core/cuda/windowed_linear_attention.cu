@@ -123,7 +123,7 @@ __global__ void __launch_bounds__(kLaThreads, 1) win_chunk_state_kernel(GivenLog
   if (at == kNegInf) return;  // only padded keys: the state is never read
   load_keys(g, src, v, kappa, b, kvh, k0, nk, s, true, at);
   tile::block_mma<T, false>(states + (bkv * ws.chunks + kc) * g.m * g.w, g.w, g.m, g.w, static_cast<int>(nk),
-                            mat(s.e, 1, g.m), mat(s.vx, g.w, 1));
+                            mat(s.e, 1, g.lm), mat(s.vx, g.lw, 1));
 }
 
 // o (B Hkv, T): each query's window offset, the max of kappa over (t - w, t] taken from the
@@ -171,7 +171,7 @@ __device__ void build_window_weights(const WinShape& ws, std::int64_t qc, std::i
     const int r = idx / nk, c = idx % nk;
     const std::int64_t t = c0 + r, j = k0 + c;
     const bool seen = j <= t && j > t - ws.window && s.is_real[c];
-    s.dec[r * ws.g.chunk + c] = seen ? expf(s.oc[c] - s.oq[r]) : 0.0f;
+    s.dec[r * ws.g.lc + c] = seen ? expf(s.oc[c] - s.oq[r]) : 0.0f;
   }
 }
 
@@ -215,34 +215,34 @@ __global__ void __launch_bounds__(kLaThreads, 1) win_forward_kernel(GivenLogits<
   const LaShape& g = ws.g;
   const WinSmem s = WinSmem::carve(smem, g);
   const std::int64_t qc = blockIdx.x, bkv = blockIdx.y, b = bkv / g.hkv, kvh = bkv % g.hkv;
-  const std::int64_t c0 = ws.start(qc), c = g.chunk;
+  const std::int64_t c0 = ws.start(qc);
   const int n = static_cast<int>(ws.size(qc));
   const float at = mid_at[bkv * ws.chunks + qc];
   if (at != kNegInf) middle_state(ws, states, omax, bkv, qc, at, s);
   load_row_offsets(g, o, bkv, c0, n, s);
   for (std::int64_t h = kvh * g.group; h < (kvh + 1) * g.group; ++h) {
     load_queries(g, src, b, h, c0, n, s);
-    block_zero(s.y, n * g.w);
+    block_zero(s.y, n * g.lw);
     for (std::int64_t kc = ws.first_key(qc); kc <= qc; ++kc) {
       if (ws.pair(qc, kc) != Pair::masked) continue;
       const int nk = static_cast<int>(ws.size(kc));
       load_keys(g, src, v, kappa, b, kvh, ws.start(kc), nk, s, false, 0.0f);
       build_window_weights(ws, qc, kc, s);
-      tile::block_mma<T, false>(s.p, c, n, nk, g.m, mat(s.phi, g.m, 1), mat(s.e, 1, g.m));
-      apply_weights(s.p, n, nk, c, s);
-      tile::block_mma<T, true>(s.y, g.w, n, g.w, nk, mat(s.p, c, 1), mat(s.vx, g.w, 1));
+      tile::block_mma<T, false>(s.p, g.lc, n, nk, g.m, mat(s.phi, g.lm, 1), mat(s.e, 1, g.lm));
+      apply_weights(s.p, n, nk, g.lc, s);
+      tile::block_mma<T, true>(s.y, g.lw, n, g.w, nk, mat(s.p, g.lc, 1), mat(s.vx, g.lw, 1));
     }
     __syncthreads();
     if (at != kNegInf) {
-      tile::block_mma<T, false>(s.dvx, g.w, n, g.w, g.m, mat(s.phi, g.m, 1), mat<float>(s.mid, g.w, 1));
+      tile::block_mma<T, false>(s.dvx, g.lw, n, g.w, g.m, mat(s.phi, g.lm, 1), mat<float>(s.mid, g.w, 1));
       __syncthreads();
-      for (int idx = threadIdx.x; idx < n * g.w; idx += blockDim.x) s.y[idx] += s.dvx[idx] * expf(at - s.oq[idx / g.w]);
+      for (int idx = threadIdx.x; idx < n * g.w; idx += blockDim.x) s.y[g.at_w(idx)] += s.dvx[g.at_w(idx)] * expf(at - s.oq[idx / g.w]);
       __syncthreads();
     }
     for (int idx = threadIdx.x; idx < n * g.w; idx += blockDim.x) {
       const int r = idx / g.w, j = idx % g.w;
-      const float d = s.y[r * g.w + g.dv] + g.eps;
-      if (j < g.dv) out[((b * g.len + c0 + r) * g.hq + h) * g.dv + j] = T(s.oq[r] == kNegInf ? 0.0f : s.y[idx] / d);
+      const float d = s.y[r * g.lw + g.dv] + g.eps;
+      if (j < g.dv) out[((b * g.len + c0 + r) * g.hq + h) * g.dv + j] = T(s.oq[r] == kNegInf ? 0.0f : s.y[g.at_w(idx)] / d);
       else den[(b * g.hq + h) * g.len + c0 + r] = T(d);
     }
   }
@@ -260,34 +260,34 @@ __global__ void __launch_bounds__(kLaThreads, 1) win_dq_kernel(GivenLogits<T> sr
   const LaShape& g = ws.g;
   const WinSmem s = WinSmem::carve(smem, g);
   const std::int64_t qc = blockIdx.x, bkv = blockIdx.y, b = bkv / g.hkv, kvh = bkv % g.hkv;
-  const std::int64_t c0 = ws.start(qc), c = g.chunk;
+  const std::int64_t c0 = ws.start(qc);
   const int n = static_cast<int>(ws.size(qc));
   const float at = mid_at[bkv * ws.chunks + qc];
   if (at != kNegInf) middle_state(ws, states, omax, bkv, qc, at, s);
   load_row_offsets(g, o, bkv, c0, n, s);
   for (std::int64_t h = kvh * g.group; h < (kvh + 1) * g.group; ++h) {
     load_grads(g, out, den, dout, b, h, c0, n, s.oq, s);
-    block_zero(s.dphi, n * g.m);
+    block_zero(s.dphi, n * g.lm);
     for (std::int64_t kc = ws.first_key(qc); kc <= qc; ++kc) {
       if (ws.pair(qc, kc) != Pair::masked) continue;
       const int nk = static_cast<int>(ws.size(kc));
       load_keys(g, src, v, kappa, b, kvh, ws.start(kc), nk, s, false, 0.0f);
       build_window_weights(ws, qc, kc, s);
-      tile::block_mma<Precise<T>, false>(s.p, c, n, nk, g.w, mat(s.gm, g.w, 1), mat(s.vx, 1, g.w));
-      apply_weights(s.p, n, nk, c, s);
-      tile::block_mma<T, true>(s.dphi, g.m, n, g.m, nk, mat(s.p, c, 1), mat(s.e, g.m, 1));
+      tile::block_mma<Precise<T>, false>(s.p, g.lc, n, nk, g.w, mat(s.gm, g.lw, 1), mat(s.vx, 1, g.lw));
+      apply_weights(s.p, n, nk, g.lc, s);
+      tile::block_mma<T, true>(s.dphi, g.lm, n, g.m, nk, mat(s.p, g.lc, 1), mat(s.e, g.lm, 1));
     }
     __syncthreads();
     if (at != kNegInf) {
-      tile::block_mma<Precise<T>, false>(s.de, g.m, n, g.m, g.w, mat(s.gm, g.w, 1), mat<float>(s.mid, 1, g.w));
+      tile::block_mma<Precise<T>, false>(s.de, g.lm, n, g.m, g.w, mat(s.gm, g.lw, 1), mat<float>(s.mid, 1, g.w));
       __syncthreads();
       for (int idx = threadIdx.x; idx < n * g.m; idx += blockDim.x)
-        s.dphi[idx] += s.de[idx] * expf(at - s.oq[idx / g.m]);
+        s.dphi[g.at_m(idx)] += s.de[g.at_m(idx)] * expf(at - s.oq[idx / g.m]);
     }
     load_queries(g, src, b, h, c0, n, s);
     for (int idx = threadIdx.x; idx < n * g.m; idx += blockDim.x) {
       const int r = idx / g.m, f = idx % g.m;
-      dq[((b * g.len + c0 + r) * g.hq + h) * g.m + f] = T(s.phi[idx] * s.dphi[idx]);
+      dq[((b * g.len + c0 + r) * g.hq + h) * g.m + f] = T(s.phi[g.at_m(idx)] * s.dphi[g.at_m(idx)]);
     }
   }
 }
@@ -314,10 +314,10 @@ __global__ void __launch_bounds__(kLaThreads, 1) win_query_state_kernel(GivenLog
     load_grads(g, out, den, dout, b, h, c0, n, s.oq, s);
     for (int idx = threadIdx.x; idx < n * g.w; idx += blockDim.x) {
       const float ot = s.oq[idx / g.w];
-      if (ot != kNegInf) s.gm[idx] *= expf(at - ot);  // else G is 0 already
+      if (ot != kNegInf) s.gm[g.at_w(idx)] *= expf(at - ot);  // else G is 0 already
     }
     __syncthreads();
-    tile::block_mma<T, true>(qs, g.w, g.m, g.w, n, mat(s.phi, 1, g.m), mat(s.gm, g.w, 1));
+    tile::block_mma<T, true>(qs, g.w, g.m, g.w, n, mat(s.phi, 1, g.lm), mat(s.gm, g.lw, 1));
   }
 }
 
@@ -331,7 +331,7 @@ __global__ void __launch_bounds__(kLaThreads, 1) win_dkv_kernel(GivenLogits<T> s
   const LaShape& g = ws.g;
   const WinSmem s = WinSmem::carve(smem, g);
   const std::int64_t kc = blockIdx.x, bkv = blockIdx.y, b = bkv / g.hkv, kvh = bkv % g.hkv;
-  const std::int64_t k0 = ws.start(kc), c = g.chunk;
+  const std::int64_t k0 = ws.start(kc);
   const int nk = static_cast<int>(ws.size(kc));
   const float at = omax[bkv * ws.chunks + kc];
   const float* qo = mid_at + bkv * ws.chunks;
@@ -343,16 +343,16 @@ __global__ void __launch_bounds__(kLaThreads, 1) win_dkv_kernel(GivenLogits<T> s
           [&](std::int64_t qc) { return expf(at - qo[qc]); }, s.mid);
   load_keys(g, src, v, kappa, b, kvh, k0, nk, s, false, 0.0f);  // its barriers also publish R
   if (held) {  // dE = e^(kappa - omax) Vx R^T, dVx = e^(kappa - omax) E R
-    tile::block_mma<Precise<T>, false>(s.de, g.m, nk, g.m, g.w, mat(s.vx, g.w, 1), mat<float>(s.mid, 1, g.w));
-    tile::block_mma<T, false>(s.dvx, g.w, nk, g.w, g.m, mat(s.e, g.m, 1), mat<float>(s.mid, g.w, 1));
+    tile::block_mma<Precise<T>, false>(s.de, g.lm, nk, g.m, g.w, mat(s.vx, g.lw, 1), mat<float>(s.mid, 1, g.w));
+    tile::block_mma<T, false>(s.dvx, g.lw, nk, g.w, g.m, mat(s.e, g.lm, 1), mat<float>(s.mid, g.w, 1));
     __syncthreads();
     for (int idx = threadIdx.x; idx < nk * g.m; idx += blockDim.x)
-      if (s.is_real[idx / g.m]) s.de[idx] *= expf(s.oc[idx / g.m] - at);
+      if (s.is_real[idx / g.m]) s.de[g.at_m(idx)] *= expf(s.oc[idx / g.m] - at);
     for (int idx = threadIdx.x; idx < nk * g.w; idx += blockDim.x)
-      if (s.is_real[idx / g.w]) s.dvx[idx] *= expf(s.oc[idx / g.w] - at);
+      if (s.is_real[idx / g.w]) s.dvx[g.at_w(idx)] *= expf(s.oc[idx / g.w] - at);
   } else {
-    block_zero(s.de, nk * g.m);
-    block_zero(s.dvx, nk * g.w);
+    block_zero(s.de, nk * g.lm);
+    block_zero(s.dvx, nk * g.lw);
   }
   for (std::int64_t qc = kc; qc <= ws.last_query(kc); ++qc) {
     if (ws.pair(qc, kc) != Pair::masked) continue;
@@ -364,23 +364,23 @@ __global__ void __launch_bounds__(kLaThreads, 1) win_dkv_kernel(GivenLogits<T> s
       load_queries(g, src, b, h, c0, n, s);
       load_grads(g, out, den, dout, b, h, c0, n, s.oq, s);
       // M = G Vx^T o D;  dE += M^T Phi;  P = Phi E^T o D;  dVx += P^T G
-      tile::block_mma<Precise<T>, false>(s.p, c, n, nk, g.w, mat(s.gm, g.w, 1), mat(s.vx, 1, g.w));
-      apply_weights(s.p, n, nk, c, s);
-      tile::block_mma<T, true>(s.de, g.m, nk, g.m, n, mat(s.p, 1, c), mat(s.phi, g.m, 1));
+      tile::block_mma<Precise<T>, false>(s.p, g.lc, n, nk, g.w, mat(s.gm, g.lw, 1), mat(s.vx, 1, g.lw));
+      apply_weights(s.p, n, nk, g.lc, s);
+      tile::block_mma<T, true>(s.de, g.lm, nk, g.m, n, mat(s.p, 1, g.lc), mat(s.phi, g.lm, 1));
       __syncthreads();
-      tile::block_mma<T, false>(s.p, c, n, nk, g.m, mat(s.phi, g.m, 1), mat(s.e, 1, g.m));
-      apply_weights(s.p, n, nk, c, s);
-      tile::block_mma<T, true>(s.dvx, g.w, nk, g.w, n, mat(s.p, 1, c), mat(s.gm, g.w, 1));
+      tile::block_mma<T, false>(s.p, g.lc, n, nk, g.m, mat(s.phi, g.lm, 1), mat(s.e, 1, g.lm));
+      apply_weights(s.p, n, nk, g.lc, s);
+      tile::block_mma<T, true>(s.dvx, g.lw, nk, g.w, n, mat(s.p, 1, g.lc), mat(s.gm, g.lw, 1));
     }
   }
   __syncthreads();
   for (int idx = threadIdx.x; idx < nk * g.m; idx += blockDim.x) {
     const int r = idx / g.m, f = idx % g.m;
-    dk[((b * g.len + k0 + r) * g.hkv + kvh) * g.m + f] = T(s.e[idx] * s.de[idx]);
+    dk[((b * g.len + k0 + r) * g.hkv + kvh) * g.m + f] = T(s.e[g.at_m(idx)] * s.de[g.at_m(idx)]);
   }
   for (int idx = threadIdx.x; idx < nk * g.w; idx += blockDim.x) {
     const int r = idx / g.w, j = idx % g.w;
-    if (j < g.dv) dv[((b * g.len + k0 + r) * g.hkv + kvh) * g.dv + j] = T(s.dvx[idx]);
+    if (j < g.dv) dv[((b * g.len + k0 + r) * g.hkv + kvh) * g.dv + j] = T(s.dvx[g.at_w(idx)]);
   }
 }
 
@@ -404,6 +404,7 @@ WinShape plan(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k
   int optin = 0;
   DARK_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device.index));
   g.chunk = pick_chunk(chunk, optin, [&](int c) { return WinSmem::floats(c, g.m, g.w); });
+  g.lm = padded_row(g.m), g.lw = padded_row(g.w), g.lc = padded_row(g.chunk);
   DARK_CHECK(g.chunk > 0, kOp, " on ", device.to_string(), ": ", g.m, " features with value dimension ", g.dv,
              " need more shared memory than the GPU has (", optin, " bytes per block)");
   // A window past the sequence sees what one of length T sees (and keeps reach() small).
