@@ -204,6 +204,28 @@ __device__ void middle_state(const WinShape& ws, const float* states, const floa
       [&](std::int64_t kc) { return expf(cm[kc] - at); }, s.mid);
 }
 
+// The query chunk of a forward or dq block: chunk blockIdx.x of (batch, kv head) blockIdx.y,
+// its rows [c0, c0 + n), its middle offset O (`at`) and, where O is finite, its middle sum M
+// in s.mid; its rows' offsets are in s.oq.
+struct QueryChunk {
+  std::int64_t qc, bkv, b, kvh, c0;
+  int n;
+  float at;
+};
+
+__device__ QueryChunk enter_query_chunk(const WinShape& ws, const float* o, const float* omax, const float* mid_at,
+                                        const float* states, const WinSmem& s) {
+  const LaShape& g = ws.g;
+  QueryChunk q;
+  q.qc = blockIdx.x, q.bkv = blockIdx.y, q.b = q.bkv / g.hkv, q.kvh = q.bkv % g.hkv;
+  q.c0 = ws.start(q.qc);
+  q.n = static_cast<int>(ws.size(q.qc));
+  q.at = mid_at[q.bkv * ws.chunks + q.qc];
+  if (q.at != kNegInf) middle_state(ws, states, omax, q.bkv, q.qc, q.at, s);
+  load_row_offsets(g, o, q.bkv, q.c0, q.n, s);
+  return q;
+}
+
 // ---------------------------------------------------------------- pass 4: forward
 
 template <class T>
@@ -214,12 +236,10 @@ __global__ void __launch_bounds__(kLaThreads, 1) win_forward_kernel(GivenLogits<
   DARK_DYNAMIC_SHARED(float, smem);
   const LaShape& g = ws.g;
   const WinSmem s = WinSmem::carve(smem, g);
-  const std::int64_t qc = blockIdx.x, bkv = blockIdx.y, b = bkv / g.hkv, kvh = bkv % g.hkv;
-  const std::int64_t c0 = ws.start(qc);
-  const int n = static_cast<int>(ws.size(qc));
-  const float at = mid_at[bkv * ws.chunks + qc];
-  if (at != kNegInf) middle_state(ws, states, omax, bkv, qc, at, s);
-  load_row_offsets(g, o, bkv, c0, n, s);
+  const QueryChunk q = enter_query_chunk(ws, o, omax, mid_at, states, s);
+  const std::int64_t qc = q.qc, b = q.b, kvh = q.kvh, c0 = q.c0;
+  const int n = q.n;
+  const float at = q.at;
   for (std::int64_t h = kvh * g.group; h < (kvh + 1) * g.group; ++h) {
     load_queries(g, src, b, h, c0, n, s);
     block_zero(s.y, n * g.lw);
@@ -259,12 +279,10 @@ __global__ void __launch_bounds__(kLaThreads, 1) win_dq_kernel(GivenLogits<T> sr
   DARK_DYNAMIC_SHARED(float, smem);
   const LaShape& g = ws.g;
   const WinSmem s = WinSmem::carve(smem, g);
-  const std::int64_t qc = blockIdx.x, bkv = blockIdx.y, b = bkv / g.hkv, kvh = bkv % g.hkv;
-  const std::int64_t c0 = ws.start(qc);
-  const int n = static_cast<int>(ws.size(qc));
-  const float at = mid_at[bkv * ws.chunks + qc];
-  if (at != kNegInf) middle_state(ws, states, omax, bkv, qc, at, s);
-  load_row_offsets(g, o, bkv, c0, n, s);
+  const QueryChunk q = enter_query_chunk(ws, o, omax, mid_at, states, s);
+  const std::int64_t qc = q.qc, b = q.b, kvh = q.kvh, c0 = q.c0;
+  const int n = q.n;
+  const float at = q.at;
   for (std::int64_t h = kvh * g.group; h < (kvh + 1) * g.group; ++h) {
     load_grads(g, out, den, dout, b, h, c0, n, s.oq, s);
     block_zero(s.dphi, n * g.lm);
