@@ -11,7 +11,7 @@ copies (LDGSTS: cp.async; UTMALDG: TMA), shared loads / stores and barriers the 
     scripts/kernel_evidence.py --build-dir build-gpu --arch 90 --filter flash core/cuda/flash_attention.cu
 
 cuobjdump is not part of the CUDA toolkit this project installs; the script installs PyPI's
-nvidia-cuda-cuobjdump into cache/cuobjdump the first time (it needs no GPU and no driver).
+nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm into cache/cuobjdump the first time (it needs no GPU and no driver).
 Counts are static (instructions in the code, not executed ones): they show that a hot loop
 uses the tensor cores, not how fast it runs. Exits non-zero when a kernel matching
 --require-no-spills spills.
@@ -32,15 +32,16 @@ OPCODES = ["HMMA", "HGMMA", "LDSM", "LDGSTS", "UTMALDG", "LDS", "STS", "BAR", "M
 
 
 def find_cuobjdump() -> str:
-    found = shutil.which("cuobjdump") or (Path("/usr/local/cuda/bin/cuobjdump").exists() and "/usr/local/cuda/bin/cuobjdump")
-    if found:
-        return str(found)
+    for candidate in (shutil.which("cuobjdump"), "/usr/local/cuda/bin/cuobjdump"):
+        if candidate and Path(candidate).exists():
+            return candidate
     target = REPO / "cache" / "cuobjdump"
     tool = next(target.rglob("bin/cuobjdump"), None) if target.exists() else None
     if tool is None:
         print("kernel_evidence: installing nvidia-cuda-cuobjdump into cache/cuobjdump (pip)", file=sys.stderr)
+        # cuobjdump -sass runs nvdisasm, found beside it
         subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--target", str(target),
-                        "nvidia-cuda-cuobjdump"], check=True)
+                        "nvidia-cuda-cuobjdump", "nvidia-cuda-nvdisasm"], check=True)
         tool = next(target.rglob("bin/cuobjdump"), None)
     if tool is None:
         sys.exit("kernel_evidence: no cuobjdump after installing nvidia-cuda-cuobjdump")
@@ -154,7 +155,9 @@ def main():
             if compiled.returncode != 0:
                 sys.exit(f"kernel_evidence: compiling {source} failed:\n{compiled.stderr[-4000:]}")
             rows = ptxas_rows(compiled.stderr)
-            sass = subprocess.run([cuobjdump, "-sass", str(obj)], capture_output=True, text=True, check=True).stdout
+            env = dict(os.environ, PATH=f"{Path(cuobjdump).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+            sass = subprocess.run([cuobjdump, "-sass", str(obj)], capture_output=True, text=True, check=True,
+                                  env=env).stdout
             counts = sass_counts(sass)
             names = demangle(sorted(rows))
             for mangled in sorted(rows, key=lambda n: short(names[n])):

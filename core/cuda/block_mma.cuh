@@ -48,16 +48,10 @@ __device__ __forceinline__ std::uint32_t pack_rounded(float lo, float hi) {
 // Operand precision tag: the two-bf16 split described above.
 struct SplitBF16 {};
 
-__device__ __forceinline__ float float_of_bits(std::uint32_t bits) {
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
-
 // The pair (lo, hi) rounded to bf16 (`big`) and the bf16 rounding of what that leaves (`small`).
 __device__ __forceinline__ void pack_split(float lo, float hi, std::uint32_t& big, std::uint32_t& small) {
   big = pack_rounded(lo, hi);
-  small = pack_rounded(lo - float_of_bits(big << 16), hi - float_of_bits(big & 0xffff0000u));
+  small = pack_rounded(lo - __uint_as_float(big << 16), hi - __uint_as_float(big & 0xffff0000u));
 }
 
 constexpr int kWarpTileCols = 32;  // four 8-column mma tiles per warp tile

@@ -388,12 +388,6 @@ void check_architecture(const Tensor& q) {
   }
 }
 
-template <class Kernel>
-void allow_shared(Kernel* kernel, std::size_t bytes) {
-  if (bytes > 48 * 1024)
-    DARK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
-}
-
 // f32 through the generic kernels above; bf16 through the tensor-core kernels of
 // flash_attention_bf16.cu.
 template <class T, int kD>
@@ -402,7 +396,7 @@ void forward_padded(const Tensor& q, const Tensor& k, const Tensor& v, const Att
     flash::forward_bf16(q, k, v, g, kD, out, lse);
   } else {
     using C = FwdTiles<T, kD>;
-    allow_shared(flash_forward_kernel<T, kD>, C::kSmem);
+    allow_dynamic_shared(flash_forward_kernel<T, kD>, C::kSmem);
     const dim3 grid(static_cast<unsigned>((g.t + C::kBr - 1) / C::kBr), static_cast<unsigned>(g.hq),
                     static_cast<unsigned>(g.batch));
     launch(flash_forward_kernel<T, kD>, {grid, C::kThreads, C::kSmem}, q.data<T>(), k.data<T>(), v.data<T>(), g,
@@ -417,8 +411,8 @@ void backward_padded(const Tensor& q, const Tensor& k, const Tensor& v, const Te
     flash::backward_bf16(q, k, v, dout, lse, delta, g, kD, dq, dk, dv);
   } else {
     using C = BwdTiles<T, kD>;
-    allow_shared(flash_dq_kernel<T, kD>, C::kSmemDq);
-    allow_shared(flash_dkv_kernel<T, kD>, C::kSmemDkv);
+    allow_dynamic_shared(flash_dq_kernel<T, kD>, C::kSmemDq);
+    allow_dynamic_shared(flash_dkv_kernel<T, kD>, C::kSmemDkv);
     const dim3 grid_q(static_cast<unsigned>((g.t + C::kBq - 1) / C::kBq), static_cast<unsigned>(g.hq),
                       static_cast<unsigned>(g.batch));
     launch(flash_dq_kernel<T, kD>, {grid_q, C::kQWarps * 32, C::kSmemDq}, q.data<T>(), k.data<T>(), v.data<T>(),

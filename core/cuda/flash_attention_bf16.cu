@@ -471,16 +471,10 @@ __global__ void __launch_bounds__(kThreads) dkv_kernel(const bf16* q, const bf16
     }
 }
 
-template <class Kernel>
-void allow_shared(Kernel* kernel, std::size_t bytes) {
-  if (bytes > 48 * 1024)
-    DARK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
-}
-
 template <int kD>
 void forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttnShape& g, Tensor& out, Tensor& lse) {
   using C = Fwd<kD>;
-  allow_shared(forward_kernel<kD>, C::kSmem);
+  allow_dynamic_shared(forward_kernel<kD>, C::kSmem);
   const dim3 grid(static_cast<unsigned>((g.t + C::kBr - 1) / C::kBr), static_cast<unsigned>(g.hq),
                   static_cast<unsigned>(g.batch));
   launch(forward_kernel<kD>, {grid, kThreads, C::kSmem}, q.data<bf16>(), k.data<bf16>(), v.data<bf16>(), g,
@@ -493,8 +487,8 @@ void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& d
   using C = Bwd<kD>;
   AttnShape g = shape;  // dO's rows are copied like Q's: 16-byte aligned only if its start is
   g.aligned = g.aligned && reinterpret_cast<std::uintptr_t>(dout.raw_data()) % 16 == 0;
-  allow_shared(dq_kernel<kD>, C::kSmemDq);
-  allow_shared(dkv_kernel<kD>, C::kSmemDkv);
+  allow_dynamic_shared(dq_kernel<kD>, C::kSmemDq);
+  allow_dynamic_shared(dkv_kernel<kD>, C::kSmemDkv);
   const dim3 grid_q(static_cast<unsigned>((g.t + C::kBq - 1) / C::kBq), static_cast<unsigned>(g.hq),
                     static_cast<unsigned>(g.batch));
   launch(dq_kernel<kD>, {grid_q, kThreads, C::kSmemDq}, q.data<bf16>(), k.data<bf16>(), v.data<bf16>(),

@@ -47,6 +47,14 @@ void launch(void (*kernel)(Params...), const LaunchShape& shape, Args&&... args)
 #endif
 }
 
+// Lets `kernel` take `bytes` of dynamic shared memory: beyond the default 48 KB a kernel must
+// opt in (up to the GPU's cudaDevAttrMaxSharedMemoryPerBlockOptin).
+template <class Kernel>
+void allow_dynamic_shared(Kernel* kernel, std::size_t bytes) {
+  if (bytes > 48 * 1024)
+    DARK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+}
+
 inline constexpr int kThreads = 256;          // threads per block of elementwise kernels
 inline constexpr std::int64_t kMaxBlocks = 8192;  // grid-stride loops cover the rest
 

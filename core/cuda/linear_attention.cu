@@ -544,8 +544,7 @@ std::size_t shared_bytes(const LaShape& g) { return ChunkSmem::floats(g.chunk, g
 template <class K>
 void launch_segments(K* kernel, const LaShape& g, auto&&... args) {
   const std::size_t bytes = shared_bytes(g);
-  if (bytes > 48 * 1024)
-    DARK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  allow_dynamic_shared(kernel, bytes);
   launch(kernel, {dim3(static_cast<unsigned>(g.segments), static_cast<unsigned>(g.batch * g.hkv)), kLaThreads, bytes},
          args...);
 }
@@ -553,14 +552,7 @@ void launch_segments(K* kernel, const LaShape& g, auto&&... args) {
 // Passes 1-3: offsets o (B Hkv, T) and each segment's incoming state.
 template <class T, class Src>
 void offsets_and_states(const Src& src, const T* v, const LaShape& g, Tensor& o, Tensor& states) {
-  const std::size_t key_max_bytes = key_max_floats(g) * sizeof(float);
-  if (key_max_bytes > 48 * 1024)
-    DARK_CUDA_CHECK(cudaFuncSetAttribute(la_key_max_kernel<T, Src>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(key_max_bytes)));
-  launch(la_key_max_kernel<T, Src>,
-         {dim3(static_cast<unsigned>((g.len + g.chunk - 1) / g.chunk), static_cast<unsigned>(g.batch * g.hkv)),
-          kLaThreads, key_max_bytes},
-         src, g, o.data<float>());
+  launch_key_max<T>(src, g, o.data<float>());
   launch(la_offsets_kernel, {grid_for(g.batch * g.hkv, 1), 32}, o.data<float>(), g.batch * g.hkv, g.len, g.causal);
   launch_segments(la_segment_state_kernel<T, Src>, g, src, v, o.data<float>(), g, states.data<float>());
   launch(la_segment_scan_kernel, {grid_for(g.batch * g.hkv * g.m * g.w), kThreads}, states.data<float>(),

@@ -118,6 +118,17 @@ __global__ void __launch_bounds__(kLaThreads, 1) la_key_max_kernel(Src src, LaSh
   }
 }
 
+// Launches the key-max pass over every chunk of keys of every (batch, kv head) into rowmax.
+template <class T, class Src>
+void launch_key_max(const Src& src, const LaShape& g, float* rowmax) {
+  const std::size_t bytes = key_max_floats(g) * sizeof(float);
+  allow_dynamic_shared(la_key_max_kernel<T, Src>, bytes);
+  launch(la_key_max_kernel<T, Src>,
+         {dim3(static_cast<unsigned>((g.len + g.chunk - 1) / g.chunk), static_cast<unsigned>(g.batch * g.hkv)),
+          kLaThreads, bytes},
+         src, g, rowmax);
+}
+
 // Shared-memory layout of one chunk (C rows): every kernel uses the parts it needs. Rows of
 // the m-, w- and C-wide matrices are padded_row(m), (w), (C) floats apart (LaShape::lm, lw,
 // lc); elementwise loops walk n x m densely and index through LaShape::at_m / at_w.

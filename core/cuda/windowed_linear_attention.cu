@@ -436,8 +436,7 @@ WinShape plan(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k
 template <class K>
 void launch_chunks(K* kernel, const WinShape& ws, auto&&... args) {
   const std::size_t bytes = WinSmem::floats(ws.g.chunk, ws.g.m, ws.g.w) * sizeof(float);
-  if (bytes > 48 * 1024)
-    DARK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  allow_dynamic_shared(kernel, bytes);
   const dim3 grid(static_cast<unsigned>(ws.chunks), static_cast<unsigned>(ws.g.batch * ws.g.hkv));
   launch(kernel, {grid, kLaThreads, bytes}, args...);
 }
@@ -458,13 +457,7 @@ struct Scratch {
 template <class T>
 void offsets_and_states(const GivenLogits<T>& src, const T* v, const WinShape& ws, Scratch& x) {
   const LaShape& g = ws.g;
-  const std::size_t key_max_bytes = key_max_floats(g) * sizeof(float);
-  if (key_max_bytes > 48 * 1024)
-    DARK_CUDA_CHECK(cudaFuncSetAttribute(la_key_max_kernel<T, GivenLogits<T>>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(key_max_bytes)));
-  launch(la_key_max_kernel<T, GivenLogits<T>>,
-         {dim3(static_cast<unsigned>(ws.chunks), static_cast<unsigned>(g.batch * g.hkv)), kLaThreads, key_max_bytes},
-         src, g, x.kappa.data<float>());
+  launch_key_max<T>(src, g, x.kappa.data<float>());
   launch_chunks(win_chunk_state_kernel<T>, ws, src, v, ws, x.kappa.data<float>(), x.omax.data<float>(),
                 x.states.data<float>());
   launch(win_offsets_kernel, {grid_for(g.batch * g.hkv * g.len), kThreads}, ws, x.kappa.data<float>(),
