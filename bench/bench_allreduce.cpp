@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "core/median.h"
 #include "core/tensor.h"
 #include "train/dist/communicator.h"
 
@@ -124,12 +125,6 @@ double time_calls(Fn& fn, std::int64_t inner) {
   return slowest((MPI_Wtime() - start) / static_cast<double>(inner));
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 // Fills t with rank-dependent small integers, all-reduces it with `reduce` and checks every
 // element against the exact sum; true when right (on every rank).
 template <class Reduce>
@@ -217,7 +212,7 @@ int run(int argc, char** argv) {
         t_ours.push_back(time_calls(ours, inner));
       }
     }
-    const Row row{bytes, inner, median(t_ours), median(t_mpi), valid};
+    const Row row{bytes, inner, dark::median(t_ours), dark::median(t_mpi), valid};
     rows.push_back(row);
     const double factor = world > 1 ? 2.0 * (world - 1) / world : 1.0;
     const double ratio = row.mpi_s / row.ours_s;

@@ -53,6 +53,7 @@
 #include <string>
 #include <vector>
 
+#include "core/median.h"
 #include "attention/factory.h"
 #include "autograd/ops.h"
 #include "autograd/tape.h"
@@ -204,12 +205,6 @@ Args parse_args(int argc, char** argv) {
   return a;
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 double peak_rss_mib() {  // ru_maxrss is KiB on Linux
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
@@ -334,11 +329,11 @@ int run_one(const Args& a) {
       fwd.push_back(b.fwd_s / static_cast<double>(inner));
       bwd.push_back(b.bwd_s / static_cast<double>(inner));
     }
-    out["ms"] = median(per_call) * 1e3;
+    out["ms"] = dark::median(per_call) * 1e3;
     out["ms_min"] = *std::min_element(per_call.begin(), per_call.end()) * 1e3;
     out["ms_max"] = *std::max_element(per_call.begin(), per_call.end()) * 1e3;
-    out["fwd_ms"] = median(fwd) * 1e3;
-    out["bwd_ms"] = median(bwd) * 1e3;
+    out["fwd_ms"] = dark::median(fwd) * 1e3;
+    out["bwd_ms"] = dark::median(bwd) * 1e3;
     out["reps"] = reps;
     out["inner"] = inner;
   }
@@ -382,11 +377,11 @@ int run_group(const Args& a) {
   json out = json::array();
   for (std::size_t i = 0; i < n; ++i) {
     json j = spec_json(benches[i]->spec);
-    j["ms"] = median(per_call[i]) * 1e3;
+    j["ms"] = dark::median(per_call[i]) * 1e3;
     j["ms_min"] = *std::min_element(per_call[i].begin(), per_call[i].end()) * 1e3;
     j["ms_max"] = *std::max_element(per_call[i].begin(), per_call[i].end()) * 1e3;
-    j["fwd_ms"] = median(fwd[i]) * 1e3;
-    j["bwd_ms"] = median(bwd[i]) * 1e3;
+    j["fwd_ms"] = dark::median(fwd[i]) * 1e3;
+    j["bwd_ms"] = dark::median(bwd[i]) * 1e3;
     j["reps"] = reps;
     j["inner"] = inner[i];
     j["group_size"] = n;
@@ -585,7 +580,7 @@ json report(const Args& a, const std::vector<Row>& rows, const Meta& meta,
     std::optional<double> worst;
     if (!ratios.empty()) worst = *std::max_element(ratios.begin(), ratios.end());
     target_line("darkformer / performer time, max over L  m=" + std::to_string(m), worst, "<= 1.05",
-                worst && *worst <= 1.05, ratios.empty() ? "" : "(median " + fmt("%.2f", median(ratios)) + ")");
+                worst && *worst <= 1.05, ratios.empty() ? "" : "(median " + fmt("%.2f", dark::median(ratios)) + ")");
     if (!per_l.empty()) std::printf("    per L:%s\n", per_l.c_str());
   }
   for (const auto& [kind, m] : series) {
@@ -833,11 +828,11 @@ int run_merge(const Args& a) {
           if (r.contains(k)) row.data[k] = r[k];
     }
     if (!ms.empty()) {
-      row.data["ms"] = median(ms);
+      row.data["ms"] = dark::median(ms);
       row.data["ms_min"] = lo;
       row.data["ms_max"] = hi;
-      row.data["fwd_ms"] = median(fwd);
-      row.data["bwd_ms"] = median(bwd);
+      row.data["fwd_ms"] = dark::median(fwd);
+      row.data["bwd_ms"] = dark::median(bwd);
       row.data["reps"] = reps;
       row.data["runs"] = ms.size();
       row.data["ms_per_run"] = ms;

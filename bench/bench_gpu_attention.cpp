@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "core/median.h"
 #include "attention/factory.h"
 #include "autograd/ops.h"
 #include "autograd/tape.h"
@@ -168,8 +169,7 @@ int main(int argc, char** argv) {
               backend.synchronize(0);
               rounds.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count() / args.reps);
             }
-            std::sort(rounds.begin(), rounds.end());
-            const double ms = rounds[rounds.size() / 2];
+            const double ms = dark::median(rounds);
             const double flops = kind == "softmax" ? 7.0 * batch * h * static_cast<double>(len) * len * d : 0.0;
             json row = {{"kind", kind},   {"m", m},     {"d", d},           {"len", len},
                         {"batch", batch}, {"heads", h}, {"dtype", args.dtype}, {"ms", ms},

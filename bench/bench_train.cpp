@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "core/median.h"
 #include "autograd/ops.h"
 #include "autograd/tape.h"
 #include "core/allocator.h"
@@ -40,7 +41,7 @@
 #include "nn/parameter_buffer.h"
 #include "nn/schedule.h"
 #include "train/config.h"
-#include "train/device.h"
+#include "train/device_setting.h"
 #include "train/model_builder.h"
 
 namespace {
@@ -142,12 +143,6 @@ double rss_mb() {  // peak RSS so far (ru_maxrss is KiB on Linux)
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
   return static_cast<double>(u.ru_maxrss) / 1024.0;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 // (B, T + 1) i32 tokens in [0, vocab), Philox keyed by (seed, stream = step).
@@ -260,7 +255,7 @@ int main(int argc, char** argv) {
       }
     }
 
-    const double med = median(step_s);
+    const double med = dark::median(step_s);
     const double tok_s = static_cast<double>(B * T * accum) / med;
     const AllocatorStats st = allocator_for(device).stats();
     json out = {{"side", "darkformer"},
@@ -284,10 +279,10 @@ int main(int argc, char** argv) {
                 {"first_loss", first_loss},
                 {"last_loss", last_loss},
                 {"phases_ms",
-                 {{"forward", median(fwd_s) * 1e3},
-                  {"backward", median(bwd_s) * 1e3},
-                  {"grad_norm_clip", median(norm_s) * 1e3},
-                  {"optimizer", median(opt_s) * 1e3}}},
+                 {{"forward", dark::median(fwd_s) * 1e3},
+                  {"backward", dark::median(bwd_s) * 1e3},
+                  {"grad_norm_clip", dark::median(norm_s) * 1e3},
+                  {"optimizer", dark::median(opt_s) * 1e3}}},
                 {"config", source},
                 {"model", model_json}};
     std::fprintf(stderr,
@@ -298,8 +293,8 @@ int main(int argc, char** argv) {
                  "cached) %.1f MB, %zu system allocs\n",
                  source.c_str(), static_cast<long long>(model->num_parameters()), static_cast<long long>(B),
                  static_cast<long long>(T), threads, med * 1e3, out["min_step_ms"].get<double>(),
-                 out["max_step_ms"].get<double>(), args.steps, tok_s, first_loss, last_loss, median(fwd_s) * 1e3,
-                 median(bwd_s) * 1e3, median(norm_s) * 1e3, median(opt_s) * 1e3, out["peak_rss_mb"].get<double>(),
+                 out["max_step_ms"].get<double>(), args.steps, tok_s, first_loss, last_loss, dark::median(fwd_s) * 1e3,
+                 dark::median(bwd_s) * 1e3, dark::median(norm_s) * 1e3, dark::median(opt_s) * 1e3, out["peak_rss_mb"].get<double>(),
                  base_rss, out["alloc_peak_mb"].get<double>(), out["alloc_held_mb"].get<double>(), st.system_allocs);
     std::cout << out.dump() << std::endl;
   } catch (const std::exception& e) {

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "core/median.h"
+
 namespace dark::bench {
 
 struct Options {
@@ -96,7 +98,7 @@ inline Stats summarize(std::vector<double> per_call, std::int64_t inner) {
   std::sort(per_call.begin(), per_call.end());
   const std::size_t n = per_call.size();
   Stats s;
-  s.median_s = n % 2 ? per_call[n / 2] : 0.5 * (per_call[n / 2 - 1] + per_call[n / 2]);
+  s.median_s = dark::median(per_call);
   s.min_s = per_call.front();
   s.max_s = per_call.back();
   s.reps = static_cast<int>(n);

@@ -1,6 +1,6 @@
 // Backend registry: the built-in CPU backend, and the CUDA slot that core/cuda/ fills at
-// load time. Without the CUDA backend the slot holds a stub that reports no devices and
-// fails clearly when used.
+// load time (once: see register_backend). Without the CUDA backend the slot holds a stub
+// that reports no devices and fails clearly when used.
 #include "core/backend.h"
 
 #include <cstdlib>
@@ -40,17 +40,36 @@ class MissingCudaBackend final : public DeviceBackend {
   void synchronize(int) const override { fail(); }
 };
 
-DeviceBackend*& slot(DeviceType type) {
+struct Registered {
+  DeviceBackend* backend;
+  const char* name;
+};
+
+constexpr const char* kMissingCudaName = "no CUDA backend (built with DARK_USE_CUDA=OFF)";
+
+Registered& slot(DeviceType type) {
   static CpuBackend cpu;
   static MissingCudaBackend missing_cuda;
-  static DeviceBackend* backends[kNumDeviceTypes] = {&cpu, &missing_cuda};
+  static Registered backends[kNumDeviceTypes] = {{&cpu, "the built-in CPU backend"}, {&missing_cuda, kMissingCudaName}};
   return backends[static_cast<int>(type)];
 }
 
 }  // namespace
 
-DeviceBackend& backend_for(DeviceType type) { return *slot(type); }
-void register_backend(DeviceType type, DeviceBackend* backend) { slot(type) = backend; }
+DeviceBackend& backend_for(DeviceType type) { return *slot(type).backend; }
+
+void register_backend(DeviceType type, DeviceBackend* backend, const char* name) {
+  Registered& current = slot(type);
+  DARK_CHECK(current.name == kMissingCudaName, "register_backend: ", device_type_name(type), " is already served by ",
+             current.name, "; refusing to replace it with ", name,
+             " (two libraries register this device: link only one)");
+  current = {backend, name};
+}
+
+void replace_backend(DeviceType type, DeviceBackend* backend, const char* name) { slot(type) = {backend, name}; }
+
+const char* backend_name(DeviceType type) { return slot(type).name; }
+bool cuda_backend_built() { return slot(DeviceType::cuda).name != kMissingCudaName; }
 
 int cuda_device_count() { return backend_for(DeviceType::cuda).device_count(); }
 bool cuda_available() { return cuda_device_count() > 0; }

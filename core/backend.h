@@ -26,7 +26,18 @@ struct DeviceBackend {
 };
 
 DeviceBackend& backend_for(DeviceType type);
-void register_backend(DeviceType type, DeviceBackend* backend);
+// Makes `backend` serve `type`; `name` says which it is in logs and errors ("the CUDA
+// runtime"). A type registers once: a second registration throws, naming both, since two
+// libraries each claiming a device would otherwise leave whichever loaded last in charge.
+void register_backend(DeviceType type, DeviceBackend* backend, const char* name);
+// Replaces whatever serves `type`, on purpose. Only the CUDA emulator does, when a test
+// program installs it (tests/cuda_emulator/control.h).
+void replace_backend(DeviceType type, DeviceBackend* backend, const char* name);
+// The name of what serves `type`: "the built-in CPU backend", "the CUDA runtime", "no CUDA
+// backend (built with DARK_USE_CUDA=OFF)", or the CUDA emulator's name.
+const char* backend_name(DeviceType type);
+// Whether a CUDA backend is registered at all (a build without one has only the stub).
+bool cuda_backend_built();
 
 // True when at least one CUDA device can run kernels. Reads "insufficient driver" and
 // "no device" as false, so GPU tests skip cleanly on machines without a GPU.

@@ -22,9 +22,16 @@ class KernelTable {
   bool has(DeviceType device, DType dtype) const {
     return table_[static_cast<int>(device)][static_cast<int>(dtype)] != nullptr;
   }
+  // Registers fn once: a second kernel for the same entry is a link-time mistake (two files,
+  // or two libraries, defining it), and which one ran would depend on load order.
   void set(DeviceType device, DType dtype, Fn* fn) {
-    table_[static_cast<int>(device)][static_cast<int>(dtype)] = fn;
+    Fn*& entry = table_[static_cast<int>(device)][static_cast<int>(dtype)];
+    DARK_CHECK(entry == nullptr, name_, ": a second kernel registered for ", device_type_name(device), "/",
+               dtype_name(dtype));
+    entry = fn;
   }
+  // Replaces the entry on purpose (the CUDA emulator's kernels, when a test installs it).
+  void replace(DeviceType device, DType dtype, Fn* fn) { table_[static_cast<int>(device)][static_cast<int>(dtype)] = fn; }
   const char* name() const { return name_; }
 
  private:
@@ -49,9 +56,24 @@ class KernelTable {
 #define DARK_CONCAT_INNER(a, b) a##b
 #define DARK_CONCAT(a, b) DARK_CONCAT_INNER(a, b)
 
+#if defined(DARK_CUDA_EMULATOR)
+// In the CUDA emulator (tests/cuda_emulator/) the CUDA sources' kernels replace the real
+// ones only when a test program installs the emulator (cuda_emu::install), never because
+// the library was loaded: a program that links it by accident keeps its real backend.
+namespace dark::cuda_emu {
+void on_install(void (*replace_entry)());
+}
+#define DARK_REGISTER_KERNEL(NAME, DEVICE, DTYPE, FN)                                          \
+  static const bool DARK_CONCAT(dark_registered_, __COUNTER__) = [] {                          \
+    ::dark::cuda_emu::on_install(                                                              \
+        [] { ::dark::kernels::NAME().replace(::dark::DeviceType::DEVICE, ::dark::DType::DTYPE, FN); }); \
+    return true;                                                                               \
+  }()
+#else
 // Registers FN as kernel NAME for (DEVICE, DTYPE) when the library loads.
 #define DARK_REGISTER_KERNEL(NAME, DEVICE, DTYPE, FN)                                  \
   static const bool DARK_CONCAT(dark_registered_, __COUNTER__) = [] {                  \
     ::dark::kernels::NAME().set(::dark::DeviceType::DEVICE, ::dark::DType::DTYPE, FN); \
     return true;                                                                       \
   }()
+#endif

@@ -14,9 +14,11 @@ namespace dark {
 
 inline constexpr int kMaxJsonDepth = 64;
 
-inline nlohmann::json::parser_callback_t json_depth_limit() {
-  return [](int depth, nlohmann::json::parse_event_t event, nlohmann::json&) {
-    if ((event == nlohmann::json::parse_event_t::object_start || event == nlohmann::json::parse_event_t::array_start) &&
+// Json: nlohmann::json, or nlohmann::ordered_json for a reader that keeps the file's key order.
+template <class Json = nlohmann::json>
+typename Json::parser_callback_t json_depth_limit() {
+  return [](int depth, typename Json::parse_event_t event, Json&) {
+    if ((event == Json::parse_event_t::object_start || event == Json::parse_event_t::array_start) &&
         depth >= kMaxJsonDepth)
       throw Error(str("JSON nested deeper than ", kMaxJsonDepth, " levels"));
     return true;

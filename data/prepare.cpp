@@ -225,6 +225,17 @@ std::shared_ptr<const TokenShard> PreparedData::open_shard(Split split) const {
 
 PreparedData open_prepared(const std::string& dir) { return open_dir(dir); }
 
+namespace {
+// Step 1 of prepare: the byte tokenizer, one read from a GGUF or Hugging Face model, a given
+// SentencePiece model (copied into the folder) or one trained on the corpus; what it was
+// built from goes into `tok_record` (meta.json "tokenizer").
+std::shared_ptr<const Tokenizer> build_tokenizer(const DataConfig& cfg, const Corpus& corpus, InvalidUtf8 policy,
+                                                 json& tok_record);
+// Step 3: meta.json, which marks the folder complete.
+json meta_json(const DataConfig& cfg, const json& inputs, const Tokenizer& tok, json tok_record,
+               const SplitResult& train, const SplitResult& val, double tokenize_secs, double total_secs);
+}  // namespace
+
 PreparedData prepare(const DataConfig& cfg) {
   validate(cfg);
   const InvalidUtf8 policy = parse_invalid_utf8(cfg.invalid_utf8);
@@ -252,6 +263,30 @@ PreparedData prepare(const DataConfig& cfg) {
 
   // 1. tokenizer
   json tok_record = json::object();
+  const std::shared_ptr<const Tokenizer> tok = build_tokenizer(cfg, corpus, policy, tok_record);
+
+  // 2. shards
+  const auto t_tokenize = Clock::now();
+  const SplitResult train = write_split(cfg, corpus, Split::train, *tok, policy);
+  DARK_CHECK(train.info.num_tokens > 0, "data: corpus '", corpus.description(), "' is empty: its train split (",
+             train.files, " file(s)) holds no text");
+  const SplitResult val = write_split(cfg, corpus, Split::val, *tok, policy);
+  const double tokenize_secs = seconds_since(t_tokenize);
+
+  // 3. meta.json, last
+  const json meta = meta_json(cfg, inputs, *tok, std::move(tok_record), train, val, tokenize_secs,
+                              seconds_since(t_start));
+  write_file_atomic((fs::path(cfg.dir) / kMetaFile).string(), meta.dump(2) + "\n");
+  spdlog::info("data: {} ready: {} train tokens, {} val tokens, vocab {} ({:.1f} s)", cfg.dir, train.info.num_tokens,
+               val.info.num_tokens, tok->vocab_size(), seconds_since(t_start));
+  return open_dir(cfg.dir);
+}
+
+namespace {
+
+std::shared_ptr<const Tokenizer> build_tokenizer(const DataConfig& cfg, const Corpus& corpus, InvalidUtf8 policy,
+                                                 json& tok_record) {
+  std::error_code ec;
   std::shared_ptr<const Tokenizer> tok;
   const std::string model_path = (fs::path(cfg.dir) / kTokenizerFile).string();
   if (cfg.tokenizer == TokenizerKind::byte) {
@@ -273,41 +308,34 @@ PreparedData prepare(const DataConfig& cfg) {
     sp->save(model_path);
     tok = std::move(sp);
   }
+  return tok;
+}
 
-  // 2. shards
-  const auto t_tokenize = Clock::now();
-  const SplitResult train = write_split(cfg, corpus, Split::train, *tok, policy);
-  DARK_CHECK(train.info.num_tokens > 0, "data: corpus '", corpus.description(), "' is empty: its train split (",
-             train.files, " file(s)) holds no text");
-  const SplitResult val = write_split(cfg, corpus, Split::val, *tok, policy);
-  const double tokenize_secs = seconds_since(t_tokenize);
-
-  // 3. meta.json, last
+json meta_json(const DataConfig& cfg, const json& inputs, const Tokenizer& tok, json tok_record,
+               const SplitResult& train, const SplitResult& val, double tokenize_secs, double total_secs) {
   auto shard_json = [](const SplitResult& r, Split split) {
     return json{{"file", shard_file(split)},   {"tokens", r.info.num_tokens},
                 {"documents", r.info.num_documents}, {"files", r.files},
                 {"empty_files", r.empty_files}, {"text_bytes", r.bytes},
                 {"token_bytes", r.info.token_bytes}, {"checksum", hex64(r.info.checksum)}};
   };
-  tok_record["kind"] = tok->kind();
-  tok_record["hash"] = tok->hash();
-  tok_record["vocab_size"] = tok->vocab_size();
-  tok_record["eos_id"] = tok->eos_id();
-  tok_record["bos_id"] = tok->bos_id();
-  tok_record["file"] = tok->kind() == "sentencepiece" ? json(kTokenizerFile) : json(nullptr);
-  json meta = {
+  tok_record["kind"] = tok.kind();
+  tok_record["hash"] = tok.hash();
+  tok_record["vocab_size"] = tok.vocab_size();
+  tok_record["eos_id"] = tok.eos_id();
+  tok_record["bos_id"] = tok.bos_id();
+  tok_record["file"] = tok.kind() == "sentencepiece" ? json(kTokenizerFile) : json(nullptr);
+  return {
       {"format_version", kDataFormatVersion},
       {"created_by", str("darkformer ", DARK_VERSION)},
       {"inputs", inputs},
       {"sources", cfg.sources.empty() ? json::array({cfg.corpus}) : json(cfg.sources)},
       {"tokenizer", tok_record},
       {"shards", {{"train", shard_json(train, Split::train)}, {"val", shard_json(val, Split::val)}}},
-      {"seconds", {{"tokenization", tokenize_secs}, {"total", seconds_since(t_start)}}},
+      {"seconds", {{"tokenization", tokenize_secs}, {"total", total_secs}}},
   };
-  write_file_atomic((fs::path(cfg.dir) / kMetaFile).string(), meta.dump(2) + "\n");
-  spdlog::info("data: {} ready: {} train tokens, {} val tokens, vocab {} ({:.1f} s)", cfg.dir, train.info.num_tokens,
-               val.info.num_tokens, tok->vocab_size(), seconds_since(t_start));
-  return open_dir(cfg.dir);
 }
+
+}  // namespace
 
 }  // namespace dark::data

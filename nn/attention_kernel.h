@@ -61,7 +61,7 @@ class AttentionKernel : public Module {
   virtual void set_feature_epoch(std::int64_t /*epoch*/) {}
   virtual std::int64_t feature_epoch() const { return 0; }
   // Whether a new epoch changes this kernel's output (Performer's and DARKFormer's linear mode):
-  // the trainer measures such redraws' shock (train/redraw_shock.h).
+  // the trainer measures such redraws' shock (train/metrics/redraw_shock.h).
   virtual bool redraws_features() const { return false; }
 
   // Statistics of the next forward pass's queries and keys (AttentionStats): request, run

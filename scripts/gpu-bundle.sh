@@ -106,7 +106,6 @@ copy_dependencies() {
 say "programs and libraries"
 for p in "${programs[@]}"; do cp "$build/$p" "$b/bin/"; done
 cp "$build"/libdarkformer_*.so "$b/lib/"
-rm -f "$b/lib/libdarkformer_cuda_emulator.so"  # a test instrument: never a production backend
 for f in "$b"/bin/* "$b"/lib/libdarkformer_*.so; do copy_dependencies "$f"; done
 
 # ---- Open MPI, relocatable ----

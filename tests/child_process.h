@@ -68,7 +68,8 @@ inline int run_child(const std::vector<std::string>& argv, const std::filesystem
 }
 
 // The steps of the training-step lines (those with a grad_norm) of a run's metrics.jsonl, in
-// file order; a line still being written is left out.
+// file order; a line still being written is left out (metrics::read_metrics would refuse it:
+// the run is still writing).
 inline std::vector<std::int64_t> logged_steps(const std::filesystem::path& run) {
   std::vector<std::int64_t> steps;
   std::ifstream in(run / "metrics.jsonl");

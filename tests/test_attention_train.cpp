@@ -13,12 +13,12 @@
 #include "tests/test_util.h"
 #include "tests/train_test_util.h"
 #include "train/attention_state.h"
-#include "train/checkpoint.h"
+#include "train/formats/checkpoint.h"
 #include "train/config.h"
 #include "train/evaluate.h"
 #include "train/model_builder.h"
-#include "train/probe.h"
-#include "train/run_metrics.h"
+#include "train/experiments/probe.h"
+#include "train/metrics/run_metrics.h"
 #include "train/trainer.h"
 
 namespace dark::train {
@@ -64,14 +64,14 @@ TEST(AttentionTraining, ResumeRedrawsTheSameFeaturesAndRestoresTheProposal) {
                                     {"darkformer", {{"init", "whiten"}}}};
   TempDir tmp;
   train(parse_config(with_attention(tiny_config(tmp, "full", 20), attention)), {});
-  const fs::path ten = tmp.path() / "full/checkpoints" / checkpoint_name(10);
+  const fs::path ten = tmp.path() / "full/checkpoints" / formats::checkpoint_name(10);
   EXPECT_TRUE(fs::exists(ten / "attention.safetensors"));
-  const CheckpointData ck = load_checkpoint(ten);
+  const formats::CheckpointData ck = formats::load_checkpoint(ten);
   EXPECT_EQ(ck.state.at("feature_epochs"), nlohmann::json({3, 3}));  // last step taken: index 9, 9 / 3 = 3
   EXPECT_EQ(ck.attention.size(), 4u);  // sqrt_cov and log_det per layer
 
   fs::copy(tmp.path() / "full", tmp.path() / "cut", fs::copy_options::recursive);
-  fs::remove_all(tmp.path() / "cut/checkpoints" / checkpoint_name(20));
+  fs::remove_all(tmp.path() / "cut/checkpoints" / formats::checkpoint_name(20));
   TrainOptions resume;
   resume.resume = true;
   train(parse_config(with_attention(tiny_config(tmp, "cut", 20), attention)), resume);
@@ -90,13 +90,13 @@ TEST(AttentionTraining, RedrawsAreRecordedWithTheShockOfTheFeaturesAlone) {
   config["training"]["keep_checkpoints"] = 0;
   config["training"]["log_interval"] = 4;
   train(parse_config(config), {});
-  const RunMetrics m = read_metrics(tmp.path() / "run/metrics.jsonl");
+  const metrics::RunMetrics m = metrics::read_metrics(tmp.path() / "run/metrics.jsonl");
   // Steps 1-5 train with epoch 0, 6-10 with epoch 1, 11-12 with epoch 2.
   ASSERT_EQ(m.redraws.size(), 2u);
   EXPECT_EQ(m.redraws[0].step, 6);
   EXPECT_EQ(m.redraws[1].step, 11);
   // The reference: the step-10 checkpoint's weights on validation batch 0 under epochs 1 and 2.
-  const CheckpointData ck = load_checkpoint(tmp.path() / "run/checkpoints" / checkpoint_name(10));
+  const formats::CheckpointData ck = formats::load_checkpoint(tmp.path() / "run/checkpoints" / formats::checkpoint_name(10));
   const RunConfig resolved = parse_config(ck.state.at("config"));
   auto model = build_model(resolved);
   load_trained_state(*model, ck, resolved, "test");
@@ -118,7 +118,7 @@ TEST(AttentionTraining, RedrawsAreRecordedWithTheShockOfTheFeaturesAlone) {
   // Log steps 4, 8, 12 carry both layers' statistics.
   ASSERT_EQ(m.attention.size(), 3u);
   EXPECT_EQ(m.attention[2].step, 12);
-  for (const AttentionStatsRecord& a : m.attention) {
+  for (const metrics::AttentionStatsRecord& a : m.attention) {
     ASSERT_EQ(a.layers.size(), 2u);
     for (const nn::AttentionStats& s : a.layers) {
       EXPECT_GT(s.sq_norm_p99, s.sq_norm_p50);
@@ -133,14 +133,14 @@ TEST(AttentionTraining, KindsThatDoNotRedrawRecordNoRedraws) {
   train(parse_config(with_attention(tiny_config(tmp, "run", 12),
                                     {{"kind", "lfk"}, {"num_features", 8}, {"redraw_interval", 5}})),
         {});
-  EXPECT_TRUE(read_metrics(tmp.path() / "run/metrics.jsonl").redraws.empty());
+  EXPECT_TRUE(metrics::read_metrics(tmp.path() / "run/metrics.jsonl").redraws.empty());
   const auto stability = nlohmann::json::parse(read_file(tmp.path() / "run/stability.json"));
   EXPECT_TRUE(stability["redraw_shocks"]["nominal"].get<bool>());  // the control: steps 6 and 11
   EXPECT_EQ(stability["redraw_shocks"]["shocks"].size(), 2u);
 }
 
-const ProbeRow& pooled_row(const ProbeReport& report, const std::string& method, std::int64_t m) {
-  for (const ProbeRow& r : report.rows)
+const experiments::ProbeRow& pooled_row(const experiments::ProbeReport& report, const std::string& method, std::int64_t m) {
+  for (const experiments::ProbeRow& r : report.rows)
     if (r.layer < 0 && r.head < 0 && r.method == method && r.features == m) return r;
   throw Error(str("no pooled row for ", method, " m = ", m));
 }
@@ -148,19 +148,19 @@ const ProbeRow& pooled_row(const ProbeReport& report, const std::string& method,
 TEST(AttentionTraining, ProbeMeasuresEveryEstimatorOnATrainedModel) {
   TempDir tmp;
   train(parse_config(with_attention(tiny_config(tmp, "run", 40), {{"kind", "darkformer"}, {"num_features", 16}})), {});
-  const CheckpointData ck = load_checkpoint(tmp.path() / "run/checkpoints" / checkpoint_name(40));
+  const formats::CheckpointData ck = formats::load_checkpoint(tmp.path() / "run/checkpoints" / formats::checkpoint_name(40));
   const RunConfig config = parse_config(ck.state.at("config"));  // resolved: vocab_size set
   auto model = build_model(config);
   load_trained_state(*model, ck, config, "test");
-  ProbeOptions o;
+  experiments::ProbeOptions o;
   o.batches = 1;
   o.features = {4, 64};
   o.redraws = 3;
   o.calibration_batches = 1;
-  const ProbeReport report = run_probe(*model, config, data::open_prepared(config.data.dir), o);
+  const experiments::ProbeReport report = experiments::run_probe(*model, config, data::open_prepared(config.data.dir), o);
   for (const char* method : {"performer", "darkformer_identity", "darkformer_whiten", "darkformer_learned", "lfk"})
     for (std::int64_t m : o.features) {
-      const ProbeRow& r = pooled_row(report, method, m);
+      const experiments::ProbeRow& r = pooled_row(report, method, m);
       EXPECT_GT(r.swap.count, 0) << method;
       EXPECT_LE(r.swap.median, r.swap.p90) << method;
       EXPECT_LE(r.swap.p90, r.swap.p99) << method;
@@ -185,12 +185,12 @@ TEST(AttentionTraining, ProbeGivesTheModelItsKernelsBackWhenAForwardThrows) {
   config.model.vocab_size = 64;  // the text's byte ids reach 'z' = 122: the embedding rejects them
   auto model = build_model(config);
   const std::vector<nn::AttentionKernel*> kernels = model->attention_kernels();
-  ProbeOptions o;
+  experiments::ProbeOptions o;
   o.batches = 1;
   o.features = {4};
   o.redraws = 1;
   o.calibration_batches = 1;
-  EXPECT_THROW(run_probe(*model, config, data, o), Error);
+  EXPECT_THROW(experiments::run_probe(*model, config, data, o), Error);
   EXPECT_EQ(model->attention_kernels(), kernels);  // not the probe's recording wrappers
   EXPECT_STREQ(model->attention_kernels()[0]->kind(), "performer");
 }

@@ -13,10 +13,10 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "train/checkpoint.h"
+#include "train/formats/checkpoint.h"
 #include "core/file_io.h"
 #include "test_util.h"
-#include "train/safetensors.h"
+#include "train/formats/safetensors.h"
 
 namespace dark::train {
 namespace {
@@ -87,7 +87,7 @@ TEST(Sha256, FipsVectors) {
 TEST(Safetensors, RoundTripAllDtypesAndLayouts) {
   TempDir dir;
   const Tensor base = core::reshape(Tensor::arange(24, DType::f32), {2, 3, 4});
-  TensorMap tensors;
+  formats::TensorMap tensors;
   tensors["f32"] = Tensor::randn({3, 5}, 1);
   tensors["f64"] = Tensor::randn({7}, 2, 0, DType::f64);
   tensors["bf16"] = Tensor::randn({2, 3}, 3, 0, DType::bf16);
@@ -99,10 +99,10 @@ TEST(Safetensors, RoundTripAllDtypesAndLayouts) {
   tensors["model.layers.0.sliced"] = core::slice(base, 2, 1, 4, 2);           // non-contiguous
   tensors["expanded"] = core::expand(Tensor::arange(3, DType::i64), {2, 3});  // stride 0
   ASSERT_FALSE(tensors["model.layers.0.permuted"].is_contiguous());
-  const SafetensorsMetadata metadata = {{"format", "pt"}, {"note", "quote \" and newline \n"}};
+  const formats::SafetensorsMetadata metadata = {{"format", "pt"}, {"note", "quote \" and newline \n"}};
 
-  save_safetensors(dir / "all.safetensors", tensors, metadata);
-  const SafetensorsContents loaded = load_safetensors(dir / "all.safetensors");
+  formats::save_safetensors(dir / "all.safetensors", tensors, metadata);
+  const formats::SafetensorsContents loaded = formats::load_safetensors(dir / "all.safetensors");
   EXPECT_EQ(loaded.metadata, metadata);
   ASSERT_EQ(loaded.tensors.size(), tensors.size());
   for (const auto& [name, t] : tensors) expect_same_tensor(t, loaded.tensors.at(name), name);
@@ -123,13 +123,13 @@ TEST(Safetensors, ByteExactSingleTensor) {
       hex_bytes({64, 0, 0, 0, 0, 0, 0, 0}) + header +
       hex_bytes({0, 0, 0, 0, 0, 0, 128, 63, 0, 0, 0, 64, 0, 0, 64, 64, 0, 0, 128, 64, 0, 0, 160, 64});
   const Tensor t = core::reshape(Tensor::arange(6, DType::f32), {1, 2, 3});
-  save_safetensors(dir / "a.safetensors", {{"attn.0", t}});
+  formats::save_safetensors(dir / "a.safetensors", {{"attn.0", t}});
   EXPECT_EQ(bytes_of(dir / "a.safetensors"), expected);
-  EXPECT_EQ(safetensors_header({{"attn.0", t}}), header);
+  EXPECT_EQ(formats::safetensors_header({{"attn.0", t}}), header);
 
   // And the hand-written file reads back.
   write_bytes(dir / "hand.safetensors", expected);
-  const SafetensorsContents loaded = load_safetensors(dir / "hand.safetensors");
+  const formats::SafetensorsContents loaded = formats::load_safetensors(dir / "hand.safetensors");
   EXPECT_TRUE(loaded.metadata.empty());
   expect_same_tensor(t, loaded.tensors.at("attn.0"), "attn.0");
 }
@@ -148,12 +148,12 @@ TEST(Safetensors, ByteExactMixedDtypesMetadataAndPadding) {
       hex_bytes({1, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}) +  // b
       hex_bytes({0x00, 0x00, 0xc0, 0x3f}) +                                                  // c
       hex_bytes({0x80, 0x3f, 0x00, 0xc0, 0x00, 0x3f});                                       // a
-  const TensorMap tensors = {
+  const formats::TensorMap tensors = {
       {"a", Tensor::from_vector<float>({1.0f, -2.0f, 0.5f}, {3}).to(DType::bf16)},
       {"b", Tensor::from_vector<std::int64_t>({1, -1}, {2})},
       {"c", Tensor::from_vector<float>({1.5f}, {1})},
   };
-  save_safetensors(dir / "m.safetensors", tensors, {{"format", "pt"}});
+  formats::save_safetensors(dir / "m.safetensors", tensors, {{"format", "pt"}});
   EXPECT_EQ(bytes_of(dir / "m.safetensors"), expected);
 }
 
@@ -168,7 +168,7 @@ TEST(Safetensors, ReadsUnpaddedHeaderInAnyOrder) {
   std::memcpy(data.data(), &x, 8);
   data[8] = 7;
   write_bytes(dir / "u.safetensors", length_prefix(header.size()) + header + data);
-  const SafetensorsContents loaded = load_safetensors(dir / "u.safetensors");
+  const formats::SafetensorsContents loaded = formats::load_safetensors(dir / "u.safetensors");
   EXPECT_EQ(loaded.tensors.at("x").item(), -0.75);
   EXPECT_EQ(loaded.tensors.at("x").shape(), Shape{});
   EXPECT_EQ(loaded.tensors.at("y").to_vector<std::int32_t>(), std::vector<std::int32_t>{7});
@@ -184,14 +184,14 @@ class SafetensorsCorrupt : public ::testing::Test {
   }
   fs::path path() const { return dir_ / "bad.safetensors"; }
   std::string load_error() {
-    return error_of([&] { load_safetensors(path()); });
+    return error_of([&] { formats::load_safetensors(path()); });
   }
   TempDir dir_;
 };
 
 TEST_F(SafetensorsCorrupt, TruncatedFiles) {
-  TensorMap tensors = {{"w", Tensor::ones({2, 2})}, {"v", Tensor::zeros({1}, DType::i64)}};
-  save_safetensors(path(), tensors);
+  formats::TensorMap tensors = {{"w", Tensor::ones({2, 2})}, {"v", Tensor::zeros({1}, DType::i64)}};
+  formats::save_safetensors(path(), tensors);
   const std::string good = bytes_of(path());
 
   write_bytes(path(), good.substr(0, good.size() - 1));  // last data byte missing
@@ -287,23 +287,23 @@ TEST_F(SafetensorsCorrupt, BadOffsets) {
 TEST(Safetensors, WriterRejectsBadNames) {
   TempDir dir;
   EXPECT_EQ(error_of([&] {
-              save_safetensors(dir / "x", {{"w", Tensor()}});
+              formats::save_safetensors(dir / "x", {{"w", Tensor()}});
             }),
             "safetensors: tensor \"w\" is undefined");
   EXPECT_NE(error_of([&] {
-              save_safetensors(dir / "x", {{"__metadata__", Tensor::ones({1})}});
+              formats::save_safetensors(dir / "x", {{"__metadata__", Tensor::ones({1})}});
             }).find("reserved"),
             std::string::npos);
   EXPECT_NE(error_of([&] {
-              save_safetensors(dir / "x", {{"bad\xff", Tensor::ones({1})}});
+              formats::save_safetensors(dir / "x", {{"bad\xff", Tensor::ones({1})}});
             }).find("not valid UTF-8"),
             std::string::npos);
   EXPECT_FALSE(fs::exists(dir / "x"));
 }
 
 // ---------------------------------------------------------------- checkpoints
-CheckpointData sample_checkpoint(std::int64_t step, std::uint64_t seed) {
-  CheckpointData data;
+formats::CheckpointData sample_checkpoint(std::int64_t step, std::uint64_t seed) {
+  formats::CheckpointData data;
   data.step = step;
   data.model["model.embed_tokens.weight"] = Tensor::randn({11, 4}, seed);
   data.model["model.norm.weight"] = Tensor::ones({4});
@@ -325,20 +325,20 @@ std::vector<std::string> names_in(const fs::path& dir) {
 
 TEST(Checkpoint, SaveLoadRoundTrip) {
   TempDir run;
-  const CheckpointData data = sample_checkpoint(100, 7);
-  const fs::path path = save_checkpoint(run.path(), data, 3);
+  const formats::CheckpointData data = sample_checkpoint(100, 7);
+  const fs::path path = formats::save_checkpoint(run.path(), data, 3);
   EXPECT_EQ(path, run / "checkpoints/step_00000100");
   EXPECT_EQ(names_in(path),
             (std::vector<std::string>{"model.safetensors", "optimizer.safetensors", "state.json"}));
 
   const json state = json::parse(read_file(path / "state.json"));
   EXPECT_EQ(state["format"], "darkformer-checkpoint");
-  EXPECT_EQ(state["format_version"], kCheckpointFormatVersion);
+  EXPECT_EQ(state["format_version"], formats::kCheckpointFormatVersion);
   EXPECT_EQ(state["step"], 100);
   EXPECT_EQ(state["files"]["model.safetensors"]["sha256"], sha256_file(path / "model.safetensors"));
-  EXPECT_EQ(load_safetensors(path / "model.safetensors").metadata, (SafetensorsMetadata{{"format", "pt"}}));
+  EXPECT_EQ(formats::load_safetensors(path / "model.safetensors").metadata, (formats::SafetensorsMetadata{{"format", "pt"}}));
 
-  const CheckpointData loaded = load_checkpoint(path);
+  const formats::CheckpointData loaded = formats::load_checkpoint(path);
   EXPECT_EQ(loaded.step, 100);
   EXPECT_EQ(loaded.state, data.state);  // the format's own keys are stripped
   ASSERT_EQ(loaded.model.size(), data.model.size());
@@ -346,24 +346,24 @@ TEST(Checkpoint, SaveLoadRoundTrip) {
   ASSERT_EQ(loaded.optimizer.size(), data.optimizer.size());
   for (const auto& [name, t] : data.optimizer) expect_same_tensor(t, loaded.optimizer.at(name), name);
   // A trailing slash names the same checkpoint.
-  EXPECT_EQ(load_checkpoint(path.string() + "/").step, 100);
+  EXPECT_EQ(formats::load_checkpoint(path.string() + "/").step, 100);
 }
 
 TEST(Checkpoint, NamesAndReservedKeys) {
-  EXPECT_EQ(checkpoint_name(0), "step_00000000");
-  EXPECT_EQ(checkpoint_name(123456789), "step_123456789");
+  EXPECT_EQ(formats::checkpoint_name(0), "step_00000000");
+  EXPECT_EQ(formats::checkpoint_name(123456789), "step_123456789");
   TempDir run;
-  CheckpointData data = sample_checkpoint(1, 1);
+  formats::CheckpointData data = sample_checkpoint(1, 1);
   data.state["step"] = 5;
-  EXPECT_EQ(error_of([&] { save_checkpoint(run.path(), data, 0); }),
+  EXPECT_EQ(error_of([&] { formats::save_checkpoint(run.path(), data, 0); }),
             "checkpoint step_00000001: state key \"step\" is reserved for the checkpoint format");
 }
 
 TEST(Checkpoint, LatestIgnoresTempAndDeletingDirectories) {
   TempDir run;
-  EXPECT_FALSE(latest_checkpoint(run.path()).has_value());
-  save_checkpoint(run.path(), sample_checkpoint(100, 1), 0);
-  save_checkpoint(run.path(), sample_checkpoint(200, 2), 0);
+  EXPECT_FALSE(formats::latest_checkpoint(run.path()).has_value());
+  formats::save_checkpoint(run.path(), sample_checkpoint(100, 1), 0);
+  formats::save_checkpoint(run.path(), sample_checkpoint(200, 2), 0);
   // A crash while writing step 300, left complete-looking, and a half-deleted old checkpoint.
   const fs::path ck = run / "checkpoints";
   fs::copy(ck / "step_00000200", ck / ("step_00000300.tmp-" + std::to_string(::getppid())));
@@ -371,9 +371,9 @@ TEST(Checkpoint, LatestIgnoresTempAndDeletingDirectories) {
   fs::create_directory(ck / "step_500");       // too few digits
   fs::create_directory(ck / "step_00000600");  // no state.json
   fs::create_directory(ck / "notes");
-  ASSERT_TRUE(latest_checkpoint(run.path()).has_value());
-  EXPECT_EQ(latest_checkpoint(run.path())->filename(), "step_00000200");
-  const auto all = list_checkpoints(run.path());
+  ASSERT_TRUE(formats::latest_checkpoint(run.path()).has_value());
+  EXPECT_EQ(formats::latest_checkpoint(run.path())->filename(), "step_00000200");
+  const auto all = formats::list_checkpoints(run.path());
   ASSERT_EQ(all.size(), 2u);
   EXPECT_EQ(all[0].step, 100);
   EXPECT_EQ(all[1].step, 200);
@@ -386,31 +386,31 @@ TEST(Checkpoint, KeepsLastKAndCleansDeadProcessesTempDirs) {
   const std::string live = "step_00000060.tmp-" + std::to_string(::getppid());  // still running
   fs::create_directories(ck / live);
   for (std::int64_t step = 100; step <= 500; step += 100)
-    save_checkpoint(run.path(), sample_checkpoint(step, step), 2);
+    formats::save_checkpoint(run.path(), sample_checkpoint(step, step), 2);
   EXPECT_EQ(names_in(ck), (std::vector<std::string>{live, "step_00000400", "step_00000500"}));
-  EXPECT_EQ(load_checkpoint(ck / "step_00000400").step, 400);
+  EXPECT_EQ(formats::load_checkpoint(ck / "step_00000400").step, 400);
 
   // keep_last = 0 keeps everything.
   TempDir all;
   for (std::int64_t step = 1; step <= 4; ++step)
-    save_checkpoint(all.path(), sample_checkpoint(step, step), 0);
-  EXPECT_EQ(list_checkpoints(all.path()).size(), 4u);
+    formats::save_checkpoint(all.path(), sample_checkpoint(step, step), 0);
+  EXPECT_EQ(formats::list_checkpoints(all.path()).size(), 4u);
 }
 
 TEST(Checkpoint, ResavingAStepReplacesIt) {
   TempDir run;
-  save_checkpoint(run.path(), sample_checkpoint(100, 1), 3);
-  const CheckpointData second = sample_checkpoint(100, 2);
-  save_checkpoint(run.path(), second, 3);
+  formats::save_checkpoint(run.path(), sample_checkpoint(100, 1), 3);
+  const formats::CheckpointData second = sample_checkpoint(100, 2);
+  formats::save_checkpoint(run.path(), second, 3);
   EXPECT_EQ(names_in(run / "checkpoints"), std::vector<std::string>{"step_00000100"});
-  const CheckpointData loaded = load_checkpoint(run / "checkpoints/step_00000100");
+  const formats::CheckpointData loaded = formats::load_checkpoint(run / "checkpoints/step_00000100");
   expect_same_tensor(second.model.at("model.embed_tokens.weight"),
                      loaded.model.at("model.embed_tokens.weight"), "replaced");
 }
 
 TEST(Checkpoint, DetectsCorruptionAndVersionMismatch) {
   TempDir run;
-  const fs::path path = save_checkpoint(run.path(), sample_checkpoint(100, 3), 0);
+  const fs::path path = formats::save_checkpoint(run.path(), sample_checkpoint(100, 3), 0);
   const std::string model = read_file(path / "model.safetensors");
   const std::string optimizer = read_file(path / "optimizer.safetensors");
   const std::string state = read_file(path / "state.json");
@@ -419,12 +419,12 @@ TEST(Checkpoint, DetectsCorruptionAndVersionMismatch) {
   std::string flipped = model;
   flipped[flipped.size() - 3] ^= 0x10;
   write_bytes(path / "model.safetensors", flipped);
-  EXPECT_EQ(error_of([&] { load_checkpoint(path); }),
+  EXPECT_EQ(error_of([&] { formats::load_checkpoint(path); }),
             "checkpoint step_00000100: model.safetensors checksum mismatch (file corrupted?)");
   write_bytes(path / "model.safetensors", model);
 
   write_bytes(path / "optimizer.safetensors", optimizer.substr(0, optimizer.size() - 4));
-  EXPECT_EQ(error_of([&] { load_checkpoint(path); }),
+  EXPECT_EQ(error_of([&] { formats::load_checkpoint(path); }),
             "checkpoint step_00000100: optimizer.safetensors is " + std::to_string(optimizer.size() - 4) +
                 " bytes, expected " + std::to_string(optimizer.size()) + " (file truncated or corrupted?)");
   write_bytes(path / "optimizer.safetensors", optimizer);
@@ -432,37 +432,37 @@ TEST(Checkpoint, DetectsCorruptionAndVersionMismatch) {
   json newer = json::parse(state);
   newer["format_version"] = 2;
   write_bytes(path / "state.json", newer.dump());
-  EXPECT_EQ(error_of([&] { load_checkpoint(path); }),
+  EXPECT_EQ(error_of([&] { formats::load_checkpoint(path); }),
             "checkpoint step_00000100: format version 2 is not supported (this build reads version 1)");
 
   write_bytes(path / "state.json", state.substr(0, state.size() / 2));
   EXPECT_NE(
-      error_of([&] { load_checkpoint(path); }).find("checkpoint step_00000100: state.json is not valid JSON"),
+      error_of([&] { formats::load_checkpoint(path); }).find("checkpoint step_00000100: state.json is not valid JSON"),
       std::string::npos);
 
   // A number out of range, a non-string format and nesting past the cap: dark::Error, not
   // nlohmann's exceptions or a stack overflow.
   write_bytes(path / "state.json", "{\"step\": 1e999}");
-  const std::string overflow = error_of([&] { load_checkpoint(path); });
+  const std::string overflow = error_of([&] { formats::load_checkpoint(path); });
   EXPECT_EQ(overflow.rfind("checkpoint step_00000100: state.json is not valid JSON: ", 0), 0u) << overflow;
   EXPECT_NE(overflow.find("number overflow parsing '1e999'"), std::string::npos) << overflow;
   write_bytes(path / "state.json", "{\"format\": 7}");
-  EXPECT_NE(error_of([&] { load_checkpoint(path); }).find("does not describe a darkformer checkpoint"), std::string::npos);
+  EXPECT_NE(error_of([&] { formats::load_checkpoint(path); }).find("does not describe a darkformer checkpoint"), std::string::npos);
   write_bytes(path / "state.json", std::string(100000, '[') + std::string(100000, ']'));
-  EXPECT_EQ(error_of([&] { load_checkpoint(path); }),
+  EXPECT_EQ(error_of([&] { formats::load_checkpoint(path); }),
             "checkpoint step_00000100: state.json: JSON nested deeper than 64 levels");
 
   fs::remove(path / "state.json");
-  EXPECT_EQ(error_of([&] { load_checkpoint(path); }),
+  EXPECT_EQ(error_of([&] { formats::load_checkpoint(path); }),
             "checkpoint step_00000100: state.json is missing (incomplete checkpoint?)");
 
   write_bytes(path / "state.json", state);
   fs::remove(path / "optimizer.safetensors");
-  EXPECT_EQ(error_of([&] { load_checkpoint(path); }),
+  EXPECT_EQ(error_of([&] { formats::load_checkpoint(path); }),
             "checkpoint step_00000100: optimizer.safetensors is missing");
 
   write_bytes(path / "optimizer.safetensors", optimizer);
-  EXPECT_EQ(load_checkpoint(path).step, 100);  // restored: loads again
+  EXPECT_EQ(formats::load_checkpoint(path).step, 100);  // restored: loads again
 }
 
 }  // namespace

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "core/bfloat16.h"
-#include "core/cuda/emulator/control.h"
-#include "core/cuda/emulator/grid.h"
+#include "cuda_emulator/control.h"
+#include "cuda_emulator/grid.h"
 #include "core/tensor.h"
 #include "test_util.h"
 

@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "child_process.h"
-#include "train/checkpoint.h"
+#include "train/formats/checkpoint.h"
 #include "train_test_util.h"
 
 
@@ -79,9 +79,7 @@ void train(const TempDir& tmp, const std::string& name, const json& config, int 
 // The eval_loss of every evaluation line, in order.
 std::vector<double> eval_losses(const fs::path& run) {
   std::vector<double> out;
-  std::ifstream in(run / "metrics.jsonl");
-  for (std::string line; std::getline(in, line);)
-    if (const json j = json::parse(line); j.contains("eval_loss")) out.push_back(j["eval_loss"]);
+  for (const metrics::EvalRecord& e : metrics::read_metrics(run / "metrics.jsonl").evals) out.push_back(e.loss);
   return out;
 }
 
@@ -100,11 +98,8 @@ json parallel_config(const TempDir& tmp, const std::string& run, int steps) {
 // Every step line's (loss, grad_norm) pair, by step.
 std::map<std::int64_t, std::pair<double, double>> step_lines(const fs::path& run) {
   std::map<std::int64_t, std::pair<double, double>> out;
-  std::ifstream in(run / "metrics.jsonl");
-  for (std::string line; std::getline(in, line);) {
-    const json j = json::parse(line);
-    if (j.contains("grad_norm")) out[j["step"]] = {j["loss"], j["grad_norm"]};
-  }
+  for (const metrics::StepRecord& s : metrics::read_metrics(run / "metrics.jsonl").steps)
+    out[s.step] = {s.loss, s.grad_norm};
   return out;
 }
 
@@ -132,7 +127,7 @@ void expect_same_runs(const fs::path& a, const fs::path& b) {
     EXPECT_EQ(v.first, lb.at(step).first) << "loss at step " << step;
     EXPECT_EQ(v.second, lb.at(step).second) << "gradient norm at step " << step;
   }
-  const CheckpointData ca = load_checkpoint(*latest_checkpoint(a)), cb = load_checkpoint(*latest_checkpoint(b));
+  const formats::CheckpointData ca = formats::load_checkpoint(*formats::latest_checkpoint(a)), cb = formats::load_checkpoint(*formats::latest_checkpoint(b));
   EXPECT_EQ(ca.step, cb.step);
   expect_identical(ca.model, cb.model, "weights");
   expect_identical(ca.optimizer, cb.optimizer, "optimizer state");
@@ -271,9 +266,9 @@ TEST(DataParallel, AKilledRankEndsTheJobAndResumeReachesTheSameLoss) {
   ASSERT_TRUE(code.has_value()) << "the job did not end within 60 s of the kill:\n" << read_all(tmp / "killed.log");
   EXPECT_NE(*code, 0) << read_all(tmp / "killed.log");
   EXPECT_LT(seconds, 30.0);
-  const auto latest = latest_checkpoint(tmp / "killed");
+  const auto latest = formats::latest_checkpoint(tmp / "killed");
   ASSERT_TRUE(latest.has_value());
-  const CheckpointData saved = load_checkpoint(*latest);
+  const formats::CheckpointData saved = formats::load_checkpoint(*latest);
   ASSERT_GE(saved.step, 40);
   ASSERT_LT(saved.step, steps) << "the run ended before the kill; make it longer";
 
@@ -288,8 +283,8 @@ TEST(DataParallel, AKilledRankEndsTheJobAndResumeReachesTheSameLoss) {
   whole["output"]["dir"] = tmp / "whole";
   ASSERT_NO_FATAL_FAILURE(train(tmp, "whole", whole, 2));
   EXPECT_EQ(step_lines(tmp / "killed").at(steps), step_lines(tmp / "whole").at(steps));
-  expect_identical(load_checkpoint(*latest_checkpoint(tmp / "killed")).model,
-                   load_checkpoint(*latest_checkpoint(tmp / "whole")).model, "final weights");
+  expect_identical(formats::load_checkpoint(*formats::latest_checkpoint(tmp / "killed")).model,
+                   formats::load_checkpoint(*formats::latest_checkpoint(tmp / "whole")).model, "final weights");
 }
 
 TEST(DataParallel, ARankThatStopsAnsweringEndsTheJobWithinTheTimeout) {

@@ -17,7 +17,7 @@
 #include "nn/parameter_buffer.h"
 #include "test_util.h"
 #include "train/config.h"
-#include "train/device.h"
+#include "train/device_setting.h"
 #include "train/evaluate.h"
 
 namespace dark::train {

@@ -8,10 +8,10 @@
 
 #include "tests/test_util.h"
 #include "tests/train_test_util.h"
-#include "train/checkpoint.h"
+#include "train/formats/checkpoint.h"
 #include "train/config.h"
 #include "train/finetune.h"
-#include "train/gguf_import.h"
+#include "train/formats/gguf_import.h"
 #include "train/model_builder.h"
 #include "train/trainer.h"
 
@@ -38,7 +38,7 @@ json finetune_config(const TempDir& tmp, const std::string& run, int steps, cons
 }
 
 std::map<std::string, Tensor> saved_parameters(const fs::path& run, std::int64_t step) {
-  return load_checkpoint(run / "checkpoints" / checkpoint_name(step)).model;
+  return formats::load_checkpoint(run / "checkpoints" / formats::checkpoint_name(step)).model;
 }
 
 bool bitwise_equal(const Tensor& a, const Tensor& b) {
@@ -112,7 +112,7 @@ TEST(Finetune, SwapLoadsTheSourceAndFreezesTheRest) {
 
   // Afterwards: frozen tensors unchanged bit for bit, trained ones moved, and the optimizer
   // holds state for the trained ones only.
-  const CheckpointData ck = load_checkpoint(tmp.path() / "swap/checkpoints" / checkpoint_name(6));
+  const formats::CheckpointData ck = formats::load_checkpoint(tmp.path() / "swap/checkpoints" / formats::checkpoint_name(6));
   const std::vector<std::string> globs = trainable_globs({"limited_attention"});
   int frozen = 0, trained = 0;
   for (const auto& [name, t] : ck.model) {
@@ -147,7 +147,7 @@ TEST(Finetune, ResumedFinetuningContinuesBitForBit) {
   train(parse_config(full), {});
   // Interrupted after step 10: a copy of the run without its last checkpoint.
   fs::copy(tmp.path() / "full", tmp.path() / "cut", fs::copy_options::recursive);
-  fs::remove_all(tmp.path() / "cut/checkpoints" / checkpoint_name(20));
+  fs::remove_all(tmp.path() / "cut/checkpoints" / formats::checkpoint_name(20));
   json cut = full;
   cut["output"]["dir"] = (tmp.path() / "cut").string();
   TrainOptions resume;
@@ -184,7 +184,7 @@ TEST(GgufImport, RotaryRowPermutationIsUndone) {
       for (std::int64_t i = 0; i < head_dim / 2; ++i)
         for (std::int64_t c = 0; c < cols; ++c)
           gguf[((hh * (head_dim / 2) + i) * 2 + j) * cols + c] = h[((hh * 2 + j) * (head_dim / 2) + i) * cols + c];
-  const Tensor back = unpermute_rotary_rows(Tensor::from_vector(gguf, {rows, cols}), heads);
+  const Tensor back = formats::unpermute_rotary_rows(Tensor::from_vector(gguf, {rows, cols}), heads);
   EXPECT_TRUE(bitwise_equal(back, hf));
 }
 

@@ -18,7 +18,7 @@
 #include "tests/test_util.h"
 #include "train/config.h"
 #include "train/finetune.h"
-#include "train/hf_export.h"
+#include "train/formats/hf_export.h"
 #include "train/model_builder.h"
 
 namespace dark::train {
@@ -78,7 +78,7 @@ TEST(GegluTanhModel, ExportAndImportKeepTheActivation) {
   auto model = build_model(config);
   model->train(false);
   const fs::path out = tmp.path() / "hf";
-  export_hf(*model, config, &bytes, out);
+  formats::export_hf(*model, &bytes, out);
   EXPECT_EQ(json::parse(read_file(out / "config.json")).at("hidden_act"), "gelu_pytorch_tanh");
   const InitSource source = load_init_source(out.string());
   EXPECT_EQ(source.model.mlp, nn::MlpKind::geglu_tanh);

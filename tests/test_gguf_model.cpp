@@ -18,7 +18,7 @@
 #include "data/tokenizer.h"
 #include "tests/test_util.h"
 #include "train/config.h"
-#include "train/gguf_import.h"
+#include "train/formats/gguf_import.h"
 #include "train/model_builder.h"
 
 namespace dark::train {
@@ -45,7 +45,7 @@ const ModelCase kCases[] = {
 
 // The imported model with softmax attention, in eval mode.
 std::unique_ptr<nn::CausalLM> imported_model(const fs::path& gguf) {
-  ImportedModel imported = import_gguf(gguf.string());
+  formats::ImportedModel imported = formats::import_gguf(gguf.string());
   RunConfig config;
   config.model = imported.model;
   config.data.seq_len = 64;

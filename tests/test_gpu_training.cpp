@@ -20,18 +20,18 @@
 #include "core/philox.h"
 #include "nn/generate.h"
 #include "test_util.h"
-#include "train/checkpoint.h"
-#include "train/commands.h"
+#include "train/formats/checkpoint.h"
+#include "train/cli/commands.h"
 #include "train/config.h"
 #include "train/model_builder.h"
-#include "train/run_files.h"
+#include "train/portable_checkpoint.h"
 #include "train/train_step.h"
 #include "train/trainer.h"
 #include "train/training_run.h"
 #include "train_test_util.h"
 
 #if defined(DARK_TEST_ON_CUDA_EMULATOR)
-#include "core/cuda/emulator/control.h"
+#include "cuda_emulator/control.h"
 #endif
 
 namespace dark::train {
@@ -117,7 +117,7 @@ TEST(GpuTraining, ActivationCheckpointingChangesNoBit) {
 
 // The same tensor names in both maps, and every tensor of `got` within
 // tol x (the largest |element| of want's tensor) of want's, element by element.
-void expect_tensor_maps_close(const TensorMap& got, const TensorMap& want, double tol, const std::string& what) {
+void expect_tensor_maps_close(const formats::TensorMap& got, const formats::TensorMap& want, double tol, const std::string& what) {
   ASSERT_FALSE(want.empty()) << what;
   ASSERT_EQ(got.size(), want.size()) << what;
   for (const auto& [name, w] : want) {
@@ -140,13 +140,13 @@ TEST(GpuTraining, CheckpointsResumeOnTheOtherDevice) {
     const auto config = tiny_config(tmp, "x", 20);
     train(parse_config(on(config, tmp, "full", first)), {});
     fs::copy(tmp.path() / "full", tmp.path() / "cut", fs::copy_options::recursive);
-    fs::remove_all(tmp.path() / "cut/checkpoints" / checkpoint_name(20));
+    fs::remove_all(tmp.path() / "cut/checkpoints" / formats::checkpoint_name(20));
     TrainOptions resume;
     resume.resume = true;
     train(parse_config(on(config, tmp, "cut", second)), resume);
     expect_curves_close(losses(tmp.path() / "cut"), losses(tmp.path() / "full"), 2e-4, what);
-    const auto a = load_checkpoint(tmp.path() / "full/checkpoints" / checkpoint_name(20));
-    const auto b = load_checkpoint(tmp.path() / "cut/checkpoints" / checkpoint_name(20));
+    const auto a = formats::load_checkpoint(tmp.path() / "full/checkpoints" / formats::checkpoint_name(20));
+    const auto b = formats::load_checkpoint(tmp.path() / "cut/checkpoints" / formats::checkpoint_name(20));
     EXPECT_EQ(b.step, 20);
     // Tolerance: the two devices' gradients differ by float32 rounding (relative ~1e-7 per
     // step), and 10 AdamW steps (lr <= 0.01, m / sqrt(v) amplifying where a gradient is tiny)
@@ -172,6 +172,18 @@ TEST(GpuTraining, AStepReadsBackOnlyItsScalars) {
   train_step(run);
   train_step(run);
   EXPECT_EQ(cuda_emu::copies_to_host() - before, 2u) << "one read-back (loss and gradient norm) per step";
+}
+
+// A run on "cuda" says which backend serves it; here, the emulator this program installed.
+TEST(GpuTraining, ARunLogsWhichCudaBackendServesIt) {
+  TempDir tmp;
+  const RunConfig config = parse_config(on(tiny_config(tmp, "x", 10), tmp, "run", "cuda"));
+  ::testing::internal::CaptureStdout();
+  { const TrainingRun run = start_run(config, false); }
+  std::fflush(stdout);
+  const std::string log = ::testing::internal::GetCapturedStdout();
+  EXPECT_NE(log.find("device cuda:0: served by the CUDA emulator (the CUDA sources run on the CPU)"), std::string::npos)
+      << log;
 }
 
 TEST(GpuTraining, OutOfMemorySaysHowMuchAndWhatShrinksIt) {
@@ -284,14 +296,14 @@ bool choice_is_robust(const std::vector<double>& logits, double temperature, int
   return u - low > margin && high - u > margin;
 }
 
-// A run's latest checkpoint loaded as the commands load it (train/commands.cpp), on `device`.
+// A run's latest checkpoint loaded as the commands load it (train/cli/commands.cpp), on `device`.
 struct TrainedModel {
   std::unique_ptr<nn::CausalLM> model;
   std::shared_ptr<const data::Tokenizer> tokenizer;
   std::int64_t context = 0;
 };
 TrainedModel load_trained(const fs::path& run, Device device) {
-  const CheckpointData ck = load_checkpoint(find_checkpoint(run));
+  const formats::CheckpointData ck = formats::load_checkpoint(formats::find_checkpoint(run));
   nlohmann::json json_config = ck.state.at("config");
   json_config["training"]["device"] = "cpu";
   const RunConfig config = parse_config(json_config);
@@ -316,8 +328,8 @@ TEST(GpuTraining, EvalGenerateAndProbeRunOnTheGpu) {
   // eval: the GPU's loss and the CPU's differ by float32 rounding (their logits by ~1e-7, see
   // below), so the printed values (%.4f, %.2f) are equal or one unit of their last digit apart.
   // Accuracy counts argmax hits: a near-tie that rounding flips moves it by 1 / tokens.
-  const PrintedEval cpu_eval = printed_eval(stdout_of([&] { return eval_command({"--checkpoint", run}); }));
-  const PrintedEval gpu_eval = printed_eval(stdout_of([&] { return eval_command({"--checkpoint", run, "--set", gpu}); }));
+  const PrintedEval cpu_eval = printed_eval(stdout_of([&] { return cli::eval_command({"--checkpoint", run}); }));
+  const PrintedEval gpu_eval = printed_eval(stdout_of([&] { return cli::eval_command({"--checkpoint", run, "--set", gpu}); }));
   EXPECT_EQ(gpu_eval.step, cpu_eval.step);
   EXPECT_EQ(gpu_eval.tokens, cpu_eval.tokens);
   EXPECT_GT(cpu_eval.tokens, 0);
@@ -373,7 +385,7 @@ TEST(GpuTraining, EvalGenerateAndProbeRunOnTheGpu) {
     std::vector<std::string> args = {"--checkpoint", run, "--prompt", prompt, "--max-tokens", std::to_string(max_tokens),
                                      "--temperature", std::to_string(temperature), "--top-k", std::to_string(top_k), "--seed", std::to_string(seed)};
     args.insert(args.end(), extra.begin(), extra.end());
-    return stdout_of([&] { return generate_command(args); });
+    return stdout_of([&] { return cli::generate_command(args); });
   };
   const std::string cpu_text = generated({}), gpu_text = generated({"--set", gpu});
   ASSERT_EQ(cpu_text, prompt + tokenizer->decode(sampled) + "\n") << "the test's decoding loop is not generate's";
@@ -390,7 +402,7 @@ TEST(GpuTraining, EvalGenerateAndProbeRunOnTheGpu) {
     std::vector<std::string> args = {"--checkpoint", run, "--features", "4", "--redraws", "1", "--batches", "1",
                                      "--calibration-batches", "1", "--json", tmp / json};
     args.insert(args.end(), extra.begin(), extra.end());
-    stdout_of([&] { return probe_command(args); });
+    stdout_of([&] { return cli::probe_command(args); });
     std::ifstream in(tmp / json);
     return nlohmann::json::parse(in);
   };
@@ -402,7 +414,7 @@ TEST(GpuTraining, EvalGenerateAndProbeRunOnTheGpu) {
 TEST(GpuTraining, CommandsOnACheckpointSetOnlyTheDevice) {
   TempDir tmp;
   train(parse_config(on(tiny_config(tmp, "x", 6), tmp, "run", "cpu")), {});
-  EXPECT_EQ(error_of([&] { eval_command({"--checkpoint", (tmp.path() / "run").string(), "--set", "model.d_model=8"}); }),
+  EXPECT_EQ(error_of([&] { cli::eval_command({"--checkpoint", (tmp.path() / "run").string(), "--set", "model.d_model=8"}); }),
             "--set model.d_model=8: only training.device may be set here (the model is the checkpoint's)");
 }
 

@@ -16,14 +16,14 @@
 #include "data/sentencepiece_tokenizer.h"
 #include "tests/test_util.h"
 #include "tests/train_test_util.h"
-#include "train/checkpoint.h"
-#include "train/commands.h"
+#include "train/formats/checkpoint.h"
+#include "train/cli/commands.h"
 #include "train/config.h"
 #include "train/finetune.h"
-#include "train/hf_export.h"
-#include "train/hf_import.h"
+#include "train/formats/hf_export.h"
+#include "train/formats/hf_import.h"
 #include "train/model_builder.h"
-#include "train/safetensors.h"
+#include "train/formats/safetensors.h"
 #include "train/trainer.h"
 
 namespace dark::train {
@@ -63,7 +63,7 @@ void copy_folder(const fs::path& from, const fs::path& to) {
 
 TEST(HfImport, TransformersFolderGivesTransformersLogits) {
   const json ref = reference();
-  ASSERT_TRUE(is_hf_model_folder(kFolder.string()));
+  ASSERT_TRUE(formats::is_hf_model_folder(kFolder.string()));
   const InitSource source = load_init_source(kFolder.string());
   EXPECT_EQ(source.model.n_heads, 4);
   EXPECT_EQ(source.model.n_kv_heads, 2);
@@ -91,7 +91,7 @@ TEST(HfImport, TransformersFolderGivesTransformersLogits) {
 
 TEST(HfImport, TransformersTokenizerGivesTheTokenizersLibrarysIds) {
   const json ref = reference();
-  const HfTokenizerFile file = hf_tokenizer_file(kFolder.string());
+  const formats::HfTokenizerFile file = formats::hf_tokenizer_file(kFolder.string());
   EXPECT_EQ(file.kind, data::TokenizerKind::hf);
   const auto tok = data::load_tokenizer(file.kind, file.path);
   EXPECT_EQ(tok->kind(), "hf");
@@ -204,7 +204,7 @@ TEST(HfImport, UnsupportedConfigIsAnErrorNamingTheKey) {
     edit(doc);
     write_file_atomic(tmp.path() / "m/config.json", doc.dump());
     SCOPED_TRACE(parts.front());
-    expect_error([&] { import_hf_llama(tmp / "m"); }, parts);
+    expect_error([&] { formats::import_hf_llama(tmp / "m"); }, parts);
   };
   expect_config_error([](json& d) { d["rope_parameters"]["rope_type"] = "llama3"; },
                       {"config.json: rope_parameters: rope_type \"llama3\" (scaled RoPE) is not supported"});
@@ -225,9 +225,9 @@ TEST(HfImport, UnsupportedConfigIsAnErrorNamingTheKey) {
   shard = shard == "model-00001-of-00003.safetensors" ? "model-00002-of-00003.safetensors"
                                                       : "model-00001-of-00003.safetensors";
   write_file_atomic(tmp.path() / "m/model.safetensors.index.json", index.dump());
-  expect_error([&] { import_hf_llama(tmp / "m"); }, {"'model.norm.weight', which model.safetensors.index.json"});
+  expect_error([&] { formats::import_hf_llama(tmp / "m"); }, {"'model.norm.weight', which model.safetensors.index.json"});
   fs::remove(tmp.path() / "m/model.safetensors.index.json");
-  expect_error([&] { import_hf_llama(tmp / "m"); }, {"has neither model.safetensors nor model.safetensors.index.json"});
+  expect_error([&] { formats::import_hf_llama(tmp / "m"); }, {"has neither model.safetensors nor model.safetensors.index.json"});
 
   // A wrong shape reaches load_source_weights, which names the tensor.
   copy_folder(kFolder, tmp.path() / "v");
@@ -247,7 +247,7 @@ TEST(HfImport, Float16SafetensorsReadAsExactFloat32) {
   bytes += header;
   bytes.append(reinterpret_cast<const char*>(halves), sizeof halves);
   write_file_atomic(tmp / "h.safetensors", bytes);
-  const Tensor w = load_safetensors(tmp / "h.safetensors").tensors.at("w");
+  const Tensor w = formats::load_safetensors(tmp / "h.safetensors").tensors.at("w");
   EXPECT_EQ(w.dtype(), DType::f32);
   EXPECT_EQ(w.shape(), (Shape{2, 3}));
   EXPECT_EQ(w.to_vector<float>(), (std::vector<float>{1.0f, -2.0f, 0.5f, 65504.0f, std::ldexp(1.0f, -24), -0.0f}));
@@ -288,7 +288,7 @@ TEST(HfExport, ExportThenImportGivesIdenticalLogitsAndTokenizer) {
       auto model = build_model(config);
       model->train(false);
       const fs::path out = tmp.path() / (name + (tie ? "-tied" : "-untied"));
-      const std::vector<fs::path> files = export_hf(*model, config, tok, out);
+      const std::vector<fs::path> files = formats::export_hf(*model, tok, out);
       for (const char* f : {"config.json", "generation_config.json", "model.safetensors", "tokenizer_config.json",
                             "special_tokens_map.json"})
         EXPECT_TRUE(fs::exists(out / f)) << f;
@@ -305,7 +305,7 @@ TEST(HfExport, ExportThenImportGivesIdenticalLogitsAndTokenizer) {
       const std::vector<std::int32_t> ids = {1, 7, 42, 3, 99, 250, 11, 0, 5};
       EXPECT_EQ(logits_of(*back, ids), logits_of(*model, ids));  // bit for bit
 
-      const HfTokenizerFile file = hf_tokenizer_file(out.string());
+      const formats::HfTokenizerFile file = formats::hf_tokenizer_file(out.string());
       const auto reloaded = data::load_tokenizer(file.kind, file.path);
       const std::string text = "The  quick\n\tfox 2024 caf\xc3\xa9 \xe6\x97\xa5";
       EXPECT_EQ(reloaded->encode(text), tok->encode(text));
@@ -320,7 +320,7 @@ TEST(HfExport, ExportThenImportGivesIdenticalLogitsAndTokenizer) {
   linear.model.vocab_size = bytes.vocab_size();
   linear.attention.kind = attention::Kind::performer;
   auto performer = build_model(linear);
-  expect_error([&] { export_hf(*performer, linear, &bytes, tmp.path() / "performer"); },
+  expect_error([&] { formats::export_hf(*performer, &bytes, tmp.path() / "performer"); },
                {"layer 0 uses performer"});
   EXPECT_FALSE(fs::exists(tmp.path() / "performer"));
 }
@@ -333,18 +333,18 @@ TEST(HfExport, CommandExportsTheCheckpoint) {
   config["training"]["generate_tokens"] = 0;
   config["schedule"]["warmup_steps"] = 1;
   train(parse_config(config), {});
-  ASSERT_EQ(export_hf_command({"--checkpoint", tmp / "run", "--out", tmp / "hf"}), 0);
-  CheckpointData ck = load_checkpoint(find_checkpoint(tmp / "run"));
+  ASSERT_EQ(cli::export_hf_command({"--checkpoint", tmp / "run", "--out", tmp / "hf"}), 0);
+  formats::CheckpointData ck = formats::load_checkpoint(formats::find_checkpoint(tmp / "run"));
   InitSource trained;
   trained.model = parse_config(ck.state.at("config")).model;
   trained.parameters = std::move(ck.model);
   const InitSource exported = load_init_source(tmp / "hf");
   const std::vector<std::int32_t> ids = {104, 101, 108, 108, 111, 32, 256};
   EXPECT_EQ(logits_of(*model_from(exported), ids), logits_of(*model_from(trained), ids));
-  const HfTokenizerFile file = hf_tokenizer_file(tmp / "hf");
+  const formats::HfTokenizerFile file = formats::hf_tokenizer_file(tmp / "hf");
   EXPECT_EQ(data::load_tokenizer(file.kind, file.path)->encode("hello \xff"),
             data::ByteTokenizer().encode("hello \xff"));
-  expect_error([&] { export_hf_command({"--checkpoint", tmp / "run"}); }, {"--out"});
+  expect_error([&] { cli::export_hf_command({"--checkpoint", tmp / "run"}); }, {"--out"});
 }
 
 // finetune.init_from = a Hugging Face folder: the model and its tokenizer (data.tokenizer
@@ -367,7 +367,7 @@ TEST(HfImport, FinetuningFromAFolderUsesItsTokenizer) {
   const TrainResult r = train(c, {});
   EXPECT_EQ(r.steps, 2);
   EXPECT_TRUE(std::isfinite(r.final_train_loss));
-  const RunConfig saved = parse_config(load_checkpoint(find_checkpoint(tmp / "tuned")).state.at("config"));
+  const RunConfig saved = parse_config(formats::load_checkpoint(formats::find_checkpoint(tmp / "tuned")).state.at("config"));
   EXPECT_EQ(saved.model.n_kv_heads, 2);
   EXPECT_EQ(saved.model.rope_theta, 500.0);
 

@@ -10,7 +10,7 @@
 #include "attention/factory.h"
 #include "autograd/tape.h"
 #include "nn/model.h"
-#include "train/safetensors.h"
+#include "train/formats/safetensors.h"
 
 namespace dark {
 namespace {
@@ -18,12 +18,12 @@ namespace {
 const char* kRegenerate = "regenerate with: /usr/bin/python3 tests/reference/gen_model.py";
 
 struct Reference {
-  train::SafetensorsContents file;
+  formats::SafetensorsContents file;
   nn::ModelConfig config;
 };
 
 Reference load(const std::string& name, DType dtype) {
-  Reference r{train::load_safetensors(std::string(DARK_TEST_DATA_DIR) + "/model_" + name + "_v1.safetensors"), {}};
+  Reference r{formats::load_safetensors(std::string(DARK_TEST_DATA_DIR) + "/model_" + name + "_v1.safetensors"), {}};
   const auto c = nlohmann::json::parse(r.file.metadata.at("config"));
   r.config.vocab_size = c.at("vocab_size");
   r.config.d_model = c.at("d_model");

@@ -1,4 +1,4 @@
-// Replicate statistics for reports (train/paired_stats.h): Student t quantiles against
+// Replicate statistics for reports (train/metrics/paired_stats.h): Student t quantiles against
 // values computed with mpmath (30 digits: the root of 1 - I_{df/(df+t^2)}(df/2, 1/2) / 2 = p;
 // closed forms for df = 1 and 2), summaries with NaN left out, and paired intervals
 // checked by hand: a consistent small difference is distinguishable, a noisy larger one is not.
@@ -7,9 +7,9 @@
 #include <cmath>
 #include <limits>
 
-#include "train/paired_stats.h"
+#include "train/metrics/paired_stats.h"
 
-namespace dark::train {
+namespace dark::metrics {
 namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
@@ -58,4 +58,4 @@ TEST(PairedStats, PairedIntervalsSeparateConsistentDifferencesFromNoise) {
 }
 
 }  // namespace
-}  // namespace dark::train
+}  // namespace dark::metrics

@@ -1,4 +1,4 @@
-// Redraw shocks from metrics (train/redraw_shock.h) on synthetic curves with planted jumps:
+// Redraw shocks from metrics (train/metrics/redraw_shock.h) on synthetic curves with planted jumps:
 // the loss jump (K steps after minus K before), the held-out jump from the trainer's redraw
 // lines, mean and worst, the nominal steps of a run without redraws, windows cut by the ends
 // of the run; and the metrics lines themselves (redraw and attention statistics) as the
@@ -8,10 +8,10 @@
 #include <cmath>
 #include <limits>
 
-#include "train/redraw_shock.h"
-#include "train/run_metrics.h"
+#include "train/metrics/redraw_shock.h"
+#include "train/metrics/run_metrics.h"
 
-namespace dark::train {
+namespace dark::metrics {
 namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
@@ -99,4 +99,4 @@ TEST(RunMetricsLines, RedrawAndAttentionStatisticsLinesReadBack) {
 }
 
 }  // namespace
-}  // namespace dark::train
+}  // namespace dark::metrics

@@ -1,4 +1,4 @@
-// Self-contained run folders (train/run_files.h): checkpoints carry their tokenizer and
+// Self-contained run folders (train/portable_checkpoint.h): checkpoints carry their tokenizer and
 // config, so eval, generate, probe and export-hf work on a copy of the run folder, from
 // another working directory, with the data cache gone; prepared data are found by the
 // documented rule (--data, else the recorded absolute path), and a missing folder is a clear
@@ -15,8 +15,8 @@
 #include "data/sentencepiece_tokenizer.h"
 #include "data/tokenizer_file.h"
 #include "test_util.h"
-#include "train/checkpoint.h"
-#include "train/commands.h"
+#include "train/formats/checkpoint.h"
+#include "train/cli/commands.h"
 #include "train/model_builder.h"
 #include "train/trainer.h"
 #include "train_test_util.h"
@@ -90,23 +90,23 @@ TEST(TokenizerFile, BpeRebuildsTheSameTokenizerAndRejectsDamage) {
 
 TEST(CheckpointFiles, ExtraFilesRoundTripAndAreChecksummed) {
   TempDir tmp;
-  CheckpointData ck;
+  formats::CheckpointData ck;
   ck.step = 3;
   ck.model["w"] = Tensor::zeros({2});
   ck.files["tokenizer.model"] = std::string("model\0bytes", 11);
-  const fs::path dir = save_checkpoint(tmp.path(), ck, 0);
-  EXPECT_EQ(load_checkpoint(dir).files, ck.files);
+  const fs::path dir = formats::save_checkpoint(tmp.path(), ck, 0);
+  EXPECT_EQ(formats::load_checkpoint(dir).files, ck.files);
 
   write_text((dir / "tokenizer.model").string(), std::string("modelXbytes", 11));
-  expect_error([&] { load_checkpoint(dir); }, {"tokenizer.model", "checksum mismatch"});
+  expect_error([&] { formats::load_checkpoint(dir); }, {"tokenizer.model", "checksum mismatch"});
   ck.files = {{"../escape", "x"}};
-  expect_error([&] { save_checkpoint(tmp.path(), ck, 0); }, {"../escape", "not a plain file name"});
+  expect_error([&] { formats::save_checkpoint(tmp.path(), ck, 0); }, {"../escape", "not a plain file name"});
   ck.files = {{"state.json", "x"}};
-  expect_error([&] { save_checkpoint(tmp.path(), ck, 0); }, {"state.json", "checkpoint's own"});
+  expect_error([&] { formats::save_checkpoint(tmp.path(), ck, 0); }, {"state.json", "checkpoint's own"});
 }
 
 // Runs a command in-process, returning its exit code and what it printed.
-std::pair<int, std::string> run_command(int (*command)(const CommandArgs&), const CommandArgs& args) {
+std::pair<int, std::string> run_command(int (*command)(const cli::CommandArgs&), const cli::CommandArgs& args) {
   ::testing::internal::CaptureStdout();
   const int code = command(args);
   std::fflush(stdout);
@@ -132,15 +132,15 @@ TEST(RunFolder, ACopyWorksFromAnotherDirectoryWithoutTheDataCache) {
   for (int i = 3; i < 8; ++i) write_text(tmp / ("corpus/more" + std::to_string(i) + ".txt"), generated_text(600, i));
   train(parse_config(config), {});
   const std::string text_file = tmp / "corpus/doc0.txt";
-  const CommandArgs generate_args = {"--prompt", "kala", "--max-tokens", "6", "--temperature", "0"};
-  auto with = [](CommandArgs args, const std::string& run) {
+  const cli::CommandArgs generate_args = {"--prompt", "kala", "--max-tokens", "6", "--temperature", "0"};
+  auto with = [](cli::CommandArgs args, const std::string& run) {
     args.insert(args.begin(), {"--checkpoint", run});
     return args;
   };
-  const auto [eval_code, eval_before] = run_command(eval_command, {"--checkpoint", tmp / "run"});
+  const auto [eval_code, eval_before] = run_command(cli::eval_command, {"--checkpoint", tmp / "run"});
   ASSERT_EQ(eval_code, 0);
-  const std::string sample_before = run_command(generate_command, with(generate_args, tmp / "run")).second;
-  const std::string text_eval_before = run_command(eval_command, {"--checkpoint", tmp / "run", "--text", text_file}).second;
+  const std::string sample_before = run_command(cli::generate_command, with(generate_args, tmp / "run")).second;
+  const std::string text_eval_before = run_command(cli::eval_command, {"--checkpoint", tmp / "run", "--text", text_file}).second;
 
   // Another place, another working directory, no data cache and no corpus.
   fs::create_directories(tmp / "elsewhere");
@@ -152,20 +152,20 @@ TEST(RunFolder, ACopyWorksFromAnotherDirectoryWithoutTheDataCache) {
   const WorkingDirectory cwd(tmp / "cwd");
   const std::string run = tmp / "elsewhere/run";
 
-  expect_error([&] { eval_command({"--checkpoint", run}); }, {"validation data", tmp / "data", "prepare-data", "--data", "--text"});
-  const auto [text_code, text_eval] = run_command(eval_command, {"--checkpoint", run, "--text", tmp / "elsewhere/text.txt"});
+  expect_error([&] { cli::eval_command({"--checkpoint", run}); }, {"validation data", tmp / "data", "prepare-data", "--data", "--text"});
+  const auto [text_code, text_eval] = run_command(cli::eval_command, {"--checkpoint", run, "--text", tmp / "elsewhere/text.txt"});
   EXPECT_EQ(text_code, 0);
   EXPECT_EQ(text_eval.substr(0, text_eval.find(" of ")), text_eval_before.substr(0, text_eval_before.find(" of ")));
   EXPECT_NE(text_eval.find("val loss"), std::string::npos) << text_eval;
   // --data points to the prepared data wherever they are now: the same numbers as before.
-  EXPECT_EQ(run_command(eval_command, {"--checkpoint", run, "--data", tmp / "data-moved"}).second, eval_before);
-  EXPECT_EQ(run_command(generate_command, with(generate_args, run)).second, sample_before);
+  EXPECT_EQ(run_command(cli::eval_command, {"--checkpoint", run, "--data", tmp / "data-moved"}).second, eval_before);
+  EXPECT_EQ(run_command(cli::generate_command, with(generate_args, run)).second, sample_before);
   const auto [probe_code, probe_out] =
-      run_command(probe_command, {"--checkpoint", run, "--text", tmp / "elsewhere/text.txt", "--features", "8",
+      run_command(cli::probe_command, {"--checkpoint", run, "--text", tmp / "elsewhere/text.txt", "--features", "8",
                                   "--redraws", "1", "--batches", "1", "--calibration-batches", "1"});
   EXPECT_EQ(probe_code, 0);
   EXPECT_NE(probe_out.find("performer"), std::string::npos) << probe_out;
-  EXPECT_EQ(run_command(export_hf_command, {"--checkpoint", run, "--out", tmp / "hf"}).first, 0);
+  EXPECT_EQ(run_command(cli::export_hf_command, {"--checkpoint", run, "--out", tmp / "hf"}).first, 0);
   EXPECT_TRUE(fs::exists(tmp / "hf/model.safetensors"));
   EXPECT_TRUE(fs::exists(tmp / "hf/tokenizer.model"));  // from the checkpoint: the data are gone
 
@@ -173,11 +173,11 @@ TEST(RunFolder, ACopyWorksFromAnotherDirectoryWithoutTheDataCache) {
   json byte_config = tiny_config(tmp, "unused", 6);
   byte_config["data"]["dir"] = tmp / "byte-data";
   data::prepare(parse_config(byte_config).data);
-  expect_error([&] { eval_command({"--checkpoint", run, "--data", tmp / "byte-data"}); },
+  expect_error([&] { cli::eval_command({"--checkpoint", run, "--data", tmp / "byte-data"}); },
                {"byte-data", "token ids would not mean the same"});
   write_text(tmp / "short.txt", "ka");
-  expect_error([&] { eval_command({"--checkpoint", run, "--text", tmp / "short.txt"}); }, {"short.txt", "fewer than one window"});
-  expect_error([&] { eval_command({"--checkpoint", run, "--text", text_file, "--data", tmp / "data-moved"}); },
+  expect_error([&] { cli::eval_command({"--checkpoint", run, "--text", tmp / "short.txt"}); }, {"short.txt", "fewer than one window"});
+  expect_error([&] { cli::eval_command({"--checkpoint", run, "--text", text_file, "--data", tmp / "data-moved"}); },
                {"--text and --data"});
 }
 
@@ -188,14 +188,14 @@ TEST(RunFolder, ATamperedTokenizerFileIsRejected) {
   config["data"]["vocab_size"] = 300;
   config["schedule"]["warmup_steps"] = 1;
   train(parse_config(config), {});
-  const fs::path ck = *latest_checkpoint(tmp / "run");
+  const fs::path ck = *formats::latest_checkpoint(tmp / "run");
   json state = json::parse(read_file(ck / "state.json"));
   EXPECT_EQ(state["tokenizer"]["kind"], "sentencepiece");
   EXPECT_EQ(state["tokenizer"]["file"], "tokenizer.model");
   EXPECT_EQ(state["data_dir"], fs::absolute(tmp / "data").lexically_normal().string());
   state["tokenizer"]["hash"] = "sentencepiece-0000000000000000";
   write_text(ck / "state.json", state.dump(2));
-  expect_error([&] { generate_command({"--checkpoint", tmp / "run", "--prompt", "ka"}); },
+  expect_error([&] { cli::generate_command({"--checkpoint", tmp / "run", "--prompt", "ka"}); },
                {"rebuilt from its file has hash", "sentencepiece-0000000000000000"});
 }
 

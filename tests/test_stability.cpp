@@ -13,9 +13,9 @@
 
 #include "test_util.h"
 #include "train/config.h"
-#include "train/stability.h"
+#include "train/metrics/stability.h"
 
-namespace dark::train {
+namespace dark::metrics {
 namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
@@ -401,19 +401,19 @@ TEST(Stability, MetricsLinesAndTheMonitor) {
 
 TEST(Stability, ConfigSectionIsValidatedAndRoundTrips) {
   nlohmann::json doc = {{"stability", {{"window", 20}, {"loss_factor", 1.5}, {"stop_on_divergence", true}}}};
-  const RunConfig c = parse_config(doc);
+  const train::RunConfig c = train::parse_config(doc);
   EXPECT_EQ(c.stability.window, 20);
   EXPECT_TRUE(c.stability.stop_on_divergence);
   EXPECT_DOUBLE_EQ(c.stability.grad_factor, 2.0);
-  EXPECT_EQ(to_json(parse_config(to_json(c))), to_json(c));
-  dark::testing::expect_error([] { parse_config({{"stability", {{"loss_factor", 1.0}}}}); },
+  EXPECT_EQ(to_json(train::parse_config(to_json(c))), to_json(c));
+  dark::testing::expect_error([] { train::parse_config({{"stability", {{"loss_factor", 1.0}}}}); },
                               {"config: stability.loss_factor: expected a number > 1, got 1.0"});
-  dark::testing::expect_error([] { parse_config({{"stability", {{"windw", 3}}}}); },
+  dark::testing::expect_error([] { train::parse_config({{"stability", {{"windw", 3}}}}); },
                               {"config: stability.windw: unknown key (did you mean stability.window?)"});
   bool listed = false;
-  for (const ConfigKey& k : config_keys()) listed = listed || k.path == "stability.stop_on_divergence";
+  for (const train::ConfigKey& k : train::config_keys()) listed = listed || k.path == "stability.stop_on_divergence";
   EXPECT_TRUE(listed);
 }
 
 }  // namespace
-}  // namespace dark::train
+}  // namespace dark::metrics

@@ -14,7 +14,7 @@
 #include <thread>
 
 #include "child_process.h"
-#include "train/checkpoint.h"
+#include "train/formats/checkpoint.h"
 #include "train/stop_signal.h"
 #include "train_test_util.h"
 
@@ -100,7 +100,8 @@ TEST(StopSignals, AnIgnoredSignalStaysIgnoredAndHandlersAreRestored) {
   EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
-// metrics.jsonl without the timing fields, which differ from run to run.
+// metrics.jsonl without the timing fields, which differ from run to run: every field of
+// every line, not only those metrics::read_metrics keeps.
 std::vector<json> metrics_without_timings(const fs::path& run) {
   std::vector<json> out;
   std::ifstream in(run / "metrics.jsonl");
@@ -142,9 +143,9 @@ TEST(TrainStop, SigtermCheckpointsTheStepAndResumeMatchesTheUninterruptedRun) {
   ASSERT_LT(at, steps) << "the run ended before the signal; make it longer";
   for (std::size_t i = 0; i < logged.size(); ++i) EXPECT_EQ(logged[i], static_cast<std::int64_t>(i) + 1);
   EXPECT_NE(log.find(str("stopped by signal at step ", at, "; continue with --resume (SIGTERM")), std::string::npos) << log;
-  const auto latest = latest_checkpoint(tmp / "stopped");
+  const auto latest = formats::latest_checkpoint(tmp / "stopped");
   ASSERT_TRUE(latest.has_value());
-  EXPECT_EQ(latest->filename(), checkpoint_name(at));
+  EXPECT_EQ(latest->filename(), formats::checkpoint_name(at));
   EXPECT_FALSE(fs::exists(tmp / "stopped/stability.json"));  // not finished
 
   ASSERT_EQ(dark::testing::run_child(args("stopped", {"--resume"}), tmp / "resumed.log"), 0)
@@ -154,7 +155,7 @@ TEST(TrainStop, SigtermCheckpointsTheStepAndResumeMatchesTheUninterruptedRun) {
   ASSERT_EQ(got.size(), want.size());
   for (std::size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], want[i]) << "metrics line " << i + 1;
   for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
-    const fs::path final_step = fs::path("checkpoints") / checkpoint_name(steps) / file;
+    const fs::path final_step = fs::path("checkpoints") / formats::checkpoint_name(steps) / file;
     EXPECT_EQ(dark::testing::read_all(tmp / "stopped" / final_step), dark::testing::read_all(tmp / "whole" / final_step))
         << file << " differs from the uninterrupted run's";
   }

@@ -16,13 +16,13 @@
 
 #include "child_process.h"
 #include "test_util.h"
-#include "train/checkpoint.h"
+#include "train/formats/checkpoint.h"
 #include "train/config.h"
-#include "train/report.h"
-#include "train/report_data.h"
-#include "train/stability.h"
+#include "train/experiments/report.h"
+#include "train/experiments/report_data.h"
+#include "train/metrics/stability.h"
 #include "train/stop_signal.h"
-#include "train/sweep.h"
+#include "train/experiments/sweep.h"
 #include "train_test_util.h"
 
 namespace dark::train {
@@ -53,22 +53,22 @@ fs::path write_sweep(const TempDir& tmp, const std::string& axes, const std::str
 }
 
 TEST(Sweep, PointNamesUseShortNumbers) {
-  EXPECT_EQ(short_number(0.003), "3e-3");
-  EXPECT_EQ(short_number(3e-4), "3e-4");
-  EXPECT_EQ(short_number(0.01), "0.01");
-  EXPECT_EQ(short_number(0.5), "0.5");
-  EXPECT_EQ(short_number(64), "64");
-  EXPECT_EQ(short_number(1e6), "1e6");
-  EXPECT_EQ(short_number(0.00025), "2.5e-4");
+  EXPECT_EQ(experiments::short_number(0.003), "3e-3");
+  EXPECT_EQ(experiments::short_number(3e-4), "3e-4");
+  EXPECT_EQ(experiments::short_number(0.01), "0.01");
+  EXPECT_EQ(experiments::short_number(0.5), "0.5");
+  EXPECT_EQ(experiments::short_number(64), "64");
+  EXPECT_EQ(experiments::short_number(1e6), "1e6");
+  EXPECT_EQ(experiments::short_number(0.00025), "2.5e-4");
 }
 
 TEST(Sweep, BadPointsAreReportedBeforeAnythingRuns) {
   TempDir tmp;
   const fs::path file = write_sweep(tmp, R"({"attention.kind": ["softmax", "flash"]})");
-  dark::testing::expect_error([&] { plan_sweep(file); },
+  dark::testing::expect_error([&] { experiments::plan_sweep(file); },
                               {"sweep: ", "grid.json: point flash: config: attention.kind: \"flash\" is not one of softmax, performer"});
   const fs::path typo = write_sweep(tmp, R"({"optimizer.lrr": [0.1]})");
-  dark::testing::expect_error([&] { plan_sweep(typo); }, {"grid.json: axes.optimizer.lrr", "did you mean optimizer.lr?"});
+  dark::testing::expect_error([&] { experiments::plan_sweep(typo); }, {"grid.json: axes.optimizer.lrr", "did you mean optimizer.lr?"});
   EXPECT_FALSE(fs::exists(tmp.path() / "out"));
 }
 
@@ -76,16 +76,16 @@ TEST(Sweep, DivergedPointsAreRecordedResumesAndReports) {
   TempDir tmp;
   const fs::path file = write_sweep(tmp, R"({"attention.kind": ["softmax", "performer"], "optimizer.lr": [0.01, 100]})",
                                     R"({"optimizer.lr": "lr"})");
-  const SweepPlan plan = plan_sweep(file);
+  const experiments::SweepPlan plan = experiments::plan_sweep(file);
   ASSERT_EQ(plan.points.size(), 4u);
   EXPECT_EQ(plan.axes, (std::vector<std::string>{"attention.kind", "optimizer.lr"}));
   EXPECT_EQ(plan.points[0].name, "softmax_lr0.01");
   EXPECT_EQ(plan.points[3].name, "performer_lr100");
 
-  SweepOptions options;
+  experiments::SweepOptions options;
   options.jobs = 2;
   options.executable = DARKFORMER_EXE;
-  const json summary = run_sweep(plan, options);
+  const json summary = experiments::run_sweep(plan, options);
   std::map<std::string, json> by_name;
   for (const json& r : summary["points"]) by_name[r["name"]] = r;
   for (const char* name : {"softmax_lr0.01", "performer_lr0.01"}) {
@@ -99,7 +99,7 @@ TEST(Sweep, DivergedPointsAreRecordedResumesAndReports) {
     EXPECT_LT(by_name[name]["steps"].get<int>(), 20);  // stopped early
     const json s = json::parse(read(tmp.path() / "out" / name / "stability.json"));
     EXPECT_TRUE(s["stopped_on_divergence"].get<bool>());
-    EXPECT_TRUE(list_checkpoints(tmp.path() / "out" / name).empty());
+    EXPECT_TRUE(formats::list_checkpoints(tmp.path() / "out" / name).empty());
   }
   const std::string csv = read(tmp.path() / "out/summary.csv");
   EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 5);
@@ -108,23 +108,23 @@ TEST(Sweep, DivergedPointsAreRecordedResumesAndReports) {
   // Interrupt one point after its step-10 checkpoint: no status, no final checkpoint.
   const fs::path cut = tmp.path() / "out/performer_lr0.01";
   fs::remove(cut / "status.json");
-  fs::remove_all(cut / "checkpoints" / checkpoint_name(20));
+  fs::remove_all(cut / "checkpoints" / formats::checkpoint_name(20));
   std::map<std::string, fs::file_time_type> before;
-  for (const SweepPoint& p : plan.points) before[p.name] = fs::last_write_time(p.dir / "train.log");
-  EXPECT_NE(describe_plan(plan).find("performer_lr0.01: attention.kind=\"performer\", optimizer.lr=0.01 -> resume from step_00000010"),
+  for (const experiments::SweepPoint& p : plan.points) before[p.name] = fs::last_write_time(p.dir / "train.log");
+  EXPECT_NE(experiments::describe_plan(plan).find("performer_lr0.01: attention.kind=\"performer\", optimizer.lr=0.01 -> resume from step_00000010"),
             std::string::npos)
-      << describe_plan(plan);
+      << experiments::describe_plan(plan);
 
-  const json again = run_sweep(plan, options);
-  for (const SweepPoint& p : plan.points)
+  const json again = experiments::run_sweep(plan, options);
+  for (const experiments::SweepPoint& p : plan.points)
     if (p.name != "performer_lr0.01") EXPECT_EQ(fs::last_write_time(p.dir / "train.log"), before[p.name]) << p.name << " ran again";
   EXPECT_NE(read(cut / "train.log").find("==== sweep: resuming from step_00000010 ===="), std::string::npos);
   EXPECT_EQ(json::parse(read(cut / "status.json"))["status"], "done");
-  EXPECT_EQ(read_metrics(cut / "metrics.jsonl").steps.size(), 20u);
+  EXPECT_EQ(metrics::read_metrics(cut / "metrics.jsonl").steps.size(), 20u);
   EXPECT_NE(read(tmp.path() / "out/sweep.log").find("softmax_lr0.01: already done, skipped"), std::string::npos);
   EXPECT_EQ(again["points"][3]["status"], "diverged");
 
-  const ReportResult report = write_report(tmp.path() / "out");
+  const experiments::ReportResult report = experiments::write_report(tmp.path() / "out");
   const std::string md = read(report.markdown);
   EXPECT_NE(md.find("## Method x learning rate"), std::string::npos) << md;
   EXPECT_NE(md.find("| kind \\ lr | 0.01 | 100 |"), std::string::npos) << md;
@@ -148,7 +148,7 @@ TEST(Sweep, SeedsAndNamedVariantsMakeTheGrid) {
                           "dark-whiten": {"attention.kind": "darkformer", "attention.darkformer.init": "whiten"}},
                "optimizer.lr": [0.01]}, "seeds": [4, 5])",
       R"({"optimizer.lr": "lr"})");
-  const SweepPlan plan = plan_sweep(file);
+  const experiments::SweepPlan plan = experiments::plan_sweep(file);
   EXPECT_EQ(plan.axes, (std::vector<std::string>{"method", "optimizer.lr", "seed"}));
   ASSERT_EQ(plan.points.size(), 4u);
   EXPECT_EQ(plan.points[0].name, "performer_lr0.01_seed4");
@@ -159,15 +159,15 @@ TEST(Sweep, SeedsAndNamedVariantsMakeTheGrid) {
   EXPECT_EQ(c.seed, 5);
   EXPECT_EQ(parse_config(plan.points[0].config).attention.kind, attention::Kind::performer);
 
-  dark::testing::expect_error([&] { plan_sweep(write_sweep(tmp, R"({"seed": [1]}, "seeds": [2])")); },
+  dark::testing::expect_error([&] { experiments::plan_sweep(write_sweep(tmp, R"({"seed": [1]}, "seeds": [2])")); },
                               {"seeds: \"seed\" is also an axis"});
-  dark::testing::expect_error([&] { plan_sweep(write_sweep(tmp, R"({"optimizer.lr": [0.01]}, "seeds": [1, 1])")); },
+  dark::testing::expect_error([&] { experiments::plan_sweep(write_sweep(tmp, R"({"optimizer.lr": [0.01]}, "seeds": [1, 1])")); },
                               {"seeds: seed 1 twice"});
-  dark::testing::expect_error([&] { plan_sweep(write_sweep(tmp, R"({"optimizer.lr": [0.01]}, "seeds": [-1])")); },
+  dark::testing::expect_error([&] { experiments::plan_sweep(write_sweep(tmp, R"({"optimizer.lr": [0.01]}, "seeds": [-1])")); },
                               {"seeds: expected non-negative integers"});
-  dark::testing::expect_error([&] { plan_sweep(write_sweep(tmp, R"({"method": {"a": "performer"}})")); },
+  dark::testing::expect_error([&] { experiments::plan_sweep(write_sweep(tmp, R"({"method": {"a": "performer"}})")); },
                               {"axes.method.a: expected an object of dotted config keys"});
-  dark::testing::expect_error([&] { plan_sweep(write_sweep(tmp, R"({"method": {"a": {"attention.kind": "flash"}}})")); },
+  dark::testing::expect_error([&] { experiments::plan_sweep(write_sweep(tmp, R"({"method": {"a": {"attention.kind": "flash"}}})")); },
                               {"point a: config: attention.kind: \"flash\" is not one of"});
 }
 
@@ -183,17 +183,17 @@ TEST(Sweep, SeededReportsPairMethodsAndASecondSweepFileExtendsTheFolder) {
     const json sweep = {{"base", "../base.json"}, {"axes", {{"attention.kind", {"performer", "lfk"}}}}, {"seeds", seeds},
                         {"output", tmp / "out"}};
     dark::testing::write_text(tmp / ("sweeps/" + name + ".json"), sweep.dump(2));
-    return plan_sweep(tmp.path() / ("sweeps/" + name + ".json"));
+    return experiments::plan_sweep(tmp.path() / ("sweeps/" + name + ".json"));
   };
-  SweepOptions options;
+  experiments::SweepOptions options;
   options.jobs = 2;
   options.executable = DARKFORMER_EXE;
-  run_sweep(sweep_file("first", {1}), options);
-  const json summary = run_sweep(sweep_file("more", {2, 3}), options);
+  experiments::run_sweep(sweep_file("first", {1}), options);
+  const json summary = experiments::run_sweep(sweep_file("more", {2, 3}), options);
   ASSERT_EQ(summary["points"].size(), 6u);  // the first file's points stay
   EXPECT_EQ(summary["points"][4]["name"], "performer_seed1");
 
-  const ReportResult report = write_report(tmp.path() / "out");
+  const experiments::ReportResult report = experiments::write_report(tmp.path() / "out");
   const std::string md = read(report.markdown);
   EXPECT_NE(md.find("## Redraw shocks (mean ± sd over 3 seeds)"), std::string::npos) << md;
   EXPECT_NE(md.find("## Paired comparisons by seed"), std::string::npos) << md;
@@ -201,10 +201,10 @@ TEST(Sweep, SeededReportsPairMethodsAndASecondSweepFileExtendsTheFolder) {
   // its held-out jump is the mean over seeds of the trainer's before/after losses.
   double sum = 0;
   for (const char* point : {"performer_seed1", "performer_seed2", "performer_seed3"}) {
-    const RunMetrics m = read_metrics(tmp.path() / "out" / point / "metrics.jsonl");
+    const metrics::RunMetrics m = metrics::read_metrics(tmp.path() / "out" / point / "metrics.jsonl");
     ASSERT_EQ(m.redraws.size(), 3u) << point;
     EXPECT_EQ(m.redraws[2].step, 19);
-    for (const RedrawRecord& r : m.redraws) sum += (r.held_out_after - r.held_out_before) / 3;
+    for (const metrics::RedrawRecord& r : m.redraws) sum += (r.held_out_after - r.held_out_before) / 3;
   }
   char want[64];
   std::snprintf(want, sizeof want, "| performer | %.3g ± ", sum / 3);
@@ -216,30 +216,30 @@ TEST(Sweep, SeededReportsPairMethodsAndASecondSweepFileExtendsTheFolder) {
 
   // The report re-derives spikes with the settings it is given: a margin of 0 and 0.5 sd calls
   // batch noise spikes, more than the runs' own settings do.
-  ReportOptions loose;
+  experiments::ReportOptions loose;
   loose.stability_overrides = {"loss_sigmas=0.5", "stability.loss_margin=0", "window=5"};
-  const auto spike_count = [&](const ReportOptions& o) {
+  const auto spike_count = [&](const experiments::ReportOptions& o) {
     std::size_t n = 0;
-    for (const ReportPoint& p : load_report_data(tmp.path() / "out", o.stability_overrides).points) n += p.stability.loss_spikes.size();
+    for (const experiments::ReportPoint& p : experiments::load_report_data(tmp.path() / "out", o.stability_overrides).points) n += p.stability.loss_spikes.size();
     return n;
   };
   EXPECT_GT(spike_count(loose), spike_count({}));
-  const std::string loose_md = read(write_report(tmp.path() / "out", loose).markdown);
+  const std::string loose_md = read(experiments::write_report(tmp.path() / "out", loose).markdown);
   EXPECT_NE(loose_md.find("(settings given to the report, not the runs' own)"), std::string::npos);
   EXPECT_NE(loose_md.find("more than 0.5 noise standard deviations"), std::string::npos) << loose_md;
-  dark::testing::expect_error([&] { write_report(tmp.path() / "out", ReportOptions{{"loss_sigmas=-1"}}); },
+  dark::testing::expect_error([&] { experiments::write_report(tmp.path() / "out", experiments::ReportOptions{{"loss_sigmas=-1"}}); },
                               {"report: --set stability.loss_sigmas=-1", "loss_sigmas"});
 }
 
 TEST(Sweep, ALauncherTrainsEachPointOnSeveralRanks) {
   ASSERT_TRUE(fs::exists(DARK_MPIEXEC)) << "mpirun not found: install Open MPI with scripts/install-deps.sh";
   TempDir tmp;
-  const SweepPlan plan = plan_sweep(write_sweep(tmp, R"({"attention.kind": ["softmax"]})"));
+  const experiments::SweepPlan plan = experiments::plan_sweep(write_sweep(tmp, R"({"attention.kind": ["softmax"]})"));
   EXPECT_TRUE(plan.launcher.empty());
-  SweepOptions options;
+  experiments::SweepOptions options;
   options.executable = DARKFORMER_EXE;
   options.launcher = str(DARK_MPIEXEC, "  -np 2 --oversubscribe\t--allow-run-as-root --bind-to none");
-  const json summary = run_sweep(plan, options);
+  const json summary = experiments::run_sweep(plan, options);
   const fs::path point = tmp.path() / "out/softmax";
   EXPECT_EQ(summary["points"][0]["status"], "done") << read(point / "train.log");
   EXPECT_NE(read(point / "train.log").find("data parallel: 2 rank(s), backend mpi"), std::string::npos)
@@ -251,11 +251,11 @@ TEST(Sweep, ALauncherTrainsEachPointOnSeveralRanks) {
   json sweep = json::parse(read(tmp.path() / "sweeps/grid.json"));
   sweep["launcher"] = "mpirun -np 4";
   dark::testing::write_text(tmp / "sweeps/grid.json", sweep.dump());
-  EXPECT_EQ(plan_sweep(tmp.path() / "sweeps/grid.json").launcher, (std::vector<std::string>{"mpirun", "-np", "4"}));
+  EXPECT_EQ(experiments::plan_sweep(tmp.path() / "sweeps/grid.json").launcher, (std::vector<std::string>{"mpirun", "-np", "4"}));
   sweep["launcher"] = 4;
   dark::testing::write_text(tmp / "sweeps/grid.json", sweep.dump());
   try {
-    plan_sweep(tmp.path() / "sweeps/grid.json");
+    experiments::plan_sweep(tmp.path() / "sweeps/grid.json");
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("launcher: expected a command"), std::string::npos) << e.what();
@@ -300,14 +300,14 @@ TEST(Sweep, ASigtermStopsThePointsRecordsThemAndARerunResumesThem) {
   EXPECT_EQ(json::parse(read(tmp / "out/lr0.01/status.json"))["exit_code"], kStoppedBySignal);
   const std::int64_t at = dark::testing::logged_steps(tmp.path() / "out/lr0.01").back();
   ASSERT_LT(at, 150);
-  EXPECT_TRUE(fs::exists(tmp.path() / "out/lr0.01/checkpoints" / checkpoint_name(at)));
+  EXPECT_TRUE(fs::exists(tmp.path() / "out/lr0.01/checkpoints" / formats::checkpoint_name(at)));
   EXPECT_NE(read(tmp / "out/sweep.log").find("sweep stopped by signal: 0 done, 0 diverged, 0 failed, 1 interrupted, 1 not run"),
             std::string::npos)
       << read(tmp / "out/sweep.log");
 
   ASSERT_EQ(dark::testing::run_child({DARKFORMER_EXE, "sweep", "--config", file.string(), "--jobs", "2"}, tmp / "again.log"), 0)
       << read(tmp / "again.log");
-  EXPECT_NE(read(tmp / "out/lr0.01/train.log").find("==== sweep: resuming from " + checkpoint_name(at)), std::string::npos);
+  EXPECT_NE(read(tmp / "out/lr0.01/train.log").find("==== sweep: resuming from " + formats::checkpoint_name(at)), std::string::npos);
   expect_points_complete(tmp, json::parse(read(tmp / "out/summary.json")));
 }
 

@@ -8,7 +8,7 @@
 #include "autograd/ops.h"
 #include "core/allocator.h"
 #include "core/tensor.h"
-#include "train/mlp_demo.h"
+#include "train/cli/mlp_demo.h"
 #include "test_util.h"
 
 namespace dark {
@@ -168,12 +168,12 @@ TEST(Allocator, ReusesFreedBlocks) {
 
 TEST(Allocator, TrainingLoopMakesNoSystemAllocationsAfterWarmup) {
   CachingAllocator& a = allocator_for(Device::cpu());
-  MlpDemoConfig config;
+  cli::MlpDemoConfig config;
   config.steps = 5;
-  run_mlp_demo(config);  // warm-up: fills the cache with every size the loop uses
+  cli::run_mlp_demo(config);  // warm-up: fills the cache with every size the loop uses
   const auto before = a.stats();
   config.steps = 50;
-  run_mlp_demo(config);
+  cli::run_mlp_demo(config);
   const auto after = a.stats();
   EXPECT_GT(after.requests - before.requests, 1000u);
   EXPECT_EQ(after.system_allocs, before.system_allocs) << "a training step reached the system allocator";

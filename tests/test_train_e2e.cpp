@@ -11,7 +11,7 @@
 #include "nn/model.h"
 #include "test_util.h"
 #include "train_test_util.h"
-#include "train/checkpoint.h"
+#include "train/formats/checkpoint.h"
 #include "train/config.h"
 #include "train/model_builder.h"
 #include "train/trainer.h"
@@ -38,7 +38,7 @@ TEST(TrainEndToEnd, ResumeReproducesTheUninterruptedLossCurveBitForBit) {
   train(parse_config(tiny_config(tmp, "full", 30)), {});
   // Simulate a run killed after its step-20 checkpoint: copy it and drop what came later.
   fs::copy(tmp.path() / "full", tmp.path() / "cut", fs::copy_options::recursive);
-  fs::remove_all(tmp.path() / "cut" / "checkpoints" / checkpoint_name(30));
+  fs::remove_all(tmp.path() / "cut" / "checkpoints" / formats::checkpoint_name(30));
   TrainOptions resume;
   resume.resume = true;
   train(parse_config(tiny_config(tmp, "cut", 30)), resume);
@@ -47,8 +47,8 @@ TEST(TrainEndToEnd, ResumeReproducesTheUninterruptedLossCurveBitForBit) {
   ASSERT_EQ(a.size(), 30u);
   ASSERT_EQ(b.size(), 30u);
   for (std::int64_t step = 1; step <= 30; ++step) EXPECT_EQ(a.at(step), b.at(step)) << "step " << step;  // bitwise
-  const auto wa = load_checkpoint(tmp.path() / "full/checkpoints" / checkpoint_name(30));
-  const auto wb = load_checkpoint(tmp.path() / "cut/checkpoints" / checkpoint_name(30));
+  const auto wa = formats::load_checkpoint(tmp.path() / "full/checkpoints" / formats::checkpoint_name(30));
+  const auto wb = formats::load_checkpoint(tmp.path() / "cut/checkpoints" / formats::checkpoint_name(30));
   for (const auto& [name, t] : wa.model) EXPECT_EQ(t.to_vector<float>(), wb.model.at(name).to_vector<float>()) << name;
   for (const auto& [name, t] : wa.optimizer)
     if (t.dtype() == DType::f32) EXPECT_EQ(t.to_vector<float>(), wb.optimizer.at(name).to_vector<float>()) << name;
@@ -77,7 +77,7 @@ TEST(TrainEndToEnd, ResumeRefusesADifferentConfig) {
 TEST(TrainEndToEnd, ACheckpointTensorOfAnotherDtypeIsAnErrorNamingIt) {
   TempDir tmp;
   train(parse_config(tiny_config(tmp, "run", 5)), {});
-  CheckpointData ck = load_checkpoint(tmp.path() / "run/checkpoints" / checkpoint_name(5));
+  formats::CheckpointData ck = formats::load_checkpoint(tmp.path() / "run/checkpoints" / formats::checkpoint_name(5));
   const RunConfig config = parse_config(ck.state.at("config"));
   auto model = build_model(config);
   ck.model["model.norm.weight"] = ck.model["model.norm.weight"].to(DType::f64);
@@ -92,14 +92,14 @@ TEST(TrainEndToEnd, ACheckpointTensorOfAnotherDtypeIsAnErrorNamingIt) {
 TEST(TrainEndToEnd, FreshRunDoesNotOverwriteCheckpoints) {
   TempDir tmp;
   train(parse_config(tiny_config(tmp, "run", 10)), {});
-  const auto before = fs::last_write_time(tmp.path() / "run/checkpoints" / checkpoint_name(10) / "model.safetensors");
+  const auto before = fs::last_write_time(tmp.path() / "run/checkpoints" / formats::checkpoint_name(10) / "model.safetensors");
   try {
     train(parse_config(tiny_config(tmp, "run", 10)), {});
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("--resume"), std::string::npos) << e.what();
   }
-  EXPECT_EQ(fs::last_write_time(tmp.path() / "run/checkpoints" / checkpoint_name(10) / "model.safetensors"), before);
+  EXPECT_EQ(fs::last_write_time(tmp.path() / "run/checkpoints" / formats::checkpoint_name(10) / "model.safetensors"), before);
 }
 
 TEST(TrainEndToEnd, NonFiniteStepsAreSkippedThenAbortTheRun) {
@@ -113,9 +113,8 @@ TEST(TrainEndToEnd, NonFiniteStepsAreSkippedThenAbortTheRun) {
   once.before_step = [&](std::int64_t step, nn::CausalLM& m) { if (step == 4 || step == 5) poison(step, m, 4, 5); };
   auto cfg = tiny_config(tmp, "once", 12);
   train(parse_config(cfg), once);
-  std::ifstream in(tmp.path() / "once/metrics.jsonl");
   int skipped = 0;
-  for (std::string line; std::getline(in, line);) skipped += nlohmann::json::parse(line).value("skipped", false);
+  for (const metrics::StepRecord& s : metrics::read_metrics(tmp.path() / "once/metrics.jsonl").steps) skipped += s.skipped;
   EXPECT_EQ(skipped, 1);
 
   // Poisoned from step 3 on: skips 3..8 (6 > max_consecutive_skips = 5) end the run.

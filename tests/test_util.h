@@ -24,13 +24,14 @@
 // GPU tests start with this: they skip (visibly) where no GPU can run kernels, which is how
 // "insufficient driver" and "no device" both read. Nothing else may depend on a GPU.
 // The *_emulated twins of the GPU test programs (tests/CMakeLists.txt) run the same tests on
-// the CUDA emulator, where a GPU test must run: a program whose CUDA backend is not the
-// emulator stops at start instead of skipping its way to a pass.
+// the CUDA emulator, which they install at start, and where a GPU test must run: a program
+// whose CUDA backend is not then the emulator stops instead of skipping its way to a pass.
 #if defined(DARK_TEST_ON_CUDA_EMULATOR)
 #include <cstdio>
 
-#include "core/cuda/emulator/control.h"
+#include "cuda_emulator/control.h"
 inline const bool dark_test_emulator_checked = [] {
+  ::dark::cuda_emu::install();
   if (!::dark::cuda_emu::active() || !::dark::cuda_available()) {
     std::fprintf(stderr, "this test program must run on the CUDA emulator, which is not its CUDA backend\n");
     std::abort();

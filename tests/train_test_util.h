@@ -1,12 +1,14 @@
 // Shared by the end-to-end training tests: a tiny byte-level run config over a generated
 // corpus, and the per-step losses a run wrote to metrics.jsonl.
 #pragma once
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "train/metrics/run_metrics.h"
 #include "test_util.h"
 
 namespace dark::train {
@@ -32,11 +34,8 @@ inline nlohmann::json tiny_config(const dark::testing::TempDir& tmp, const std::
 // The "loss" of every step line in metrics.jsonl, by step.
 inline std::map<std::int64_t, double> losses(const std::filesystem::path& run) {
   std::map<std::int64_t, double> out;
-  std::ifstream in(run / "metrics.jsonl");
-  for (std::string line; std::getline(in, line);) {
-    const auto j = nlohmann::json::parse(line);
-    if (j.contains("loss") && j["loss"].is_number()) out[j["step"]] = j["loss"];
-  }
+  for (const metrics::StepRecord& s : metrics::read_metrics(run / "metrics.jsonl").steps)
+    if (!std::isnan(s.loss)) out[s.step] = s.loss;
   return out;
 }
 

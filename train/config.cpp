@@ -21,7 +21,7 @@
 #include "core/file_io.h"
 #include "core/hash.h"
 #include "core/json_depth.h"
-#include "train/hf_folder.h"
+#include "train/formats/hf_folder.h"
 
 namespace dark::train {
 
@@ -147,7 +147,7 @@ E enum_value(const json& v, const std::string& path) {
 }
 
 // training.device: "cpu", "cuda", "cuda:N" or "auto" (which device is usable is decided at
-// run time, train/device.h; here only the spelling is checked).
+// run time, train/device_setting.h; here only the spelling is checked).
 std::string device_value(const json& v, const std::string& path) {
   const std::string text = string_value(v, path, true);
   if (text == "auto") return text;
@@ -764,8 +764,8 @@ void resolve_config(RunConfig& config, const std::string& config_stem) {
   if (init_from.ends_with(".gguf") && !config.given.contains("data.tokenizer")) {
     config.data.tokenizer = data::TokenizerKind::gguf;
     if (!config.given.contains("data.tokenizer_model")) config.data.tokenizer_model = init_from;
-  } else if (!config.given.contains("data.tokenizer") && is_hf_model_folder(init_from)) {
-    const HfTokenizerFile file = hf_tokenizer_file(init_from);
+  } else if (!config.given.contains("data.tokenizer") && formats::is_hf_model_folder(init_from)) {
+    const formats::HfTokenizerFile file = formats::hf_tokenizer_file(init_from);
     config.data.tokenizer = file.kind;
     if (!config.given.contains("data.tokenizer_model")) {
       config.data.tokenizer_model = file.path;
@@ -851,7 +851,10 @@ RunConfig parse_config(const json& doc, const std::string& config_stem) {
   return config;
 }
 
-json read_config_json(const std::filesystem::path& path) {
+namespace {
+
+template <class Json>
+Json read_json_with_comments(const std::filesystem::path& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {
     throw Error(str("config: cannot read ", path.string(), ": it is a directory"));
@@ -861,7 +864,7 @@ json read_config_json(const std::filesystem::path& path) {
   std::stringstream buffer;
   buffer << in.rdbuf();
   try {
-    return json::parse(buffer.str(), json_depth_limit(), /*allow_exceptions=*/true, /*ignore_comments=*/true);
+    return Json::parse(buffer.str(), json_depth_limit<Json>(), /*allow_exceptions=*/true, /*ignore_comments=*/true);
   } catch (const Error& e) {
     throw Error(str("config: ", path.string(), ": invalid JSON: ", e.what()));
   } catch (const json::exception& e) {
@@ -877,6 +880,14 @@ json read_config_json(const std::filesystem::path& path) {
     throw Error(str("config: ", path.string(), ": invalid JSON: ",
                     tag_end == std::string::npos ? what : what.substr(tag_end + 2)));
   }
+}
+
+}  // namespace
+
+json read_config_json(const std::filesystem::path& path) { return read_json_with_comments<json>(path); }
+
+nlohmann::ordered_json read_ordered_config_json(const std::filesystem::path& path) {
+  return read_json_with_comments<nlohmann::ordered_json>(path);
 }
 
 void apply_override(json& doc, const std::string& assignment) {
@@ -913,6 +924,14 @@ void apply_override(json& doc, const std::string& assignment) {
     if (!node->is_object()) fail(section, str("expected an object, got ", shown(*node)));
   }
   doc[json::json_pointer(dotted_to_pointer(path))] = std::move(value);
+}
+
+metrics::StabilityOptions stability_options(const RunConfig& config) {
+  metrics::StabilityOptions o;
+  static_cast<metrics::StabilityConfig&>(o) = config.stability;
+  o.warmup_steps = config.schedule.warmup_steps;
+  o.redraw_interval = config.attention.redraw_interval;
+  return o;
 }
 
 RunConfig load_config(const std::filesystem::path& path, const std::vector<std::string>& overrides) {

@@ -41,13 +41,13 @@
 #include "nn/optim.h"
 #include "nn/schedule.h"
 #include "train/dist/communicator.h"
-#include "train/stability.h"
+#include "train/metrics/stability.h"
 
 namespace dark::train {
 
 // ---- the sections owned by this layer (the others are nn::ModelConfig,
 // attention::AttentionConfig, data::DataConfig, nn::OptimizerConfig, nn::ScheduleConfig and
-// StabilityConfig in train/stability.h) ----
+// StabilityConfig in train/metrics/stability.h) ----
 // training.precision: what activations and products compute in. Master weights, gradient
 // buffers, optimizer state, statistics and the loss are f32 either way.
 enum class Precision { f32, bf16 };
@@ -67,7 +67,7 @@ struct TrainingConfig {
   std::int64_t log_interval = 10;          // steps between log lines
   int generate_tokens = 64;                // tokens sampled at the end of training; 0 = none
   std::string generate_prompt = "The";     // prompt for that sample
-  std::string device = "cpu";              // cpu, cuda, cuda:N or auto (see train/device.h)
+  std::string device = "cpu";              // cpu, cuda, cuda:N or auto (see train/device_setting.h)
   Precision precision = Precision::f32;    // bf16: mixed precision (GPUs)
   bool activation_checkpointing = false;   // recompute each decoder block in backward (less memory)
   MemoryCheck memory_check = MemoryCheck::error;  // above the machine's memory: refuse, warn or do not check
@@ -105,7 +105,7 @@ struct RunConfig {
   DistributedConfig distributed;
   FinetuneConfig finetune;
   OutputConfig output;
-  StabilityConfig stability;
+  metrics::StabilityConfig stability;
   std::uint64_t seed = 0;  // root of every random stream (init, data order, dropout, features)
   // The schema paths the config document set explicitly (not written out): init_from takes
   // the model's shape from its source for the keys the document left at their defaults.
@@ -119,6 +119,8 @@ struct RunConfig {
 attention::AttentionConfig attention_for_layer(const RunConfig& config, int layer);
 // Whether attention_for_layer() turned `layer` back to windowed softmax.
 bool keeps_windowed_softmax(const RunConfig& config, int layer);
+// What the stability analysis of a run needs: its stability section, warm-up and redraw interval.
+metrics::StabilityOptions stability_options(const RunConfig& config);
 
 // ---- the documented keys (from the schema, in documentation order) ----
 struct ConfigKey {
@@ -134,6 +136,8 @@ const std::vector<ConfigKey>& config_keys();
 // Reads a JSON file (comments allowed). Errors: "config: cannot read PATH: REASON",
 // "config: PATH: invalid JSON at line L, column C: ...".
 nlohmann::json read_config_json(const std::filesystem::path& path);
+// The same, keeping the file's key order (a sweep's axes are a grid in the order written).
+nlohmann::ordered_json read_ordered_config_json(const std::filesystem::path& path);
 // Sets one key from "a.b=value" (at any depth: "attention.darkformer.rank=8"): the value is
 // parsed as JSON when it parses (numbers, true/false, arrays, "quoted strings"), else taken as
 // a bare string; a string-typed key always takes the text as written. The key must exist in the schema. Not validated here.

@@ -10,10 +10,10 @@
 
 #include "autograd/grad_mode.h"
 #include "nn/optim.h"
-#include "train/checkpoint.h"
-#include "train/gguf_import.h"
-#include "train/hf_import.h"
-#include "train/run_files.h"
+#include "train/formats/checkpoint.h"
+#include "train/formats/gguf_import.h"
+#include "train/formats/hf_import.h"
+#include "train/portable_checkpoint.h"
 
 namespace dark::train {
 namespace fs = std::filesystem;
@@ -25,8 +25,8 @@ namespace {
 bool is_feature_map_parameter(const std::string& name) { return name.find(".feature_map.") != std::string::npos; }
 
 InitSource load_checkpoint_source(const std::string& path) {
-  const fs::path dir = find_checkpoint(path);
-  CheckpointData ck = load_checkpoint(dir);
+  const fs::path dir = formats::find_checkpoint(path);
+  formats::CheckpointData ck = formats::load_checkpoint(dir);
   const RunConfig trained = parse_config(ck.state.at("config"));
   InitSource source;
   source.path = path;
@@ -66,7 +66,7 @@ const std::vector<ArchitectureKey>& architecture_keys() {
 
 InitSource load_init_source(const std::string& path) {
   if (path.ends_with(".gguf")) {
-    ImportedModel imported = import_gguf(path);
+    formats::ImportedModel imported = formats::import_gguf(path);
     InitSource source;
     source.path = path;
     source.description = "GGUF " + path;
@@ -74,9 +74,9 @@ InitSource load_init_source(const std::string& path) {
     source.parameters = std::move(imported.parameters);
     return source;
   }
-  if (is_hf_model_folder(path)) {
-    ImportedModel imported = import_hf_llama(path);
-    const HfTokenizerFile tokenizer = hf_tokenizer_file(path);
+  if (formats::is_hf_model_folder(path)) {
+    formats::ImportedModel imported = formats::import_hf_llama(path);
+    const formats::HfTokenizerFile tokenizer = formats::hf_tokenizer_file(path);
     InitSource source;
     source.path = path;
     source.description = "Hugging Face folder " + path;

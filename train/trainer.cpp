@@ -18,9 +18,9 @@
 #include "nn/generate.h"
 #include "train/attention_state.h"
 #include "train/evaluate.h"
-#include "train/metrics_log.h"
+#include "train/metrics/metrics_log.h"
 #include "train/progress.h"
-#include "train/stability.h"
+#include "train/metrics/stability.h"
 #include "train/stop_signal.h"
 #include "train/train_step.h"
 
@@ -41,7 +41,7 @@ class RunLog {
   explicit RunLog(const TrainingRun& run)
       : metrics_(open_metrics(run)),
         // Sees every metrics line (a resumed run's earlier ones first) for stability.json.
-        stability_(stability_options(run.config), read_metrics(run.dir / "metrics.jsonl")),
+        stability_(stability_options(run.config), metrics::read_metrics(run.dir / "metrics.jsonl")),
         first_step_(run.step),
         tokens_per_step_(static_cast<std::int64_t>(run.config.training.batch_size) * run.config.training.grad_accum *
                          run.world_size() * run.config.data.seq_len),
@@ -55,7 +55,7 @@ class RunLog {
 
   // Step run.step + 1 trains with redrawn features: measures what the redraw alone does (the
   // same validation batches, weights fixed, with the old features and the new; see
-  // train/redraw_shock.h) and records the redraw. Leaves the new features in place.
+  // train/metrics/redraw_shock.h) and records the redraw. Leaves the new features in place.
   void redraw(TrainingRun& run) {
     const int batches = run.config.stability.redraw_eval_batches;
     EvalMetrics before, after;
@@ -68,7 +68,7 @@ class RunLog {
     std::int64_t epoch = 0;
     for (const nn::AttentionKernel* k : run.model->attention_kernels())
       if (k->redraws_features()) epoch = std::max(epoch, k->feature_epoch());
-    write(run, {{"step", run.step + 1}, {"redraw", redraw_json(epoch, before.loss, after.loss, after.tokens)}});
+    write(run, {{"step", run.step + 1}, {"redraw", metrics::redraw_json(epoch, before.loss, after.loss, after.tokens)}});
     if (batches > 0)
       spdlog::info("features redrawn for step {} (epoch {}): held-out loss {:.4f} -> {:.4f} ({:+.4f})", run.step + 1, epoch,
                    before.loss, after.loss, after.loss - before.loss);
@@ -84,14 +84,14 @@ class RunLog {
     return m;
   }
 
-  StabilityReport stability_report() const { return stability_.report(); }
+  metrics::StabilityReport stability_report() const { return stability_.report(); }
   double last_loss() const { return last_loss_; }
 
  private:
   // Rank 0's metrics.jsonl (a resumed run's cut back to its checkpoint), opened before any
   // rank reads the file's earlier lines.
-  static std::optional<MetricsLog> open_metrics(const TrainingRun& run) {
-    std::optional<MetricsLog> log;
+  static std::optional<metrics::MetricsLog> open_metrics(const TrainingRun& run) {
+    std::optional<metrics::MetricsLog> log;
     if (run.writes()) log.emplace(run.dir / "metrics.jsonl", run.resumed ? run.step : -1);
     run.comm->barrier();
     return log;
@@ -116,7 +116,7 @@ class RunLog {
     // Communication not hidden behind backward (rank 0's wait), with several ranks.
     if (run.parallel) line["comm_wait_ms"] = r.comm_wait_seconds * 1e3;
     line["peak_mem_mib"] = static_cast<double>(r.peak_bytes) / (1024.0 * 1024.0);
-    if (!attention.empty()) line["attention_stats"] = attention_stats_json(attention);
+    if (!attention.empty()) line["attention_stats"] = metrics::attention_stats_json(attention);
     if (write(run, line)) return true;
     if (run.step % tc.log_interval == 0 || index == first_step_ || run.step == tc.steps) {
       const double eta =
@@ -136,8 +136,8 @@ class RunLog {
     return write(run, {{"step", run.step}, {"skipped", true}, {"loss", loss_finite ? json(r.loss) : json(nullptr)}});
   }
 
-  std::optional<MetricsLog> metrics_;  // rank 0
-  StabilityMonitor stability_;
+  std::optional<metrics::MetricsLog> metrics_;  // rank 0
+  metrics::StabilityMonitor stability_;
   std::int64_t first_step_;
   std::int64_t tokens_per_step_;
   Clock::time_point loop_start_;
@@ -155,9 +155,9 @@ void check_skip_limit(const TrainingRun& run) {
 
 // stability.stop_on_divergence ended the run: the weights are not worth evaluating or keeping.
 void stop_diverged(const TrainingRun& run, const RunLog& log) {
-  StabilityReport report = log.stability_report();
+  metrics::StabilityReport report = log.stability_report();
   report.stopped_on_divergence = true;
-  if (run.writes()) write_stability(run.dir, report);
+  if (run.writes()) metrics::write_stability(run.dir, report);
   spdlog::warn("training diverged at step {} ({}); stopped early (stability.stop_on_divergence), no checkpoint written",
                report.divergence_step, report.divergence_reason);
 }
@@ -194,7 +194,7 @@ void stop_by_signal(TrainingRun& run, std::int64_t saved_step) {
   const int sig = StopSignals::received();
   spdlog::info("stopped by signal at step {}; continue with --resume ({}; checkpoint in {})", run.step,
                sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : "another rank received a signal",
-               (run.dir / "checkpoints" / checkpoint_name(run.step)).string());
+               (run.dir / "checkpoints" / formats::checkpoint_name(run.step)).string());
 }
 
 // The end of a run that reached training.steps: final evaluation and checkpoint,
@@ -203,7 +203,7 @@ EvalMetrics finish(TrainingRun& run, RunLog& log) {
   const EvalMetrics final_eval = log.eval(run);
   save_run(run);
   if (!run.writes()) return final_eval;
-  write_stability(run.dir, log.stability_report());
+  metrics::write_stability(run.dir, log.stability_report());
   if (run.config.training.generate_tokens > 0) write_sample(run);
   return final_eval;
 }
@@ -211,7 +211,7 @@ EvalMetrics finish(TrainingRun& run, RunLog& log) {
 }  // namespace
 
 namespace {
-TrainResult train_unchecked(RunConfig config, const TrainOptions& options);
+TrainResult train_without_memory_advice(RunConfig config, const TrainOptions& options);
 }  // namespace
 
 TrainResult train(RunConfig config, const TrainOptions& options) {
@@ -219,7 +219,7 @@ TrainResult train(RunConfig config, const TrainOptions& options) {
   const std::int64_t seq_len = config.data.seq_len;
   const StopSignals signals;  // from here a signal waits for the end of a step
   try {
-    return train_unchecked(std::move(config), options);
+    return train_without_memory_advice(std::move(config), options);
   } catch (const OutOfMemory& e) {
     // The device's numbers come from core; what shrinks a step's memory is the config's.
     throw OutOfMemory(str(e.what(), ". Settings that shrink a step's memory: training.batch_size (now ", t.batch_size,
@@ -231,7 +231,8 @@ TrainResult train(RunConfig config, const TrainOptions& options) {
 }
 
 namespace {
-TrainResult train_unchecked(RunConfig config, const TrainOptions& options) {
+// The run itself; train() adds to an out-of-memory error the settings that shrink a step.
+TrainResult train_without_memory_advice(RunConfig config, const TrainOptions& options) {
   const auto t_start = Clock::now();
   TrainingRun run = start_run(std::move(config), options.resume);
   const TrainingConfig& tc = run.config.training;

@@ -8,7 +8,7 @@
 //   metrics.jsonl      one JSON object per logged step / evaluation
 //   checkpoints/       step_NNNNNNNN/ (model.safetensors, optimizer.safetensors, state.json)
 //   sample.txt         the text generated at the end
-//   stability.json     loss spikes, divergence, final/best validation (train/stability.h)
+//   stability.json     loss spikes, divergence, final/best validation (train/metrics/stability.h)
 //   .lock              the writer's "pid host" while a run writes the folder (train/run_lock.h)
 //
 // SIGTERM and SIGINT stop a run between two steps (train/stop_signal.h): it finishes the step

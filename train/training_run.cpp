@@ -7,13 +7,14 @@
 
 #include "autograd/grad_mode.h"
 #include "core/allocator.h"
+#include "core/backend.h"
 #include "core/file_io.h"
 #include "train/attention_state.h"
-#include "train/device.h"
+#include "train/device_setting.h"
 #include "train/finetune.h"
 #include "train/memory_estimate.h"
 #include "train/model_builder.h"
-#include "train/run_files.h"
+#include "train/portable_checkpoint.h"
 
 namespace dark::train {
 namespace fs = std::filesystem;
@@ -125,7 +126,7 @@ std::int64_t global_batch(const RunConfig& config, int world_size) {
 // A checkpoint does not depend on the number of ranks, so a run may resume on another
 // number; the global batch, and so the data each step sees, then changes unless grad_accum
 // was adjusted to keep it.
-void warn_if_global_batch_changed(const CheckpointData& checkpoint, const RunConfig& theirs, const RunConfig& config,
+void warn_if_global_batch_changed(const formats::CheckpointData& checkpoint, const RunConfig& theirs, const RunConfig& config,
                                   int world_size) {
   const int their_world = checkpoint.state.value("world_size", 1);
   const std::int64_t before = global_batch(theirs, their_world), now = global_batch(config, world_size);
@@ -191,6 +192,29 @@ void check_precision(Precision precision, Device device) {
 }
 }  // namespace
 
+namespace {
+
+// Where a run's weights come from: the latest checkpoint (--resume), a finetuning source, or
+// nowhere (a fresh run). A finetuning run takes the architecture of where its weights come from.
+struct WeightsOrigin {
+  std::optional<formats::CheckpointData> checkpoint;
+  std::optional<RunConfig> checkpoint_config;  // the config the checkpoint was trained with
+  fs::path checkpoint_dir;
+  std::optional<InitSource> source;
+};
+WeightsOrigin find_weights(RunConfig& config, const fs::path& dir, bool resume, bool finetuning);
+
+// The model on its device with its weights (the source's, then the checkpoint's), the
+// trainable parameters' flat buffer, data parallelism and the optimizer with its state.
+// Frees the source once the model holds its weights.
+void build_trainable_model(TrainingRun& run, std::optional<InitSource>& source,
+                           const std::optional<formats::CheckpointData>& checkpoint, bool communicates);
+
+// The training loader and validation set, on the model's device.
+void open_data_streams(TrainingRun& run);
+
+}  // namespace
+
 TrainingRun start_run(RunConfig config, bool resume) {
   TrainingRun run;
   run.dir = config.output.dir;
@@ -201,28 +225,18 @@ TrainingRun start_run(RunConfig config, bool resume) {
   // parallelism, and a GPU run takes the GPU of its local rank.
   const bool communicates = run.comm->backend() != dist::BackendKind::single;
   if (run.device.is_cuda() && communicates) run.device = run.comm->device();
+  // Which CUDA backend serves the run: the CUDA runtime, or (in a test program) the emulator.
+  if (run.device.is_cuda()) spdlog::info("device {}: served by {}", run.device.to_string(), backend_name(DeviceType::cuda));
   log_as_rank(*run.comm);
   // One writer per run folder, before anything reads or writes its state.
   if (run.writes()) run.lock.emplace(run.dir);
   run.finetuning = !config.finetune.init_from.empty();
 
-  // ---- where the weights come from: the latest checkpoint, a finetuning source, or nowhere ----
-  std::optional<CheckpointData> checkpoint;
-  std::optional<RunConfig> checkpoint_config;  // the config the checkpoint was trained with
-  std::optional<InitSource> source;
-  fs::path checkpoint_dir;
-  if (resume) {
-    const auto latest = latest_checkpoint(run.dir);
-    DARK_CHECK(latest.has_value(), "--resume: no checkpoint in ", (run.dir / "checkpoints").string());
-    checkpoint_dir = *latest;
-    checkpoint = load_checkpoint(checkpoint_dir);
-    checkpoint_config = parse_config(checkpoint->state.at("config"));
-    // The weights come from the checkpoint; its config already holds the source's shape.
-    if (run.finetuning) adopt_architecture(config, checkpoint_config->model, "the checkpoint's config");
-  } else if (run.finetuning) {
-    source = load_init_source(config.finetune.init_from);
-    adopt_architecture(config, source->model, source->description);
-  }
+  WeightsOrigin origin = find_weights(config, run.dir, resume, run.finetuning);
+  std::optional<formats::CheckpointData>& checkpoint = origin.checkpoint;
+  std::optional<InitSource>& source = origin.source;
+  const std::optional<RunConfig>& checkpoint_config = origin.checkpoint_config;
+  const fs::path& checkpoint_dir = origin.checkpoint_dir;
   run.data = prepare_data_once_per_host(config, *run.comm);
   validate_config(config);
   if (source) check_source_tokenizer(*source, config, run.data);
@@ -231,7 +245,7 @@ TrainingRun start_run(RunConfig config, bool resume) {
     warn_if_global_batch_changed(*checkpoint, *checkpoint_config, config, run.world_size());
     spdlog::info("resuming from {} (step {})", checkpoint_dir.string(), checkpoint->step);
   } else {
-    DARK_CHECK(list_checkpoints(run.dir).empty(), "run folder ", run.dir.string(),
+    DARK_CHECK(formats::list_checkpoints(run.dir).empty(), "run folder ", run.dir.string(),
                " already has checkpoints: pass --resume to continue it, or set output.dir to a new folder");
   }
   // Before the first write to the run folder: a run refused here leaves it as it was.
@@ -246,7 +260,40 @@ TrainingRun start_run(RunConfig config, bool resume) {
   run.config = std::move(config);
   const RunConfig& c = run.config;
 
-  // ---- model on its device, trainable parameters, optimizer ----
+  build_trainable_model(run, source, checkpoint, communicates);
+  open_data_streams(run);
+  // Calibration reads the same global batches on every rank, so its result is the same
+  // everywhere (and the same as a one-process run's) without communication.
+  if (!run.resumed) calibrate_attention(*run.model, c, *run.loader);
+  run.redraw_intervals = redraw_intervals(c);
+  set_feature_epochs(*run.model, run.redraw_intervals, run.step);
+  log_data_parallel(run);
+  check_same_on_every_rank(*run.comm, model_state(*run.model), "the parameters and attention state at the start");
+  return run;
+}
+
+namespace {
+
+WeightsOrigin find_weights(RunConfig& config, const fs::path& dir, bool resume, bool finetuning) {
+  WeightsOrigin origin;
+  if (resume) {
+    const auto latest = formats::latest_checkpoint(dir);
+    DARK_CHECK(latest.has_value(), "--resume: no checkpoint in ", (dir / "checkpoints").string());
+    origin.checkpoint_dir = *latest;
+    origin.checkpoint = formats::load_checkpoint(origin.checkpoint_dir);
+    origin.checkpoint_config = parse_config(origin.checkpoint->state.at("config"));
+    // The weights come from the checkpoint; its config already holds the source's shape.
+    if (finetuning) adopt_architecture(config, origin.checkpoint_config->model, "the checkpoint's config");
+  } else if (finetuning) {
+    origin.source = load_init_source(config.finetune.init_from);
+    adopt_architecture(config, origin.source->model, origin.source->description);
+  }
+  return origin;
+}
+
+void build_trainable_model(TrainingRun& run, std::optional<InitSource>& source,
+                           const std::optional<formats::CheckpointData>& checkpoint, bool communicates) {
+  const RunConfig& c = run.config;
   run.model = build_model(c);
   if (source) load_source_weights(*run.model, *source);
   if (source) {
@@ -266,7 +313,7 @@ TrainingRun start_run(RunConfig config, bool resume) {
   run.optimizer = std::make_unique<nn::Optimizer>(*run.params, c.optimizer,
                                                   run.parallel ? run.parallel->optimizer_shard() : nn::FlatRange{});
   if (checkpoint) {
-    load_parameters(*run.model, checkpoint->model, "checkpoint " + checkpoint_name(checkpoint->step));
+    load_parameters(*run.model, checkpoint->model, "checkpoint " + formats::checkpoint_name(checkpoint->step));
     run.optimizer->load_state(checkpoint->optimizer);
     run.step = checkpoint->step;
     load_attention_state(*run.model, checkpoint->attention);
@@ -274,8 +321,10 @@ TrainingRun start_run(RunConfig config, bool resume) {
     run.skipped_total = checkpoint->state.value("skipped_steps", std::int64_t{0});
     run.resumed = true;
   }
+}
 
-  // ---- data streams on the model's device ----
+void open_data_streams(TrainingRun& run) {
+  const RunConfig& c = run.config;
   data::LoaderOptions lo;
   lo.batch_size = c.training.batch_size;
   lo.seq_len = c.data.seq_len;
@@ -288,16 +337,9 @@ TrainingRun start_run(RunConfig config, bool resume) {
                "windows",
                run.model->num_parameters(), c.model.n_layers, c.model.d_model, c.model.n_heads,
                enum_name(c.attention.kind), run.device.to_string(), run.data.train_tokens, run.val->num_windows());
-
-  // Calibration reads the same global batches on every rank, so its result is the same
-  // everywhere (and the same as a one-process run's) without communication.
-  if (!run.resumed) calibrate_attention(*run.model, c, *run.loader);
-  run.redraw_intervals = redraw_intervals(c);
-  set_feature_epochs(*run.model, run.redraw_intervals, run.step);
-  log_data_parallel(run);
-  check_same_on_every_rank(*run.comm, model_state(*run.model), "the parameters and attention state at the start");
-  return run;
 }
+
+}  // namespace
 
 void save_run(TrainingRun& run) {
   // Every rank has finished the step; the ranks still agree on the weights (a rank that
@@ -305,7 +347,7 @@ void save_run(TrainingRun& run) {
   run.comm->barrier();
   check_same_on_every_rank(*run.comm, model_state(*run.model), "the parameters and attention state at step " +
                                                                    std::to_string(run.step));
-  CheckpointData ck;
+  formats::CheckpointData ck;
   ck.step = run.step;
   // The optimizer state is whole in every checkpoint: under ZeRO-1 every rank takes part in
   // gathering the slices.
@@ -318,11 +360,11 @@ void save_run(TrainingRun& run) {
   ck.attention = attention_state_map(*run.model);
   ck.state = trainer_state(run);
   record_run_files(ck, *run.data.tokenizer, run.data.dir);  // usable without the data folder
-  const fs::path where = save_checkpoint(run.dir, ck, run.config.training.keep_checkpoints);
+  const fs::path where = formats::save_checkpoint(run.dir, ck, run.config.training.keep_checkpoints);
   spdlog::info("checkpoint {}", where.string());
 }
 
-void load_trained_state(nn::CausalLM& model, const CheckpointData& checkpoint, const RunConfig& config,
+void load_trained_state(nn::CausalLM& model, const formats::CheckpointData& checkpoint, const RunConfig& config,
                         const std::string& source) {
   load_parameters(model, checkpoint.model, source);
   load_attention_state(model, checkpoint.attention);

@@ -17,7 +17,7 @@
 #include "nn/model.h"
 #include "nn/optim.h"
 #include "nn/parameter_buffer.h"
-#include "train/checkpoint.h"
+#include "train/formats/checkpoint.h"
 #include "train/config.h"
 #include "train/data_parallel.h"
 #include "train/dist/communicator.h"
@@ -70,7 +70,7 @@ void load_parameters(nn::CausalLM& model, const std::map<std::string, Tensor>& s
 
 // A checkpoint's parameters, untrained attention state (the variance-optimal proposal) and
 // the feature epochs of its step, into a model built from `config`.
-void load_trained_state(nn::CausalLM& model, const CheckpointData& checkpoint, const RunConfig& config,
+void load_trained_state(nn::CausalLM& model, const formats::CheckpointData& checkpoint, const RunConfig& config,
                         const std::string& source);
 
 }  // namespace dark::train

@@ -162,10 +162,17 @@ class CudaBackend final : public DeviceBackend {
 
 CudaBackend backend_instance;
 
-const bool registered = [] {
-  register_backend(DeviceType::cuda, &backend_instance);
+#if defined(DARK_CUDA_EMULATOR)
+const bool registered = [] {  // when a test installs the emulator (see DARK_REGISTER_KERNEL)
+  cuda_emu::on_install([] { replace_backend(DeviceType::cuda, &backend_instance, cuda_emu::kBackendName); });
   return true;
 }();
+#else
+const bool registered = [] {
+  register_backend(DeviceType::cuda, &backend_instance, "the CUDA runtime");
+  return true;
+}();
+#endif
 
 }  // namespace
 }  // namespace dark::cuda

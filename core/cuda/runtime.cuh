@@ -4,8 +4,8 @@
 // toolkit's headers directly, from core/cuda/.
 #pragma once
 #if defined(DARK_CUDA_EMULATOR)
-#include "core/cuda/emulator/cublas.h"
-#include "core/cuda/emulator/runtime.h"
+#include "cuda_emulator/cublas.h"
+#include "cuda_emulator/runtime.h"
 #else
 #include <cublas_v2.h>
 #include <cuda_runtime.h>

@@ -19,7 +19,7 @@
 #include "data/spm_tokenizer.h"
 #include "tests/gguf_test_writer.h"
 #include "train/config.h"
-#include "train/safetensors.h"
+#include "train/formats/safetensors.h"
 
 namespace fs = std::filesystem;
 using dark::testing::GgufTestWriter;
@@ -69,16 +69,16 @@ void config_seeds() {
 void safetensors_seeds() {
   const fs::path dir = g_root / "fuzz_safetensors";
   fs::create_directories(dir);
-  dark::train::TensorMap tensors;
+  dark::formats::TensorMap tensors;
   tensors.emplace("w", tensor_of<float>({1, 2, 3, 4, 5, 6}, {2, 3}, dark::DType::f32));
   tensors.emplace("step", tensor_of<std::int64_t>({42}, {}, dark::DType::i64));
   tensors.emplace("ids", tensor_of<std::int32_t>({7, 8}, {2}, dark::DType::i32));
   tensors.emplace("empty", tensor_of<double>({}, {0, 3}, dark::DType::f64));
   tensors.emplace("h", tensor_of<std::uint16_t>({0x3f80, 0xc000}, {2}, dark::DType::bf16));
-  dark::train::save_safetensors(dir / "mixed.safetensors", tensors, {{"format", "pt"}});
-  dark::train::TensorMap one;
+  dark::formats::save_safetensors(dir / "mixed.safetensors", tensors, {{"format", "pt"}});
+  dark::formats::TensorMap one;
   one.emplace("x", tensor_of<float>({0.5f}, {1}, dark::DType::f32));
-  dark::train::save_safetensors(dir / "one.safetensors", one);
+  dark::formats::save_safetensors(dir / "one.safetensors", one);
 }
 
 std::string gguf_with_tensors() {

@@ -1,4 +1,4 @@
-// libFuzzer target: the safetensors reader (train/safetensors.h) on arbitrary bytes. A file
+// libFuzzer target: the safetensors reader (train/formats/safetensors.h) on arbitrary bytes. A file
 // either parses or fails with dark::Error; a parsed file's tensors are CPU tensors whose
 // elements are exactly the data region (F16 ones read as F32, so 2 bytes each in the file;
 // each byte is read, so a short buffer shows up in AddressSanitizer).
@@ -8,12 +8,12 @@
 
 #include "core/error.h"
 #include "fuzz_util.h"
-#include "train/safetensors.h"
+#include "train/formats/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  dark::train::SafetensorsContents contents;
+  dark::formats::SafetensorsContents contents;
   try {
-    contents = dark::train::parse_safetensors(data, size, "fuzz");
+    contents = dark::formats::parse_safetensors(data, size, "fuzz");
   } catch (const dark::Error&) {
     return 0;
   }

@@ -1,0 +1,31 @@
+// What tests may ask of the CUDA emulator (libdarkformer_cuda_emulator.so): to install it as
+// the CUDA backend of this process, whether it is, its capacity, and how many device-to-host copies the
+// host has made (a test checks that a training step reads back once). Exported from the
+// library, whose other symbols are hidden.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#define DARK_EMULATOR_API __attribute__((visibility("default")))
+
+namespace dark::cuda_emu {
+
+// The name the emulator's backend registers under (core/backend.h: backend_name).
+inline constexpr const char* kBackendName = "the CUDA emulator (the CUDA sources run on the CPU)";
+
+// Makes the emulator this process's CUDA backend: its backend and every cuda kernel replace
+// those registered (the real CUDA backend's, or none). Test programs call it once at start
+// (tests/test_util.h); loading the library alone changes nothing, so a program linked with
+// it by accident still runs on its real backend. Calling it again does nothing.
+DARK_EMULATOR_API void install();
+// For the emulated CUDA sources (not exported): what install() does, one registration each
+// (core/dispatch.h's DARK_REGISTER_KERNEL and core/cuda/backend.cu call it at load time).
+void on_install(void (*replace_entry)());
+// True when the emulator serves "cuda" in this process: install() ran and nothing replaced it.
+DARK_EMULATOR_API bool active();
+DARK_EMULATOR_API void set_memory_capacity(std::size_t bytes);
+DARK_EMULATOR_API std::size_t memory_capacity();
+// Device-to-host copies since the process started.
+DARK_EMULATOR_API std::uint64_t copies_to_host();
+
+}  // namespace dark::cuda_emu

@@ -1,0 +1,407 @@
+// Grid execution of the CUDA emulator (see grid.h).
+#include "cuda_emulator/grid.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "cuda_emulator/fiber.h"
+#include "cuda_emulator/memory.h"
+#include "core/error.h"
+
+namespace dark::cuda_emu {
+namespace {
+
+enum class State { ready, at_block_barrier, at_warp_barrier, done };
+
+struct EmuThread {
+  ThreadContext ctx;
+  std::unique_ptr<Fiber> fiber;
+  State state = State::ready;
+};
+
+// A barrier some lanes of a warp are waiting at, keyed by its mask.
+struct WarpBarrier {
+  unsigned mask = 0, waiting = 0;
+};
+
+struct Warp {
+  unsigned existing = 0, exited = 0;
+  std::vector<WarpBarrier> barriers;  // at most a few at once (disjoint masks)
+  alignas(16) unsigned char slots[32][64];
+};
+
+struct Block {
+  std::vector<EmuThread> threads;
+  std::vector<Warp> warps;
+  int live = 0, block_waiting = 0;
+  Dim3 block_idx;
+  std::vector<unsigned char> dynamic_shared;
+};
+
+Block* running_block = nullptr;
+EmuThread* running_thread = nullptr;
+
+std::vector<std::unique_ptr<FiberStack>>& stack_pool() {
+  static std::vector<std::unique_ptr<FiberStack>> pool;
+  return pool;
+}
+
+std::unique_ptr<FiberStack> take_stack() {
+  auto& pool = stack_pool();
+  if (pool.empty()) return std::make_unique<FiberStack>();
+  std::unique_ptr<FiberStack> s = std::move(pool.back());
+  pool.pop_back();
+  return s;
+}
+
+void give_back_stack(FiberStack* s) { stack_pool().emplace_back(s); }
+
+std::map<const void*, std::size_t>& shared_limits() {
+  static std::map<const void*, std::size_t> limits;
+  return limits;
+}
+
+std::string where() {
+  if (!running_thread) return "outside any kernel";
+  const ThreadContext& c = running_thread->ctx;
+  return str("block (", c.block_idx.x, ", ", c.block_idx.y, ", ", c.block_idx.z, ") thread (", c.thread_idx.x, ", ",
+             c.thread_idx.y, ", ", c.thread_idx.z, ")");
+}
+
+EmuThread& self() {
+  if (!running_thread) throw Error("CUDA emulator: a device function was called outside a kernel");
+  return *running_thread;
+}
+
+// Suspends the calling thread until the scheduler marks it ready again.
+void wait_until_released(EmuThread& t) {
+  while (t.state != State::ready) t.fiber->yield();
+}
+
+void release_block_barrier(Block& b) {
+  for (EmuThread& t : b.threads)
+    if (t.state == State::at_block_barrier) t.state = State::ready;
+  b.block_waiting = 0;
+}
+
+void check_mask(const Warp& w, unsigned mask, int lane, const char* op) {
+  if (!(mask & (1u << lane)))
+    device_fault(str(op, " with mask 0x", std::hex, mask, std::dec, " does not include the calling lane ", lane));
+  if (mask & ~w.existing)
+    device_fault(str(op, " with mask 0x", std::hex, mask, " names lanes this block does not have (lanes present: 0x",
+                     w.existing, ")"));
+  if (mask & w.exited)
+    device_fault(str(op, " with mask 0x", std::hex, mask, " names lanes that have already exited (0x", (mask & w.exited),
+                     ")"));
+}
+
+// Waits until every lane of mask has arrived here.
+void warp_barrier(unsigned mask, const char* op) {
+  EmuThread& t = self();
+  Block& b = *running_block;
+  Warp& w = b.warps[t.ctx.warp];
+  check_mask(w, mask, t.ctx.lane, op);
+  WarpBarrier* barrier = nullptr;
+  for (WarpBarrier& wb : w.barriers) {
+    if (wb.mask == mask) barrier = &wb;
+    else if (wb.mask & mask)
+      device_fault(str(op, " with mask 0x", std::hex, mask, " overlaps a warp barrier with mask 0x", wb.mask,
+                       " that other lanes of the warp wait at"));
+  }
+  if (!barrier) {
+    w.barriers.push_back({mask, 0});
+    barrier = &w.barriers.back();
+  }
+  barrier->waiting |= 1u << t.ctx.lane;
+  if (barrier->waiting != mask) {
+    t.state = State::at_warp_barrier;
+    wait_until_released(t);
+    return;
+  }
+  // The last lane to arrive releases the others.
+  const int first = t.ctx.warp * 32;
+  for (int l = 0; l < 32; ++l)
+    if (mask & (1u << l)) b.threads[first + l].state = State::ready;
+  w.barriers.erase(w.barriers.begin() + (barrier - w.barriers.data()));
+}
+
+void on_thread_exit(Block& b, EmuThread& t) {
+  Warp& w = b.warps[t.ctx.warp];
+  w.exited |= 1u << t.ctx.lane;
+  for (const WarpBarrier& wb : w.barriers)
+    if (wb.mask & (1u << t.ctx.lane))
+      device_fault(str("lane ", t.ctx.lane, " of warp ", t.ctx.warp, " exited while lanes 0x", std::hex, wb.waiting,
+                       " wait for it at a warp-synchronous operation with mask 0x", wb.mask));
+  --b.live;
+  // Exited threads count as arrived at __syncthreads (as on the GPU).
+  if (b.block_waiting > 0 && b.block_waiting == b.live) release_block_barrier(b);
+}
+
+std::string describe_deadlock(const Block& b) {
+  int at_warp = 0;
+  std::string warps;
+  for (std::size_t i = 0; i < b.warps.size(); ++i)
+    for (const WarpBarrier& wb : b.warps[i].barriers) {
+      at_warp += std::popcount(wb.waiting);
+      warps += str("; warp ", i, ": lanes 0x", std::hex, wb.waiting, " of mask 0x", wb.mask, std::dec, " wait");
+    }
+  return str("block (", b.block_idx.x, ", ", b.block_idx.y, ", ", b.block_idx.z, ") cannot go on: ", b.block_waiting,
+             " thread(s) wait at __syncthreads and ", at_warp, " at warp-synchronous operations, with ", b.live,
+             " of ", b.threads.size(), " threads not exited (a barrier some threads never reach)", warps);
+}
+
+// DARK_CUDA_EMULATOR_ORDER=reverse runs a block's threads from the last to the first. Each
+// thread runs until it waits, so the first in order is always ahead of the others: a missing
+// barrier shows up as a wrong result in one order or the other (run the tests in both).
+bool reverse_order() {
+  static const bool reverse = [] {
+    const char* env = std::getenv("DARK_CUDA_EMULATOR_ORDER");
+    return env != nullptr && std::string(env) == "reverse";
+  }();
+  return reverse;
+}
+
+void run_block(Block& b, const std::function<void()>& body) {
+  b.live = static_cast<int>(b.threads.size());
+  b.block_waiting = 0;
+  for (Warp& w : b.warps) {
+    w.exited = 0;
+    w.barriers.clear();
+  }
+  if (!b.dynamic_shared.empty()) std::memset(b.dynamic_shared.data(), 0xff, b.dynamic_shared.size());
+  for (EmuThread& t : b.threads) t.state = State::ready;
+  struct Cleanup {  // stacks go back to the pool even when a fault ends the block
+    Block& b;
+    ~Cleanup() {
+      for (EmuThread& t : b.threads)
+        if (t.fiber) {
+          give_back_stack(t.fiber->stack());
+          t.fiber.reset();
+        }
+      running_thread = nullptr;
+    }
+  } cleanup{b};
+  const bool reverse = reverse_order();
+  const std::size_t count = b.threads.size();
+  while (b.live > 0) {
+    bool progressed = false;
+    for (std::size_t k = 0; k < count; ++k) {
+      EmuThread& t = b.threads[reverse ? count - 1 - k : k];
+      if (t.state != State::ready) continue;
+      if (!t.fiber) t.fiber = std::make_unique<Fiber>(take_stack().release(), body);
+      running_thread = &t;
+      t.fiber->resume();
+      running_thread = nullptr;
+      progressed = true;
+      if (t.fiber->finished()) {
+        t.state = State::done;
+        give_back_stack(t.fiber->stack());
+        t.fiber.reset();
+        running_thread = &t;  // for the fault message
+        on_thread_exit(b, t);
+        running_thread = nullptr;
+      }
+    }
+    if (!progressed) throw Error(str("CUDA emulator: deadlock in a kernel: ", describe_deadlock(b)));
+  }
+}
+
+}  // namespace
+
+const ThreadContext& current() { return self().ctx; }
+
+void device_fault(const std::string& what) { throw Error(str("CUDA emulator: ", where(), ": ", what)); }
+
+void sync_threads() {
+  EmuThread& t = self();
+  Block& b = *running_block;
+  ++b.block_waiting;
+  t.state = State::at_block_barrier;
+  if (b.block_waiting == b.live) {
+    release_block_barrier(b);  // the last to arrive releases everyone, itself included
+    return;
+  }
+  wait_until_released(t);
+}
+
+void sync_warp(unsigned mask) { warp_barrier(mask, "__syncwarp"); }
+
+void warp_exchange(unsigned mask, const void* value, void* result, std::size_t bytes, int source_lane) {
+  EmuThread& t = self();
+  if (bytes > 64) device_fault(str("a warp shuffle of ", bytes, " bytes (at most 64 are emulated)"));
+  Warp& w = running_block->warps[t.ctx.warp];
+  std::memcpy(w.slots[t.ctx.lane], value, bytes);
+  warp_barrier(mask, "a warp shuffle");
+  if (source_lane < 0 || source_lane >= 32 || !(mask & (1u << source_lane)))
+    device_fault(str("lane ", t.ctx.lane, " reads lane ", source_lane, " in a warp shuffle with mask 0x", std::hex, mask,
+                     ", which does not include it (the value is undefined on a GPU)"));
+  std::memcpy(result, w.slots[source_lane], bytes);
+  warp_barrier(mask, "a warp shuffle");
+}
+
+unsigned existing_lanes() { return running_block->warps[self().ctx.warp].existing; }
+
+unsigned warp_ballot(unsigned mask, bool predicate) {
+  EmuThread& t = self();
+  Warp& w = running_block->warps[t.ctx.warp];
+  w.slots[t.ctx.lane][0] = predicate ? 1 : 0;
+  warp_barrier(mask, "a warp vote");
+  unsigned bits = 0;
+  for (int l = 0; l < 32; ++l)
+    if ((mask & (1u << l)) && w.slots[l][0]) bits |= 1u << l;
+  warp_barrier(mask, "a warp vote");
+  return bits;
+}
+
+void* dynamic_shared_memory() {
+  Block& b = *running_block;
+  (void)self();
+  return b.dynamic_shared.empty() ? nullptr : b.dynamic_shared.data();
+}
+
+void mma_m16n8k16_bf16(float* d, const std::uint32_t* a, const std::uint32_t* b, const float* c) {
+  EmuThread& t = self();
+  Block& blk = *running_block;
+  Warp& w = blk.warps[t.ctx.warp];
+  if (w.existing != 0xffffffffu) device_fault("mma.sync needs a full warp of 32 threads");
+  std::uint32_t mine[6] = {a[0], a[1], a[2], a[3], b[0], b[1]};
+  std::memcpy(w.slots[t.ctx.lane], mine, sizeof mine);
+  warp_barrier(0xffffffffu, "mma.sync");
+  // PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type".
+  auto element = [&](int lane, int reg, int half) {
+    std::uint32_t word;
+    std::memcpy(&word, w.slots[lane] + 4 * reg, 4);
+    const std::uint32_t bits = (half ? (word >> 16) : (word & 0xffffu)) << 16;
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+  };
+  auto a_at = [&](int row, int k) {  // A is 16 x 16, row-major fragments a0..a7
+    const int lane = (row & 7) * 4 + ((k & 7) >> 1);
+    const int e = (k >= 8 ? 4 : 0) + (row >= 8 ? 2 : 0) + (k & 1);
+    return element(lane, e >> 1, e & 1);
+  };
+  auto b_at = [&](int k, int n) {  // B is 16 x 8, column fragments b0..b3 (registers 4, 5 of the slot)
+    const int lane = n * 4 + ((k & 7) >> 1);
+    const int e = (k >= 8 ? 2 : 0) + (k & 1);
+    return element(lane, 4 + (e >> 1), e & 1);
+  };
+  const int group = t.ctx.lane >> 2, in_group = t.ctx.lane & 3;
+  float out[4];
+  for (int i = 0; i < 4; ++i) {
+    const int row = group + (i >= 2 ? 8 : 0), col = in_group * 2 + (i & 1);
+    float acc = c[i];
+    for (int k = 0; k < 16; ++k) acc += a_at(row, k) * b_at(k, col);
+    out[i] = acc;
+  }
+  warp_barrier(0xffffffffu, "mma.sync");
+  std::memcpy(d, out, sizeof out);
+}
+
+namespace {
+// Faults unless [p, p + bytes) lies in the running block's dynamic shared memory.
+void check_in_shared(const void* p, std::size_t bytes, const char* what) {
+  const auto& shared = running_block->dynamic_shared;
+  const auto* at = static_cast<const unsigned char*>(p);
+  if (shared.empty() || at < shared.data() || at + bytes > shared.data() + shared.size())
+    device_fault(str(what, " at ", p, ": outside the block's dynamic shared memory"));
+  if (reinterpret_cast<std::uintptr_t>(p) % 16 != 0) device_fault(str(what, " at ", p, ": not 16-byte aligned"));
+}
+}  // namespace
+
+void ldmatrix_x4(std::uint32_t* r, const void* row_address, bool transposed) {
+  EmuThread& t = self();
+  Warp& w = running_block->warps[t.ctx.warp];
+  if (w.existing != 0xffffffffu) device_fault("ldmatrix needs a full warp of 32 threads");
+  check_in_shared(row_address, 16, "an ldmatrix row");
+  std::memcpy(w.slots[t.ctx.lane], &row_address, sizeof row_address);
+  warp_barrier(0xffffffffu, "ldmatrix");
+  // PTX ISA, "Warp-level matrix load instruction: ldmatrix".
+  auto element = [&](int matrix, int row, int col) {
+    const unsigned char* p;
+    std::memcpy(&p, w.slots[matrix * 8 + row], sizeof p);
+    std::uint16_t v;
+    std::memcpy(&v, p + 2 * col, 2);
+    return static_cast<std::uint32_t>(v);
+  };
+  const int lane = t.ctx.lane, major = lane / 4, minor = 2 * (lane % 4);
+  std::uint32_t out[4];
+  for (int i = 0; i < 4; ++i)
+    out[i] = transposed ? element(i, minor, major) | (element(i, minor + 1, major) << 16)
+                        : element(i, major, minor) | (element(i, major, minor + 1) << 16);
+  warp_barrier(0xffffffffu, "ldmatrix");
+  std::memcpy(r, out, sizeof out);
+}
+
+void copy_async_16(void* dst, const void* src, bool valid) {
+  (void)self();
+  check_in_shared(dst, 16, "a cp.async destination");
+  if (!valid) {
+    std::memset(dst, 0, 16);
+    return;
+  }
+  if (reinterpret_cast<std::uintptr_t>(src) % 16 != 0) device_fault(str("a cp.async source at ", src, ": not 16-byte aligned"));
+  std::memcpy(dst, src, 16);
+}
+
+LaunchStatus set_max_dynamic_shared(const void* kernel, std::size_t bytes) {
+  if (bytes > kMaxSharedOptin) return LaunchStatus::invalid_value;
+  shared_limits()[kernel] = bytes;
+  return LaunchStatus::ok;
+}
+
+std::size_t max_dynamic_shared(const void* kernel) {
+  const auto it = shared_limits().find(kernel);
+  return it == shared_limits().end() ? kDefaultSharedLimit : it->second;
+}
+
+LaunchStatus run_grid(const void* kernel, Dim3 grid, Dim3 block, std::size_t dynamic_shared_bytes,
+                      const std::function<void()>& thread_body) {
+  // The limits of compute capability 9.0.
+  const std::uint64_t threads = std::uint64_t{block.x} * block.y * block.z;
+  if (threads == 0 || threads > 1024 || block.z > 64 || grid.x == 0 || grid.y == 0 || grid.z == 0 ||
+      grid.x > 0x7fffffffu || grid.y > 65535 || grid.z > 65535)
+    return LaunchStatus::invalid_configuration;
+  if (dynamic_shared_bytes > max_dynamic_shared(kernel)) return LaunchStatus::invalid_value;
+  DeviceAccess access;  // device memory readable while the kernel runs
+  Block b;
+  const int n = static_cast<int>(threads);
+  b.threads.resize(n);
+  b.warps.resize((n + 31) / 32);
+  for (int i = 0; i < n; ++i) {
+    ThreadContext& c = b.threads[i].ctx;
+    c.thread_idx = {static_cast<unsigned>(i % block.x), static_cast<unsigned>((i / block.x) % block.y),
+                    static_cast<unsigned>(i / (block.x * block.y))};
+    c.block_dim = block;
+    c.grid_dim = grid;
+    c.linear = i;
+    c.lane = i % 32;
+    c.warp = i / 32;
+    b.warps[c.warp].existing |= 1u << c.lane;
+  }
+  b.dynamic_shared.resize(dynamic_shared_bytes);
+  Block* const outer_block = running_block;
+  EmuThread* const outer_thread = running_thread;
+  struct Restore {
+    Block* b;
+    EmuThread* t;
+    ~Restore() { running_block = b, running_thread = t; }
+  } restore{outer_block, outer_thread};
+  if (outer_thread) throw Error("CUDA emulator: a kernel launched from inside a kernel (dynamic parallelism is not emulated)");
+  running_block = &b;
+  for (unsigned z = 0; z < grid.z; ++z)
+    for (unsigned y = 0; y < grid.y; ++y)
+      for (unsigned x = 0; x < grid.x; ++x) {
+        b.block_idx = {x, y, z};
+        for (EmuThread& t : b.threads) t.ctx.block_idx = b.block_idx;
+        run_block(b, thread_body);
+      }
+  return LaunchStatus::ok;
+}
+
+}  // namespace dark::cuda_emu

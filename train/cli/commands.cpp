@@ -1,0 +1,272 @@
+// The data, training and inference subcommands (see commands.h).
+#include "train/cli/commands.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <limits>
+
+#include "data/text_data.h"
+#include "nn/generate.h"
+#include "train/cli/args.h"
+#include "train/formats/checkpoint.h"
+#include "train/device_setting.h"
+#include "core/file_io.h"
+#include "train/formats/hf_export.h"
+#include "train/cli/mlp_demo.h"
+#include "train/model_builder.h"
+#include "train/experiments/probe.h"
+#include "train/portable_checkpoint.h"
+#include "train/stop_signal.h"
+#include "train/trainer.h"
+
+namespace dark::cli {
+namespace fs = std::filesystem;
+
+namespace {
+
+const FlagSpec kConfig{"--config", "FILE", "", "run config (JSON); required"};
+const FlagSpec kSet{"--set", "KEY=VALUE", "", "override a config key, e.g. --set optimizer.lr=1e-3 (repeatable)", true};
+const FlagSpec kCheckpoint{"--checkpoint", "PATH", "", "a checkpoint directory, or a run folder (its latest checkpoint); required"};
+
+train::RunConfig config_from(const Args& a) { return train::load_config(a.require("--config"), a.all("--set")); }
+
+// A trained model ready for inference: its resolved config, weights and tokenizer, all from
+// the checkpoint (train/portable_checkpoint.h), so that it works from any directory.
+struct LoadedRun {
+  train::RunConfig config;
+  std::unique_ptr<nn::CausalLM> model;
+  std::shared_ptr<const data::Tokenizer> tokenizer;
+  formats::CheckpointData checkpoint;  // its state.json and files (the tensors are in the model)
+  std::int64_t step = 0;
+  fs::path checkpoint_dir;
+  std::string label;  // "checkpoint <dir>", for errors
+};
+
+// --set on a command that runs a trained model: only where it runs may change.
+const FlagSpec kDeviceSet{"--set", "training.device=DEVICE", "",
+                          "run on cpu, cuda, cuda:N or auto (the checkpoint's other keys stay as trained)", true};
+const FlagSpec kData{"--data", "DIR", "", "prepared data folder to evaluate on (default: the one the run trained on)"};
+const FlagSpec kText{"--text", "FILE", "", "evaluate on this text file instead of prepared data"};
+
+LoadedRun load_run(const std::string& path, const std::vector<std::string>& overrides = {}) {
+  const fs::path dir = formats::find_checkpoint(path);
+  LoadedRun run;
+  run.checkpoint = formats::load_checkpoint(dir);
+  formats::CheckpointData& ck = run.checkpoint;
+  run.step = ck.step;
+  run.checkpoint_dir = dir;
+  run.label = "checkpoint " + dir.string();
+  nlohmann::json config = ck.state.at("config");
+  config["training"]["device"] = "cpu";  // where it trained does not matter here
+  for (const std::string& o : overrides) {
+    DARK_CHECK(o.rfind("training.device=", 0) == 0, "--set ", o, ": only training.device may be set here (the model "
+               "is the checkpoint's)");
+    train::apply_override(config, o);
+  }
+  run.config = train::parse_config(config);
+  run.tokenizer = train::checkpoint_tokenizer(ck, run.config, run.label);
+  run.model = train::build_model(run.config);
+  train::load_trained_state(*run.model, ck, run.config, run.label);
+  ck.model.clear(), ck.optimizer.clear(), ck.attention.clear();  // now in the model, or not needed
+  run.model->to(train::resolve_device(run.config.training.device));
+  run.model->train(false);
+  return run;
+}
+
+// The data eval and probe read: --text FILE, else prepared data by the rule of run_files.h.
+// `text` keeps the scratch shard of --text alive.
+data::PreparedData run_data(const LoadedRun& run, const Args& a, data::TextData& text) {
+  DARK_CHECK(!(a.has("--text") && a.has("--data")), "--text and --data exclude each other");
+  if (!a.has("--text")) return train::checkpoint_data(run.checkpoint, run.config, *run.tokenizer, a.get("--data"), run.label);
+  text = data::text_as_data(a.get("--text"), run.tokenizer);
+  const std::int64_t needed = run.config.data.seq_len + 1;
+  DARK_CHECK(text.data.val_tokens >= needed, "--text ", a.get("--text"), ": ", text.data.val_tokens,
+             " tokens, fewer than one window of data.seq_len + 1 = ", needed);
+  return text.data;
+}
+
+}  // namespace
+
+int prepare_data_command(const CommandArgs& args) {
+  const std::vector<FlagSpec> specs = {kConfig, kSet, kHelpFlag};
+  if (print_help_if_asked(args, "usage: darkformer prepare-data --config FILE [--set KEY=VALUE ...]\n"
+                       "Builds (or verifies) the tokenizer and token shards named by the config's data section.", specs))
+    return 0;
+  Args a(args, specs);
+  train::RunConfig config = config_from(a);
+  const data::PreparedData d = train::prepare_data_for(config);
+  std::printf("data ready in %s: %lld train tokens, %lld val tokens, vocabulary %d (%s)\n", d.dir.c_str(),
+              static_cast<long long>(d.train_tokens), static_cast<long long>(d.val_tokens), d.tokenizer->vocab_size(),
+              d.reused ? "reused" : "built");
+  return 0;
+}
+
+int train_command(const CommandArgs& args) {
+  const std::vector<FlagSpec> specs = {kConfig, kSet, {"--resume", "", "", "continue the run folder's latest checkpoint"}, kHelpFlag};
+  if (print_help_if_asked(args, "usage: darkformer train --config FILE [--set KEY=VALUE ...] [--resume]\n"
+                       "Trains a model; see README.md for the run folder and every config key.\n"
+                       "SIGTERM or SIGINT: finish the step, checkpoint it, exit with code 75 (continue with --resume);\n"
+                       "a second signal ends it at once. Exit codes: 0 done, 1 error, 75 stopped by a signal, 128+N killed by signal N.", specs))
+    return 0;
+  Args a(args, specs);
+  train::TrainOptions options;
+  options.resume = a.has("--resume");
+  return train::train(config_from(a), options).stopped_by_signal ? train::kStoppedBySignal : 0;
+}
+
+int eval_command(const CommandArgs& args) {
+  const std::vector<FlagSpec> specs = {kCheckpoint, {"--batches", "N", "0", "validation batches (0 = all of them)"},
+                                       kData, kText, kDeviceSet, kHelpFlag};
+  if (print_help_if_asked(args, "usage: darkformer eval --checkpoint PATH [--data DIR | --text FILE] [--batches N] "
+                       "[--set training.device=cuda]\n"
+                       "Validation loss, perplexity and next-token accuracy of a checkpoint: on the validation split of\n"
+                       "the data it trained on (data.val_windows windows), of --data DIR, or on every window of a text file.",
+                       specs))
+    return 0;
+  Args a(args, specs);
+  LoadedRun run = load_run(a.require("--checkpoint"), a.all("--set"));
+  data::TextData text;
+  const data::PreparedData d = run_data(run, a, text);
+  const std::int64_t windows = a.has("--text") ? 0 : run.config.data.val_windows;  // 0: every window
+  const data::ValidationSet val(d.open_shard(data::Split::val), run.config.training.batch_size, run.config.data.seq_len,
+                                windows, run.model->device());
+  const train::EvalMetrics m = train::evaluate(*run.model, val, a.integer("--batches", 0));
+  std::printf("step %lld | val loss %.4f | perplexity %.2f | next-token accuracy %.4f | %lld tokens%s%s\n",
+              static_cast<long long>(run.step), m.loss, m.perplexity, m.accuracy, static_cast<long long>(m.tokens),
+              a.has("--text") ? " of " : "", a.has("--text") ? a.get("--text").c_str() : "");
+  return 0;
+}
+
+int generate_command(const CommandArgs& args) {
+  const std::vector<FlagSpec> specs = {kCheckpoint,
+                                       {"--prompt", "TEXT", "", "text to continue; required"},
+                                       {"--max-tokens", "N", "64", "tokens to generate"},
+                                       {"--temperature", "T", "0.8", "sampling temperature; 0 = greedy"},
+                                       {"--top-k", "K", "40", "sample among the K most likely tokens; 0 = all"},
+                                       {"--seed", "S", "0", "sampling seed"},
+                                       kDeviceSet,
+                                       kHelpFlag};
+  if (print_help_if_asked(args, "usage: darkformer generate --checkpoint PATH --prompt TEXT [options]", specs)) return 0;
+  Args a(args, specs);
+  LoadedRun run = load_run(a.require("--checkpoint"), a.all("--set"));
+  nn::GenerateOptions g;
+  g.max_tokens = static_cast<int>(a.integer("--max-tokens", 0, std::numeric_limits<int>::max()));
+  g.temperature = a.number("--temperature");
+  g.top_k = static_cast<int>(a.integer("--top-k", 0, std::numeric_limits<int>::max()));
+  g.seed = static_cast<std::uint64_t>(a.integer("--seed", 0));
+  g.context = run.config.data.seq_len;
+  DARK_CHECK(g.temperature >= 0, "generate: --temperature must be >= 0, got ", g.temperature);
+  const std::string prompt = a.require("--prompt");
+  std::vector<std::int32_t> ids = run.tokenizer->encode(prompt);
+  if (ids.empty()) ids.push_back(run.tokenizer->eos_id());
+  std::cout << prompt << std::flush;
+  nn::generate(*run.model, ids, g, [&](std::int32_t id) { std::cout << run.tokenizer->decode(std::vector<std::int32_t>{id}) << std::flush; });
+  std::cout << std::endl;
+  return 0;
+}
+
+namespace {
+// "16,32,64" -> {16, 32, 64}; errors name the flag.
+std::vector<std::int64_t> integer_list(const std::string& text, const std::string& flag) {
+  std::vector<std::int64_t> out;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', start), text.size());
+    const std::string item = text.substr(start, comma - start);
+    char* end = nullptr;
+    const long long v = std::strtoll(item.c_str(), &end, 10);
+    DARK_CHECK(!item.empty() && end && *end == '\0' && v >= 1, flag, ": expected positive integers separated by commas, got '",
+               text, "'");
+    out.push_back(v);
+    start = comma + 1;
+  }
+  return out;
+}
+}  // namespace
+
+int probe_command(const CommandArgs& args) {
+  const std::vector<FlagSpec> specs = {
+      kCheckpoint,
+      {"--batches", "N", "2", "validation batches measured"},
+      {"--features", "LIST", "16,32,64,128,256", "feature counts m, comma-separated"},
+      {"--redraws", "N", "8", "feature draws per (layer, m)"},
+      {"--calibration-batches", "N", "2", "training batches for the whiten initialisation"},
+      {"--json", "PATH", "", "write the full report (per layer and head) here; default <checkpoint>/probe.json"},
+      kData,
+      {"--text", "FILE", "", "measure and calibrate on windows of this text file instead of prepared data"},
+      kDeviceSet,
+      kHelpFlag};
+  if (print_help_if_asked(args, "usage: darkformer probe --checkpoint PATH [--batches N] [--features 16,32,64,128,256]\n"
+                       "Monte Carlo error (against the same kernel evaluated exactly) and swap error (against the\n"
+                       "layer's softmax attention) of performer, darkformer (identity, whiten, learned M) and lfk\n"
+                       "features, per layer and head, on the checkpoint's own attention inputs. See README.md.", specs))
+    return 0;
+  Args a(args, specs);
+  experiments::ProbeOptions o;
+  o.batches = a.integer("--batches", 1);
+  o.features = integer_list(a.get("--features"), "--features");
+  o.redraws = a.integer("--redraws", 1);
+  o.calibration_batches = a.integer("--calibration-batches", 1);
+  const std::string where = a.require("--checkpoint");
+  LoadedRun run = load_run(where, a.all("--set"));
+  data::TextData text;
+  const experiments::ProbeReport report = experiments::run_probe(*run.model, run.config, run_data(run, a, text), o);
+  std::printf("probe of %s (step %lld): per-token relative errors |out - ref| / |ref|\n"
+              "mc = against the same kernel evaluated exactly; swap = against the layer's softmax attention\n\n%s",
+              where.c_str(), static_cast<long long>(run.step), report.table().c_str());
+  const fs::path json_path = a.has("--json") ? fs::path(a.get("--json")) : run.checkpoint_dir / "probe.json";
+  write_file_atomic(json_path, report.to_json().dump(1) + "\n");
+  std::printf("\nwrote %s\n", json_path.c_str());
+  return 0;
+}
+
+int export_hf_command(const CommandArgs& args) {
+  const std::vector<FlagSpec> specs = {kCheckpoint, {"--out", "DIR", "", "output folder; required"}, kHelpFlag};
+  if (print_help_if_asked(args, "usage: darkformer export-hf --checkpoint PATH --out DIR\n"
+                       "Writes a folder that Hugging Face transformers loads as LlamaForCausalLM (config.json,\n"
+                       "model.safetensors, generation_config.json) with its tokenizer for AutoTokenizer\n"
+                       "(softmax-attention models only). See README.md.", specs))
+    return 0;
+  Args a(args, specs);
+  LoadedRun run = load_run(a.require("--checkpoint"));
+  const fs::path out = a.require("--out");
+  const std::vector<fs::path> files = formats::export_hf(*run.model, run.tokenizer.get(), out);
+  std::printf("wrote %s (step %lld):", out.c_str(), static_cast<long long>(run.step));
+  for (const fs::path& f : files) std::printf(" %s", f.filename().c_str());
+  std::printf("\n");
+  return 0;
+}
+
+int demo_mlp_command(const CommandArgs& args) {
+  const std::vector<FlagSpec> specs = {{"--steps", "N", "2000", "optimizer steps"},
+                                       {"--lr", "X", "0.3", "SGD learning rate"},
+                                       {"--batch-size", "N", "64", "examples per step"},
+                                       {"--seed", "N", "0", "Philox seed for weights and data"},
+                                       kHelpFlag};
+  if (print_help_if_asked(args, "usage: darkformer demo-mlp [--steps N] [--lr X] [--batch-size N] [--seed N]\n"
+                                "Trains a small MLP on a synthetic regression task with the autograd tape.", specs))
+    return 0;
+  Args a(args, specs);
+  MlpDemoConfig config;
+  config.steps = static_cast<int>(a.integer("--steps", 1, std::numeric_limits<int>::max()));
+  config.learning_rate = a.number("--lr");
+  DARK_CHECK(config.learning_rate > 0, "--lr: expected a number > 0, got ", a.get("--lr"));
+  config.batch_size = static_cast<int>(a.integer("--batch-size", 1, std::numeric_limits<int>::max()));
+  config.seed = static_cast<std::uint64_t>(a.integer("--seed", 0));
+  std::printf("demo-mlp: %d steps, batch %d, lr %g, seed %llu\n", config.steps, config.batch_size,
+              config.learning_rate, static_cast<unsigned long long>(config.seed));
+  const int every = std::max(1, config.steps / 15);
+  const MlpDemoResult result = run_mlp_demo(config, [&](int step, double loss) {
+    if (step % every == 0 || step + 1 == config.steps) std::printf("step %5d/%d | loss %.6f\n", step + 1, config.steps, loss);
+  });
+  std::printf("held-out loss: %.6f before training, %.6f after (%.1fx lower)\n", result.initial_eval_loss,
+              result.final_eval_loss, result.initial_eval_loss / result.final_eval_loss);
+  return 0;
+}
+
+}  // namespace dark::cli

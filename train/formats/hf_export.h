@@ -1,0 +1,44 @@
+// Export of a trained softmax-attention model as a Hugging Face folder that transformers loads
+// with LlamaForCausalLM.from_pretrained and AutoTokenizer.from_pretrained (a gemma3-family
+// model: Gemma3ForCausalLM, its norm weights written as w = multiplier - 1, Gemma's form; not
+// yet checked against transformers):
+//   config.json             LlamaConfig or Gemma3TextConfig (architecture keys, bos/eos ids)
+//   model.safetensors       our parameters under their own names, float32: our names are
+//                           Hugging Face Llama's, and our RoPE rotates dimension i with
+//                           i + head_dim/2 (rotate_half) as transformers does, so q_proj and
+//                           k_proj need no permutation (unlike GGUF, see gguf_import.h)
+//   generation_config.json  bos/eos/pad ids (pad = eos without a pad token), greedy decoding
+//                           (do_sample false)
+//   the tokenizer, by kind:
+//     sentencepiece  tokenizer.model (our model bytes) + a LlamaTokenizer tokenizer_config.json:
+//                    add_bos_token/add_eos_token false and add_prefix_space false, so
+//                    transformers adds no bos and no "▁" prefix; legacy false; and
+//                    split_special_tokens true, because SentencePiece encodes the text "</s>"
+//                    as ordinary pieces where transformers would otherwise emit the eos id
+//     gguf / hf      tokenizer.json (byte-level BPE, data/hf_tokenizer_json.h) with a
+//                    PreTrainedTokenizerFast tokenizer_config.json; our encode matches
+//                    control and user-defined tokens in the text, as transformers does
+//     byte           tokenizer.json of the 256 byte pieces (ids 0..255 = bytes, no merges),
+//                    <eos> 256 and <bos> 257, split_special_tokens true: the same ids for any
+//                    text (data::byte_tokenizer_vocab)
+//   special_tokens_map.json  the special tokens again, for older transformers versions
+// clean_up_tokenization_spaces is false everywhere: decode gives back the exact text.
+// tests/reference/check_hf_tokenizer.py checks ids and greedy generation with transformers.
+#pragma once
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "data/tokenizer.h"
+#include "nn/model.h"
+
+namespace dark::formats {
+
+// Writes the folder `out` (created if needed; files replaced atomically) for `model` (its
+// config gives the architecture keys); `tokenizer` may be null (no tokenizer files, a
+// warning). Throws when a layer's attention is not softmax (LlamaForCausalLM has no other
+// kind). Returns the files written.
+std::vector<std::filesystem::path> export_hf(nn::CausalLM& model, const data::Tokenizer* tokenizer,
+                                             const std::filesystem::path& out);
+
+}  // namespace dark::formats
