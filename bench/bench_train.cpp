@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "core/kernel_profile.h"
 #include "core/median.h"
 #include "autograd/ops.h"
 #include "autograd/tape.h"
@@ -64,6 +65,7 @@ struct Args {
   std::vector<std::string> overrides;
   int steps = 20, warmup = 3;
   int threads = 0;  // 0 = leave OpenMP's default
+  int profile = 0;  // profiled steps after the timed ones (0: none)
   bool print_model = false;
 };
 
@@ -79,6 +81,9 @@ struct Args {
          "  --steps N       timed steps (default 20)\n"
          "  --warmup N      untimed steps first (default 3)\n"
          "  --threads N     OpenMP threads (default: OMP_NUM_THREADS / all cores)\n"
+         "  --profile N     after the timed steps, N more with every kernel timed (on a GPU by\n"
+         "                  CUDA events, no synchronisation between kernels): a table of the\n"
+         "                  device time per step by phase and kernel on stderr, \"profile\" in the JSON\n"
          "  --print-model   print the resolved model as JSON and exit\n";
   std::exit(code);
 }
@@ -107,6 +112,7 @@ Args parse_args(int argc, char** argv) {
     else if (arg == "--steps") a.steps = integer(1);
     else if (arg == "--warmup") a.warmup = integer(0);
     else if (arg == "--threads") a.threads = integer(1);
+    else if (arg == "--profile") a.profile = integer(0);
     else if (arg == "--print-model") a.print_model = true;
     else {
       std::cerr << "darkformer_bench_train: unknown flag '" << arg << "'\n";
@@ -154,6 +160,28 @@ dark::Tensor random_batch(std::int64_t B, std::int64_t T1, std::int64_t vocab, s
       ids[i + l] = static_cast<std::int32_t>(blk.v[l] % static_cast<std::uint32_t>(vocab));
   }
   return dark::Tensor::from_vector(ids, {B, T1});
+}
+
+// The profile as JSON rows (ms and calls per step), and as a table on stderr: device time
+// per step by phase and kernel, and how much of the step's wall time the kernels fill (on a
+// GPU the rest is host work and launch gaps the device waits through).
+json profile_json(const std::vector<dark::KernelProfile::Row>& rows, int steps, double median_step_s) {
+  double kernels_ms = 0;
+  for (const auto& r : rows) kernels_ms += r.ms / steps;
+  const double step_ms = median_step_s * 1e3;
+  std::fprintf(stderr, "  kernel profile over %d steps (median step %.2f ms; kernels %.2f ms = %.0f%% of it):\n", steps,
+               step_ms, kernels_ms, 100 * kernels_ms / step_ms);
+  std::fprintf(stderr, "    %-15s %-36s %10s %10s %7s\n", "phase", "kernel", "calls/step", "ms/step", "% step");
+  json out = json::array();
+  for (const auto& r : rows) {
+    const double ms = r.ms / steps;
+    const double calls = static_cast<double>(r.calls) / steps;
+    std::fprintf(stderr, "    %-15s %-36s %10.1f %10.3f %6.1f%%\n", r.pass.empty() ? "(none)" : r.pass.c_str(),
+                 r.kernel.c_str(), calls, ms, 100 * ms / step_ms);
+    out.push_back({{"phase", r.pass}, {"kernel", r.kernel}, {"device", dark::device_type_name(r.device)},
+                   {"calls_per_step", calls}, {"ms_per_step", ms}});
+  }
+  return {{"steps", steps}, {"median_step_ms", step_ms}, {"kernels_ms_per_step", kernels_ms}, {"rows", out}};
 }
 
 }  // namespace
@@ -214,7 +242,8 @@ int main(int argc, char** argv) {
     std::vector<double> step_s, fwd_s, bwd_s, norm_s, opt_s;
     double last_loss = 0, first_loss = 0;
     const int total = args.warmup + args.steps;
-    for (int step = 0; step < total; ++step) {
+    // One training step; the phases are named for a kernel profile (ignored without one).
+    auto run_step = [&](int step) {
       // Batches are made outside the timed region, like the loader's mmap read would be cheap.
       std::vector<Tensor> batches;
       for (int micro = 0; micro < accum; ++micro)
@@ -226,33 +255,57 @@ int main(int argc, char** argv) {
       double loss_value = 0, fwd = 0, bwd = 0;
       for (int micro = 0; micro < accum; ++micro) {
         const auto f0 = Clock::now();
-        Tensor loss = model->loss(batches[micro], static_cast<std::uint64_t>(step * accum + micro));
-        if (accum > 1) loss = mul_scalar(loss, 1.0 / accum);
+        Tensor loss;
+        {
+          const ProfilePass pass("forward");
+          loss = model->loss(batches[micro], static_cast<std::uint64_t>(step * accum + micro));
+          if (accum > 1) loss = mul_scalar(loss, 1.0 / accum);
+        }
         const auto f1 = Clock::now();
-        backward(loss);
+        {
+          const ProfilePass pass("backward");
+          backward(loss);
+        }
         loss_value += loss.item();  // on a GPU: waits for the micro-batch (the phase times are then real)
         const auto f2 = Clock::now();
         fwd += std::chrono::duration<double>(f1 - f0).count();
         bwd += std::chrono::duration<double>(f2 - f1).count();
       }
       const auto n0 = Clock::now();
-      const double grad_norm = params.grad_norm();
-      DARK_CHECK(std::isfinite(loss_value) && std::isfinite(grad_norm), "non-finite loss ", loss_value,
-                 " or gradient norm ", grad_norm, " at step ", step);
-      if (config.optimizer.grad_clip > 0 && grad_norm > config.optimizer.grad_clip)
-        params.scale_grads(config.optimizer.grad_clip / grad_norm);
+      double grad_norm = 0;
+      {
+        const ProfilePass pass("grad_norm_clip");
+        grad_norm = params.grad_norm();
+        DARK_CHECK(std::isfinite(loss_value) && std::isfinite(grad_norm), "non-finite loss ", loss_value,
+                   " or gradient norm ", grad_norm, " at step ", step);
+        if (config.optimizer.grad_clip > 0 && grad_norm > config.optimizer.grad_clip)
+          params.scale_grads(config.optimizer.grad_clip / grad_norm);
+      }
       const auto o0 = Clock::now();
-      optimizer.step(lr);
+      {
+        const ProfilePass pass("optimizer");
+        optimizer.step(lr);
+      }
       const auto t1 = Clock::now();
       if (step == 0) first_loss = loss_value;
       last_loss = loss_value;
-      if (step >= args.warmup) {
+      if (step >= args.warmup && step < total) {  // the profiled steps are not timed here
         step_s.push_back(std::chrono::duration<double>(t1 - t0).count());
         fwd_s.push_back(fwd);
         bwd_s.push_back(bwd);
         norm_s.push_back(std::chrono::duration<double>(o0 - n0).count());
         opt_s.push_back(std::chrono::duration<double>(t1 - o0).count());
       }
+      return std::chrono::duration<double>(t1 - t0).count();
+    };
+    for (int step = 0; step < total; ++step) run_step(step);
+    // The profiled steps, after the timed ones: recording events costs a little per kernel.
+    json profile = nullptr;
+    if (args.profile > 0) {
+      std::vector<double> profiled_s;
+      KernelProfile kernel_profile;
+      for (int step = total; step < total + args.profile; ++step) profiled_s.push_back(run_step(step));
+      profile = profile_json(kernel_profile.finish(), args.profile, dark::median(profiled_s));
     }
 
     const double med = dark::median(step_s);
@@ -285,6 +338,7 @@ int main(int argc, char** argv) {
                   {"optimizer", dark::median(opt_s) * 1e3}}},
                 {"config", source},
                 {"model", model_json}};
+    if (!profile.is_null()) out["profile"] = profile;
     std::fprintf(stderr,
                  "darkformer: %s, %lld params, batch %lld x seq %lld, %d threads\n"
                  "  step median %.1f ms [%.1f..%.1f] over %d steps -> %.0f tokens/s; loss %.4f -> %.4f\n"

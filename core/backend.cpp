@@ -3,6 +3,7 @@
 // that reports no devices and fails clearly when used.
 #include "core/backend.h"
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 
@@ -57,6 +58,13 @@ Registered& slot(DeviceType type) {
 }  // namespace
 
 DeviceBackend& backend_for(DeviceType type) { return *slot(type).backend; }
+
+void* DeviceBackend::record_timing_event() const { return new std::chrono::steady_clock::time_point(std::chrono::steady_clock::now()); }
+double DeviceBackend::elapsed_ms(void* start, void* end) const {
+  using Time = std::chrono::steady_clock::time_point;
+  return std::chrono::duration<double, std::milli>(*static_cast<Time*>(end) - *static_cast<Time*>(start)).count();
+}
+void DeviceBackend::release_timing_event(void* event) const { delete static_cast<std::chrono::steady_clock::time_point*>(event); }
 
 void register_backend(DeviceType type, DeviceBackend* backend, const char* name) {
   Registered& current = slot(type);

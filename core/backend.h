@@ -23,6 +23,13 @@ struct DeviceBackend {
   virtual void synchronize(int device_index) const = 0;
   // Free and total bytes of the device's memory, when the backend can tell (0, 0 otherwise).
   virtual std::pair<std::size_t, std::size_t> memory_info(int /*device_index*/) const { return {0, 0}; }
+  // Kernel profiles (core/kernel_profile.h): a marker recorded in the order of the current
+  // device's work, the milliseconds between two markers (waiting for the later one), and a
+  // marker's release. This default is the host clock, exact for a device whose kernels
+  // return when done (the CPU); the CUDA backend records CUDA events on its stream.
+  virtual void* record_timing_event() const;
+  virtual double elapsed_ms(void* start, void* end) const;
+  virtual void release_timing_event(void* event) const;
 };
 
 DeviceBackend& backend_for(DeviceType type);

@@ -2,26 +2,53 @@
 // fill the tables through DARK_REGISTER_KERNEL at load time; a missing entry is an error
 // naming kernel, device and dtype. Nothing falls back or casts silently.
 #pragma once
+#include <utility>
+
 #include "core/device.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/kernel_profile.h"
 
 namespace dark {
+
+template <class Fn>
+class KernelCall;
+
+// A kernel about to be called: calls it, timed when a kernel profile is alive
+// (core/kernel_profile.h).
+template <class R, class... Args>
+class KernelCall<R(Args...)> {
+ public:
+  KernelCall(R (*fn)(Args...), const char* name, DeviceType device) : fn_(fn), name_(name), device_(device) {}
+  R operator()(Args... args) const {
+    if (!KernelProfile::active()) return fn_(std::forward<Args>(args)...);
+    const profile_detail::KernelTimer timer(name_, device_);
+    return fn_(std::forward<Args>(args)...);
+  }
+
+ private:
+  R (*fn_)(Args...);
+  const char* name_;
+  DeviceType device_;
+};
 
 template <class Fn>
 class KernelTable {
  public:
   explicit KernelTable(const char* name) : name_(name) {}
 
-  Fn* get(DeviceType device, DType dtype) const {
+  // The entry for (device, dtype), to be called at once; an error when there is none.
+  KernelCall<Fn> get(DeviceType device, DType dtype) const {
     Fn* fn = table_[static_cast<int>(device)][static_cast<int>(dtype)];
     DARK_CHECK(fn != nullptr, name_, ": no kernel for ", device_type_name(device), "/",
                dtype_name(dtype));
-    return fn;
+    return KernelCall<Fn>(fn, name_, device);
   }
   bool has(DeviceType device, DType dtype) const {
     return table_[static_cast<int>(device)][static_cast<int>(dtype)] != nullptr;
   }
+  // The registered function itself, or nullptr (tests compare entries with it).
+  Fn* find(DeviceType device, DType dtype) const { return table_[static_cast<int>(device)][static_cast<int>(dtype)]; }
   // Registers fn once: a second kernel for the same entry is a link-time mistake (two files,
   // or two libraries, defining it), and which one ran would depend on load order.
   void set(DeviceType device, DType dtype, Fn* fn) {

@@ -65,7 +65,8 @@ sets=(--set model.d_model=768 --set model.n_layers=12 --set model.n_heads=12 --s
       --set training.batch_size="$batch" --set training.device=cuda --set training.precision=bf16)
 model_json="$("$bench_train" "${sets[@]}" --print-model 2>> "$out/train.log")" || { echo "bench_gpu.sh: --print-model failed" >&2; exit 1; }
 : > "$out/train.jsonl"
-"$bench_train" "${sets[@]}" --steps "$steps" --warmup "$warmup" >> "$out/train.jsonl" 2>> "$out/train.log" || failed=1
+# --profile 3: three more steps with every kernel timed by CUDA events (the table is in train.log).
+"$bench_train" "${sets[@]}" --steps "$steps" --warmup "$warmup" --profile 3 >> "$out/train.jsonl" 2>> "$out/train.log" || failed=1
 for mode in "" "--compile"; do
   "$py" bench/torch_gpu.py train --model-json "$model_json" --steps "$steps" --warmup "$warmup" $mode \
     >> "$out/train.jsonl" 2>> "$out/train.log" || { echo "torch train $mode failed (see train.log)"; failed=1; }

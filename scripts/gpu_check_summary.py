@@ -113,7 +113,7 @@ def bench_summary(out, peak_tflops=989.0):
         s["train"]["darkformer"] = {"tokens_per_s": ours["tokens_per_s"],
                                     "mfu": ours["tokens_per_s"] * per_token / (peak_tflops * 1e12),
                                     "step_ms": ours.get("median_step_ms"), "phases_ms": ours.get("phases_ms"),
-                                    "alloc_peak_mb": ours.get("alloc_peak_mb")}
+                                    "alloc_peak_mb": ours.get("alloc_peak_mb"), "profile": ours.get("profile")}
         for r in train:
             if r.get("side") == "torch":
                 s["train"][f"torch-{r['mode']}"] = {"tokens_per_s": r["tokens_per_s"],
@@ -210,6 +210,10 @@ def summary(out):
             if r.get("phases_ms"):
                 extra += ", phases " + " ".join(f"{k} {v:.1f}" for k, v in r["phases_ms"].items()) + " ms"
             lines.append(f"train {name}: {r['tokens_per_s']:.0f} tok/s, MFU {100 * r['mfu']:.1f}%{extra}")
+            prof = r.get("profile")
+            if prof:  # bench_train --profile: where the step's device time goes
+                lines.append(f"  kernels {prof['kernels_ms_per_step']:.1f} ms of a {prof['median_step_ms']:.1f} ms step; top: " +
+                             ", ".join(f"{p['phase']}/{p['kernel']} {p['ms_per_step']:.1f}" for p in prof["rows"][:8]))
         lines += fmt_attention(bench["attention"])
         targets = bench.get("targets") or []
         if targets:

@@ -27,14 +27,13 @@ TEST(CudaEmulatorInstall, LinkingTheEmulatorChangesNothingUntilATestInstallsIt) 
   EXPECT_FALSE(cuda_backend_built());
   EXPECT_FALSE(kernels::binary().has(DeviceType::cuda, DType::f32));
 #endif
-  kernels::binary_fn* const real_binary =
-      kernels::binary().has(DeviceType::cuda, DType::f32) ? kernels::binary().get(DeviceType::cuda, DType::f32) : nullptr;
+  kernels::binary_fn* const real_binary = kernels::binary().find(DeviceType::cuda, DType::f32);
 
   cuda_emu::install();
   EXPECT_TRUE(cuda_emu::active());
   EXPECT_STREQ(backend_name(DeviceType::cuda), cuda_emu::kBackendName);
   EXPECT_TRUE(cuda_backend_built());
-  EXPECT_NE(kernels::binary().get(DeviceType::cuda, DType::f32), real_binary);
+  EXPECT_NE(kernels::binary().find(DeviceType::cuda, DType::f32), real_binary);
   const Tensor a = Tensor::arange(4, DType::f32, Device::cuda(0));
   Tensor sum = Tensor::empty({4}, DType::f32, Device::cuda(0));
   kernels::binary().get(DeviceType::cuda, DType::f32)(BinaryOp::add, a, a, sum);

@@ -13,6 +13,7 @@
 
 #include "autograd/tape.h"
 #include "core/backend.h"
+#include "core/kernel_profile.h"
 #include "core/kernels.h"
 #include "tests/gpu_compare.h"
 #include "tests/op_cases.h"
@@ -144,6 +145,35 @@ TEST(Gpu, FloatToIntegerCastsSaturateLikeTheCpu) {
   }
   EXPECT_EQ(Tensor::full({3}, nan, DType::i32, Device::cuda(0)).to_vector<std::int32_t>(),
             (std::vector<std::int32_t>{0, 0, 0}));
+}
+
+// A kernel profile on the GPU brackets each kernel with CUDA events (read at the end).
+TEST(Gpu, KernelProfileTimesCudaKernelsWithEvents) {
+  DARK_REQUIRE_GPU();
+  const Tensor a = Tensor::randn({128, 128}, 1).to(Device::cuda(0)), b = Tensor::randn({128, 128}, 2).to(Device::cuda(0));
+  KernelProfile profile;
+  {
+    const ProfilePass pass("forward");
+    (void)matmul(a, b);
+    (void)add(a, b);
+    (void)add(a, b);
+  }
+  const std::vector<KernelProfile::Row> rows = profile.finish();
+  int matched = 0;
+  for (const auto& r : rows) {
+    EXPECT_EQ(r.device, DeviceType::cuda) << r.kernel;
+    EXPECT_EQ(r.pass, "forward");
+    EXPECT_GE(r.ms, 0) << r.kernel;
+    if (r.kernel == "matmul") {
+      EXPECT_EQ(r.calls, 1);
+      ++matched;
+    }
+    if (r.kernel == "binary") {
+      EXPECT_EQ(r.calls, 2);
+      ++matched;
+    }
+  }
+  EXPECT_EQ(matched, 2);
 }
 
 TEST(Gpu, NoDeviceIsReportedAsUnavailableNotAsACrash) {

@@ -149,6 +149,21 @@ class CudaBackend final : public DeviceBackend {
     DARK_CUDA_CHECK(cudaDeviceSynchronize());
   }
 
+  // Kernel profiles: CUDA events on the legacy stream, where every kernel runs.
+  void* record_timing_event() const override {
+    cudaEvent_t event = nullptr;
+    DARK_CUDA_CHECK(cudaEventCreate(&event));
+    DARK_CUDA_CHECK(cudaEventRecord(event, cudaStreamLegacy));
+    return event;
+  }
+  double elapsed_ms(void* start, void* end) const override {
+    float ms = 0;
+    DARK_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(end)));
+    DARK_CUDA_CHECK(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start), static_cast<cudaEvent_t>(end)));
+    return ms;
+  }
+  void release_timing_event(void* event) const override { DARK_CUDA_CHECK(cudaEventDestroy(static_cast<cudaEvent_t>(event))); }
+
   std::pair<std::size_t, std::size_t> memory_info(int device_index) const override {
     DeviceGuard guard(device_index);
     std::size_t free_bytes = 0, total_bytes = 0;
