@@ -190,9 +190,6 @@ void check_precision(Precision precision, Device device) {
                   "kernels are f32 and f64 only",
                   cpu, ": use training.precision f32 on ", device.to_string()));
 }
-}  // namespace
-
-namespace {
 
 // Where a run's weights come from: the latest checkpoint (--resume), a finetuning source, or
 // nowhere (a fresh run). A finetuning run takes the architecture of where its weights come from.
@@ -233,23 +230,19 @@ TrainingRun start_run(RunConfig config, bool resume) {
   run.finetuning = !config.finetune.init_from.empty();
 
   WeightsOrigin origin = find_weights(config, run.dir, resume, run.finetuning);
-  std::optional<formats::CheckpointData>& checkpoint = origin.checkpoint;
-  std::optional<InitSource>& source = origin.source;
-  const std::optional<RunConfig>& checkpoint_config = origin.checkpoint_config;
-  const fs::path& checkpoint_dir = origin.checkpoint_dir;
   run.data = prepare_data_once_per_host(config, *run.comm);
   validate_config(config);
-  if (source) check_source_tokenizer(*source, config, run.data);
-  if (checkpoint) {
-    check_resumable(*checkpoint_config, config, checkpoint_dir, run.dir);
-    warn_if_global_batch_changed(*checkpoint, *checkpoint_config, config, run.world_size());
-    spdlog::info("resuming from {} (step {})", checkpoint_dir.string(), checkpoint->step);
+  if (origin.source) check_source_tokenizer(*origin.source, config, run.data);
+  if (origin.checkpoint) {
+    check_resumable(*origin.checkpoint_config, config, origin.checkpoint_dir, run.dir);
+    warn_if_global_batch_changed(*origin.checkpoint, *origin.checkpoint_config, config, run.world_size());
+    spdlog::info("resuming from {} (step {})", origin.checkpoint_dir.string(), origin.checkpoint->step);
   } else {
     DARK_CHECK(formats::list_checkpoints(run.dir).empty(), "run folder ", run.dir.string(),
                " already has checkpoints: pass --resume to continue it, or set output.dir to a new folder");
   }
   // Before the first write to the run folder: a run refused here leaves it as it was.
-  run.memory = memory_preflight(config, run.world_size(), run.device, run.data, source.has_value());
+  run.memory = memory_preflight(config, run.world_size(), run.device, run.data, origin.source.has_value());
   // Every rank has read the run folder before rank 0 writes to it.
   run.comm->barrier();
   if (run.writes()) {
@@ -260,7 +253,7 @@ TrainingRun start_run(RunConfig config, bool resume) {
   run.config = std::move(config);
   const RunConfig& c = run.config;
 
-  build_trainable_model(run, source, checkpoint, communicates);
+  build_trainable_model(run, origin.source, origin.checkpoint, communicates);
   open_data_streams(run);
   // Calibration reads the same global batches on every rank, so its result is the same
   // everywhere (and the same as a one-process run's) without communication.

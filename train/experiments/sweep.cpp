@@ -489,11 +489,10 @@ namespace {
 // under the launcher if any; returns the child's pid.
 pid_t start_point(const SweepPoint& p, const std::vector<std::string>& launcher, const std::string& executable,
                   const std::vector<std::string>& env, SweepLog& log);
-// Writes the status.json of a point whose child ended and logs its outcome (`completed`
-// points before it, of `total`); returns the status ("done", "diverged", "failed",
-// "interrupted").
-std::string record_point_end(const SweepPoint& p, int exit_code, bool passed_a_signal, double seconds,
-                             std::size_t completed, std::size_t total, SweepLog& log);
+// Writes the status.json of a point whose child ended and logs its outcome; `completed`
+// (points ended, of `total`) counts it unless it was interrupted.
+void record_point_end(const SweepPoint& p, int exit_code, bool passed_a_signal, double seconds,
+                      std::size_t& completed, std::size_t total, SweepLog& log);
 // summary.json and summary.csv of every point (and of an earlier sweep's in the same folder)
 // and the closing log line; returns the summary.
 json write_summary(const SweepPlan& plan, SweepLog& log);
@@ -550,9 +549,7 @@ json run_sweep(const SweepPlan& plan, const SweepOptions& options) {
     running.erase(it);
     children.erase(pid);
 
-    const std::string status = record_point_end(p, exit_code_of(wait_status), forwarded != 0, seconds, completed,
-                                                plan.points.size(), log);
-    if (status != "interrupted") ++completed;
+    record_point_end(p, exit_code_of(wait_status), forwarded != 0, seconds, completed, plan.points.size(), log);
   }
   return write_summary(plan, log);
 }
@@ -576,8 +573,8 @@ pid_t start_point(const SweepPoint& p, const std::vector<std::string>& launcher,
   return pid;
 }
 
-std::string record_point_end(const SweepPoint& p, int exit_code, bool passed_a_signal, double seconds,
-                             std::size_t completed, std::size_t total, SweepLog& log) {
+void record_point_end(const SweepPoint& p, int exit_code, bool passed_a_signal, double seconds,
+                      std::size_t& completed, std::size_t total, SweepLog& log) {
   // Whatever a point that was passed a signal exits with, the signal ended it: mpirun, for
   // one, exits 1 after stopping its ranks.
   const std::string status = point_status(point_stability(p), exit_code, passed_a_signal);
@@ -592,7 +589,6 @@ std::string record_point_end(const SweepPoint& p, int exit_code, bool passed_a_s
     for (const std::string& l : last_lines(p.dir / "train.log", 3)) line += "\n    " + l;
   }
   log.line(line);
-  return status;
 }
 
 json write_summary(const SweepPlan& plan, SweepLog& log) {
