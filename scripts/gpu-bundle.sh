@@ -25,7 +25,7 @@
 #   --build-dir DIR  the CMake build to use (default build-gpu: configured here as Release,
 #                    sm_<arch>, CUDA emulator off, tests and benchmarks on)
 #   --no-build       pack what DIR already holds (it must be a CUDA build; CI packs build/)
-#   --arch A         CUDA architecture when configuring (default 90: H100 / H200)
+#   --arch A         CUDA architecture when configuring (default 90a: H100 / H200 with the wgmma kernels)
 #   --out FILE       the archive (default cache/gpu-bundle/darkformer-gpu-bundle.tar.xz)
 #   --max-mb N       fail when the archive is larger (default 40)
 #   --no-data        leave out the prepared data and the corpus (the check then trains on
@@ -39,7 +39,7 @@ root="$(pwd)"
 
 build="build-gpu"
 configure=1
-arch=90
+arch=90a
 out="cache/gpu-bundle/darkformer-gpu-bundle.tar.xz"
 max_mb=40
 with_data=1

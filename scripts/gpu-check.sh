@@ -6,7 +6,7 @@
 #       scripts/gpu-bundle.sh on another machine: nothing is built here, so it works on a
 #       machine with the driver and the CUDA toolkit but none of our Debian dependencies
 #   scripts/gpu-check.sh [--budget S] [OUT]                    builds the CUDA targets here
-#       first (build-gpu: Release, sm_${ARCH:-90}), for a machine that has our dependencies
+#       first (build-gpu: Release, sm_${ARCH:-90a}), for a machine that has our dependencies
 #   --cpu-stages (with --bundle): without a GPU, still run the stages that need none (mpi),
 #       so a machine without a GPU tests the bundle's own Open MPI (CI does)
 #
@@ -216,9 +216,9 @@ python3 -c 'import json, sys; print(json.dumps({"gpu": True, "name": sys.argv[1]
 if [[ -z "$bin" ]]; then
   [[ -x /usr/local/cuda/bin/nvcc ]] && export PATH="/usr/local/cuda/bin:$PATH"
   build="${BUILD_DIR:-build-gpu}"
-  say "building in $build (sm_${ARCH:-90}, $(nproc) jobs)"
+  say "building in $build (sm_${ARCH:-90a}, $(nproc) jobs)"
   t0=$(date +%s)
-  if timeout "$(limit 330)" cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DDARK_CUDA_ARCHITECTURES="${ARCH:-90}" \
+  if timeout "$(limit 330)" cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DDARK_CUDA_ARCHITECTURES="${ARCH:-90a}" \
        -DDARK_BUILD_CUDA_EMULATOR=OFF -DDARK_BUILD_TESTS=ON -DDARK_BUILD_BENCH=ON > "$out/configure.log" 2>&1 &&
      timeout "$(limit 330)" cmake --build "$build" -j "$(nproc)" --target "${programs[@]}" > "$out/build.log" 2>&1; then
     stage build passed "" $(($(date +%s) - t0))

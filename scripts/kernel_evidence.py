@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Static evidence about CUDA kernels, for sessions without a GPU.
 
-Compiles each given .cu file for one architecture (sm_90 by default) with the flags of a
+Compiles each given .cu file for one architecture (sm_90a by default) with the flags of a
 configured CUDA build (its compile_commands.json), then prints one row per kernel:
 registers, spills and stack (ptxas -v), and, from the SASS (cuobjdump -sass), how many
 tensor-core instructions (HMMA: mma.sync; HGMMA: Hopper's wgmma), ldmatrix (LDSM), async
@@ -136,7 +136,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("sources", nargs="+", help=".cu files of the project")
     parser.add_argument("--build-dir", default="build-gpu", help="configured CUDA build (default build-gpu)")
-    parser.add_argument("--arch", default="90", help="compute capability without the dot (default 90)")
+    parser.add_argument("--arch", default="90a", help="compute capability without the dot (default 90a: H100 / H200 with wgmma)")
     parser.add_argument("--filter", default="", help="only kernels whose name contains this")
     parser.add_argument("--require-no-spills", default=None, metavar="SUBSTRING",
                         help="fail when a kernel whose name contains SUBSTRING spills")

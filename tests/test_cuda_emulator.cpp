@@ -1,10 +1,11 @@
-// The CUDA emulator itself (core/cuda/emulator/): the scheduling guarantees CUDA gives
+// The CUDA emulator itself (tests/cuda_emulator/): the scheduling guarantees CUDA gives
 // (block barriers, warp shuffles and votes with their masks), the faults it turns into
 // errors instead of hangs or wrong answers (deadlocks, masks naming absent or exited lanes,
 // launch shapes a GPU refuses), the tensor-core tile product against a plain product in the
 // PTX fragment layout, ldmatrix and cp.async (layout, zero fill, addresses outside shared
-// memory), and device memory that host code cannot touch. Driven through the
-// emulator's own API (grid.h), with kernels written as lambdas run per emulated thread.
+// memory), Hopper's warpgroup products (layouts, descriptors, completion at the wait), and
+// device memory that host code cannot touch. Driven through the emulator's own API (grid.h,
+// wgmma.h), with kernels written as lambdas run per emulated thread.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -14,6 +15,7 @@
 #include "core/bfloat16.h"
 #include "cuda_emulator/control.h"
 #include "cuda_emulator/grid.h"
+#include "cuda_emulator/wgmma.h"
 #include "core/tensor.h"
 #include "test_util.h"
 
@@ -220,6 +222,129 @@ TEST(CudaEmulator, LdmatrixGivesEachLaneThePtxLayout) {
         EXPECT_EQ(got[lane][i], lo | (hi << 16)) << "lane " << lane << " matrix " << i << (transposed ? " .trans" : "");
       }
   }
+}
+
+// wgmma (sm_90a) as the PTX ISA lays it out, checked against plain products. Shared memory
+// is written here with the 128-byte swizzle stated as TMA writes it (row r of 128 bytes keeps
+// its 16-byte piece p at p ^ (r % 8)), which the emulator reads by address bits instead.
+namespace wgmma_test {
+constexpr std::uint32_t kA = 0, kBk = 8192, kBmn = 24576;  // tile bases, 1024-byte aligned
+std::uint64_t descriptor(std::uint32_t start, std::uint32_t lbo, std::uint32_t sbo) {
+  return std::uint64_t{start >> 4} | std::uint64_t{lbo >> 4} << 16 | std::uint64_t{sbo >> 4} << 32 | std::uint64_t{1} << 62;
+}
+std::uint32_t swizzled(std::uint32_t row_start, int col) {  // a 128-byte row at row_start (row index from the address)
+  return row_start + ((((col % 64) / 8) ^ ((row_start / 128) % 8)) * 16) + (col % 8) * 2;
+}
+float value(int which, int i, int j) {
+  return static_cast<float>(BFloat16(0.125f * ((i * (3 + which) + j * (5 + 2 * which)) % 17) - 1.0f));
+}
+std::uint32_t pack(float lo, float hi) {
+  return static_cast<std::uint32_t>(BFloat16(lo).bits) | (static_cast<std::uint32_t>(BFloat16(hi).bits) << 16);
+}
+// A: 64 x 64 K-major (rows m); Bk: 128 x 64 K-major (rows n); Bmn: 16 x 128 MN-major (rows k,
+// two 64-column blocks of 16 rows, 2048 bytes apart).
+void fill_shared(unsigned char* shared) {
+  auto put = [&](std::uint32_t at, float v) {
+    const std::uint16_t bits = BFloat16(v).bits;
+    std::memcpy(shared + at, &bits, 2);
+  };
+  for (int m = 0; m < 64; ++m)
+    for (int k = 0; k < 64; ++k) put(swizzled(kA + 128 * m, k), value(0, m, k));
+  for (int n = 0; n < 128; ++n)
+    for (int k = 0; k < 64; ++k) put(swizzled(kBk + 128 * n, k), value(1, n, k));
+  for (int k = 0; k < 16; ++k)
+    for (int n = 0; n < 128; ++n) put(swizzled(kBmn + n / 64 * 2048 + 128 * k, n), value(2, k, n));
+}
+}  // namespace wgmma_test
+
+// D (64 x 128) = A B + C with A and B K-major in shared memory (the k slice 16..31, a start
+// address inside the swizzled rows), and with A in registers (the m16n8k16 fragment of each
+// warp's 16 rows) and B MN-major over two 64-column blocks (LBO); D in the accumulator layout.
+TEST(CudaEmulator, WarpgroupProductsFollowThePtxLayouts) {
+  using namespace wgmma_test;
+  for (const bool a_in_registers : {false, true}) {
+    float got[64][128] = {};
+    ASSERT_EQ(run({1, 1, 1}, {128, 1, 1},
+                  [&] {
+                    auto* shared = static_cast<unsigned char*>(dynamic_shared_memory());
+                    if (current().linear == 0) fill_shared(shared);
+                    sync_threads();
+                    const int warp = current().warp, lane = current().lane, g = lane / 4, t = lane % 4;
+                    auto row = [&](int i) { return 16 * warp + g + (i % 4 >= 2 ? 8 : 0); };
+                    auto col = [&](int i) { return 8 * (i / 4) + 2 * t + (i & 1); };
+                    float d[64];
+                    for (int i = 0; i < 64; ++i) d[i] = static_cast<float>(row(i) - col(i));  // C
+                    if (a_in_registers) {
+                      const int r = 16 * warp + g;
+                      auto a = [&](int m, int k) { return value(0, m, k); };
+                      const std::uint32_t regs[4] = {pack(a(r, 2 * t), a(r, 2 * t + 1)),
+                                                     pack(a(r + 8, 2 * t), a(r + 8, 2 * t + 1)),
+                                                     pack(a(r, 2 * t + 8), a(r, 2 * t + 9)),
+                                                     pack(a(r + 8, 2 * t + 8), a(r + 8, 2 * t + 9))};
+                      wgmma_bf16(d, 128, 0, regs, descriptor(kBmn, 2048, 1024), true, true);
+                    } else {
+                      wgmma_bf16(d, 128, descriptor(kA + 32, 16, 1024), nullptr, descriptor(kBk + 32, 16, 1024), false,
+                                 true);
+                    }
+                    async_commit();
+                    async_wait(0);
+                    for (int i = 0; i < 64; ++i) got[row(i)][col(i)] = d[i];
+                  },
+                  32768),
+              LaunchStatus::ok);
+    for (int m = 0; m < 64; ++m)
+      for (int n = 0; n < 128; ++n) {
+        double want = m - n;
+        for (int k = 0; k < 16; ++k)
+          want += a_in_registers ? static_cast<double>(value(0, m, k)) * value(2, k, n)
+                                 : static_cast<double>(value(0, m, 16 + k)) * value(1, n, 16 + k);
+        ASSERT_NEAR(got[m][n], want, 1e-4) << m << ", " << n << (a_in_registers ? " (A in registers)" : "");
+      }
+  }
+}
+
+// A product is issued, not done: its accumulators change when the thread waits for its group
+// (reading them earlier is a bug the emulator shows as stale values, as a GPU may); a thread
+// that exits without waiting is a fault; only the 128-byte swizzle is emulated.
+TEST(CudaEmulator, WarpgroupProductsRunWhenWaitedFor) {
+  using namespace wgmma_test;
+  float before = 0.0f, after = 0.0f;
+  ASSERT_EQ(run({1, 1, 1}, {128, 1, 1},
+                [&] {
+                  auto* shared = static_cast<unsigned char*>(dynamic_shared_memory());
+                  if (current().linear == 0) fill_shared(shared);
+                  sync_threads();
+                  float d[32] = {};
+                  wgmma_bf16(d, 64, descriptor(kA, 16, 1024), nullptr, descriptor(kBk, 16, 1024), false, false);
+                  async_commit();
+                  if (current().linear == 0) before = d[0];
+                  async_wait(0);
+                  if (current().linear == 0) after = d[0];
+                },
+                32768),
+            LaunchStatus::ok);
+  double want = 0.0;
+  for (int k = 0; k < 16; ++k) want += static_cast<double>(value(0, 0, k)) * value(1, 0, k);
+  EXPECT_EQ(before, 0.0f);
+  EXPECT_NEAR(after, want, 1e-4);
+  const std::string unwaited = error_of([&] {
+    run({1, 1, 1}, {128, 1, 1}, [&] {
+      float d[32] = {};
+      wgmma_bf16(d, 64, descriptor(kA, 16, 1024), nullptr, descriptor(kBk, 16, 1024), false, false);
+      async_commit();
+    }, 32768);
+  });
+  EXPECT_NE(unwaited.find("never waited for"), std::string::npos) << unwaited;
+  const std::string unswizzled = error_of([&] {
+    run({1, 1, 1}, {128, 1, 1}, [&] {
+      float d[32] = {};
+      wgmma_bf16(d, 64, descriptor(kA, 16, 1024) & ~(std::uint64_t{3} << 62), nullptr, descriptor(kBk, 16, 1024),
+                 false, false);
+      async_commit();
+      async_wait(0);
+    }, 32768);
+  });
+  EXPECT_NE(unswizzled.find("128-byte swizzle"), std::string::npos) << unswizzled;
 }
 
 TEST(CudaEmulator, LdmatrixAndAsyncCopiesOutsideSharedMemoryAreFaults) {

@@ -99,7 +99,7 @@ __global__ void __launch_bounds__(128) flash_forward_kernel(const T* q, const T*
 
   float o[kD / 8][4] = {};
   float m[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};
-  const std::int64_t s_end = g.causal ? std::min(g.s, t0 + C::kBr + g.s - g.t) : g.s;
+  const std::int64_t s_end = g.key_end(t0, C::kBr);
   for (std::int64_t s0 = g.first_key_tile(t0, C::kBc); s0 < s_end; s0 += C::kBc) {
     __syncthreads();  // the previous tile's readers are done (and the Q tile is loaded)
     load_tile<T, kD, C::kBc>(sk, C::kLd, kh + s0 * g.k_stride[1], g.k_stride[1], g.s - s0, g.d, C::kThreads);
@@ -213,7 +213,7 @@ __global__ void __launch_bounds__(128) flash_dq_kernel(const T* q, const T* k, c
   load_stats<C::kBq>(s_delta, delta + (b * g.hq + h) * g.t + t0, g.t - t0, kThreadsN);
 
   float acc[kD / 8][4] = {};
-  const std::int64_t s_end = g.causal ? std::min(g.s, t0 + C::kBq + g.s - g.t) : g.s;
+  const std::int64_t s_end = g.key_end(t0, C::kBq);
   for (std::int64_t s0 = g.first_key_tile(t0, C::kBk); s0 < s_end; s0 += C::kBk) {
     __syncthreads();
     load_tile<T, kD, C::kBk>(sk, C::kLd, kh + s0 * g.k_stride[1], g.k_stride[1], g.s - s0, g.d, kThreadsN);
@@ -376,24 +376,35 @@ int padded_head_dim(std::int64_t d) {
   throw Error(str("flash_attention on CUDA: head dimension ", d, " is larger than 256, the largest the kernels support"));
 }
 
+// The compute capability of q's GPU as 10 major + minor (90 for an H100 / H200).
+int compute_capability(const Tensor& q) {
+  int major = 0, minor = 0;
+  DARK_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, q.device().index));
+  DARK_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, q.device().index));
+  return 10 * major + minor;
+}
+
 // bf16 products need tensor cores (mma.sync, compute capability 8.0 and later).
 template <class T>
 void check_architecture(const Tensor& q) {
   if constexpr (std::is_same_v<T, BFloat16>) {
-    int major = 0;
-    DARK_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, q.device().index));
-    DARK_CHECK(major >= 8, "flash_attention: no kernel for cuda/bf16 on ", q.device().to_string(),
-               ": bf16 attention needs tensor cores of compute capability 8.0 or newer (this GPU has ", major,
-               ".x); use training.precision f32");
+    const int cc = compute_capability(q);
+    DARK_CHECK(cc >= 80, "flash_attention: no kernel for cuda/bf16 on ", q.device().to_string(),
+               ": bf16 attention needs tensor cores of compute capability 8.0 or newer (this GPU has ", cc / 10, ".",
+               cc % 10, "); use training.precision f32");
   }
 }
 
-// f32 through the generic kernels above; bf16 through the tensor-core kernels of
-// flash_attention_bf16.cu.
+// f32 through the generic kernels above; bf16 through the tensor-core kernels: wgmma on
+// compute capability 9.0 where this build has them (flash_attention_sm90.cu, head dimensions
+// 64 and 128, aligned rows), mma.sync elsewhere (flash_attention_bf16.cu).
 template <class T, int kD>
 void forward_padded(const Tensor& q, const Tensor& k, const Tensor& v, const AttnShape& g, Tensor& out, Tensor& lse) {
   if constexpr (std::is_same_v<T, BFloat16>) {
-    flash::forward_bf16(q, k, v, g, kD, out, lse);
+    if ((kD == 64 || kD == 128) && g.aligned && flash::sm90_forward_built() && compute_capability(q) == 90)
+      flash::forward_sm90(q, k, v, g, kD, out, lse);
+    else
+      flash::forward_bf16(q, k, v, g, kD, out, lse);
   } else {
     using C = FwdTiles<T, kD>;
     allow_dynamic_shared(flash_forward_kernel<T, kD>, C::kSmem);

@@ -31,6 +31,10 @@ struct AttnShape {
     const std::int64_t first = tq + (s - t) - window + 1;
     return first <= 0 ? 0 : first / tile * tile;
   }
+  // One past the last key any query of [t0, t0 + rows) sees.
+  __device__ __forceinline__ std::int64_t key_end(std::int64_t t0, std::int64_t rows) const {
+    return causal ? (t0 + rows + s - t < s ? t0 + rows + s - t : s) : s;
+  }
   // Whether every query in [q0, q1) sees every key in [k0, k1): then a tile needs no mask.
   __device__ __forceinline__ bool all_visible(std::int64_t q0, std::int64_t q1, std::int64_t k0, std::int64_t k1) const {
     if (key_mask != nullptr || q1 > t || k1 > s) return false;
@@ -52,5 +56,12 @@ void forward_bf16(const Tensor& q, const Tensor& k, const Tensor& v, const AttnS
                   Tensor& lse);
 void backward_bf16(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, const Tensor& lse,
                    const Tensor& delta, const AttnShape& g, int kd, Tensor& dq, Tensor& dk, Tensor& dv);
+
+// The Hopper forward (flash_attention_sm90.cu: wgmma), for kd in {64, 128} and 16-byte
+// aligned rows on compute capability 9.0 only; sm90_forward_built() says whether this build
+// has it (sm_90a code: DARK_CUDA_ARCHITECTURES names 90a; or the emulator).
+bool sm90_forward_built();
+void forward_sm90(const Tensor& q, const Tensor& k, const Tensor& v, const AttnShape& g, int kd, Tensor& out,
+                  Tensor& lse);
 
 }  // namespace dark::cuda::flash

@@ -22,16 +22,14 @@
 #include <limits>
 
 #include "core/cuda/async_copy.cuh"
-#include "core/cuda/block_mma.cuh"
 #include "core/cuda/flash_attention.cuh"
+#include "core/cuda/flash_tiles.cuh"
 #include "core/cuda/tile_mma.cuh"
 
 namespace dark::cuda::flash {
 namespace {
 
 using bf16 = BFloat16;
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-constexpr float kLog2e = 1.4426950408889634f;
 constexpr int kWarps = 4, kThreads = 128;
 
 // Rows [0, kRows) of a head's (L, D) matrix (row r at src + r * row_stride) as a kRows x kD
@@ -72,7 +70,7 @@ struct KeyTiles {
   int count;
 
   __device__ KeyTiles(const AttnShape& g, std::int64_t t0, int rows) : begin(g.first_key_tile(t0, kCols)) {
-    const std::int64_t end = g.causal ? std::min(g.s, t0 + rows + g.s - g.t) : g.s;
+    const std::int64_t end = g.key_end(t0, rows);
     count = end > begin ? static_cast<int>((end - begin + kCols - 1) / kCols) : 0;
   }
   __device__ std::int64_t start(int i) const { return begin + static_cast<std::int64_t>(i) * kCols; }
@@ -111,15 +109,6 @@ __device__ __forceinline__ void mma_pair(float (&acc0)[4], float (&acc1)[4], con
   tile::mma_bf16(acc0, a, lo);
   tile::mma_bf16(acc1, a, hi);
 }
-// The A fragment (16 rows x 16 k) made of two C fragments: columns [16 j, 16 j + 16) of a
-// 16-row accumulator c[n][4], rounded to bf16.
-__device__ __forceinline__ void a_from_accumulators(std::uint32_t (&a)[4], const float (&c0)[4], const float (&c1)[4]) {
-  a[0] = tile::pack_rounded(c0[0], c0[1]);
-  a[1] = tile::pack_rounded(c0[2], c0[3]);
-  a[2] = tile::pack_rounded(c1[0], c1[1]);
-  a[3] = tile::pack_rounded(c1[2], c1[3]);
-}
-
 // ---------------------------------------------------------------- forward
 
 template <int kD>
@@ -182,42 +171,10 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const bf16* q, const 
     }
     const bool unmasked = g.all_visible(t0 + row0, t0 + row0 + 16 * kRT, s0, s0 + C::kBc);
 #pragma unroll
-    for (int mt = 0; mt < kRT; ++mt) {
-      float mx[2] = {kNegInf, kNegInf};
-#pragma unroll
-      for (int nt = 0; nt < C::kBc / 8; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          float x = sc[mt][nt][e] * scale_log2;
-          if (!unmasked && !g.visible(b, t0 + row0 + 16 * mt + tile::frag_row(e), s0 + nt * 8 + tile::frag_col(e)))
-            x = kNegInf;
-          sc[mt][nt][e] = x;
-          mx[e >> 1] = fmaxf(mx[e >> 1], x);
-        }
-      float correction[2];
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const float m_new = fmaxf(m[mt][r], tile::group_max(mx[r]));
-        correction[r] = m_new == kNegInf ? 1.0f : exp2f(m[mt][r] - m_new);
-        m[mt][r] = m_new;
-      }
-      float row_sum[2] = {0.0f, 0.0f};
-#pragma unroll
-      for (int nt = 0; nt < C::kBc / 8; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int r = e >> 1;
-          const float p = m[mt][r] == kNegInf ? 0.0f : exp2f(sc[mt][nt][e] - m[mt][r]);
-          row_sum[r] += p;
-          sc[mt][nt][e] = p;
-        }
-#pragma unroll
-      for (int r = 0; r < 2; ++r) l[mt][r] = l[mt][r] * correction[r] + row_sum[r];
-#pragma unroll
-      for (int nt = 0; nt < kD / 8; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) o[mt][nt][e] *= correction[e >> 1];
-    }
+    for (int mt = 0; mt < kRT; ++mt)
+      online_softmax_step<C::kBc>(sc[mt], m[mt], l[mt], o[mt], scale_log2, unmasked, [&](int row, int col) {
+        return g.visible(b, t0 + row0 + 16 * mt + row, s0 + col);
+      });
 #pragma unroll
     for (int kk = 0; kk < C::kBc / 16; ++kk) {
       std::uint32_t a[kRT][4];
@@ -236,26 +193,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const bf16* q, const 
   async::wait<0>();  // no copy may still be in flight when the block exits
 
 #pragma unroll
-  for (int mt = 0; mt < kRT; ++mt) {
-#pragma unroll
-    for (int r = 0; r < 2; ++r) l[mt][r] = tile::group_sum(l[mt][r]);
-#pragma unroll
-    for (int nt = 0; nt < kD / 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = e >> 1;
-        const std::int64_t tq = t0 + row0 + 16 * mt + tile::frag_row(e), col = nt * 8 + tile::frag_col(e);
-        if (tq < g.t && col < g.d)
-          out[((b * g.t + tq) * g.hq + h) * g.d + col] = bf16(m[mt][r] == kNegInf ? 0.0f : o[mt][nt][e] / l[mt][r]);
-      }
-    if (tile::lane_in_group() == 0)
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const std::int64_t tq = t0 + row0 + 16 * mt + tile::lane_group() + 8 * r;
-        if (tq < g.t)
-          lse[(b * g.hq + h) * g.t + tq] = m[mt][r] == kNegInf ? kNegInf : m[mt][r] / kLog2e + logf(l[mt][r]);
-      }
-  }
+  for (int mt = 0; mt < kRT; ++mt) store_rows(o[mt], m[mt], l[mt], g, b, h, t0 + row0 + 16 * mt, out, lse);
 }
 
 // ---------------------------------------------------------------- backward

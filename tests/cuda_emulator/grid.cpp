@@ -22,6 +22,8 @@ struct EmuThread {
   ThreadContext ctx;
   std::unique_ptr<Fiber> fiber;
   State state = State::ready;
+  std::vector<std::function<void()>> async_open;                 // issued since the last commit
+  std::vector<std::vector<std::function<void()>>> async_groups;  // committed, oldest first
 };
 
 // A barrier some lanes of a warp are waiting at, keyed by its mask.
@@ -131,6 +133,9 @@ void warp_barrier(unsigned mask, const char* op) {
 }
 
 void on_thread_exit(Block& b, EmuThread& t) {
+  if (!t.async_open.empty() || !t.async_groups.empty())
+    device_fault(str("the thread exited with ", t.async_open.size(), " uncommitted and ", t.async_groups.size(),
+                     " committed groups of asynchronous products (wgmma) it never waited for"));
   Warp& w = b.warps[t.ctx.warp];
   w.exited |= 1u << t.ctx.lane;
   for (const WarpBarrier& wb : w.barriers)
@@ -174,7 +179,11 @@ void run_block(Block& b, const std::function<void()>& body) {
     w.barriers.clear();
   }
   if (!b.dynamic_shared.empty()) std::memset(b.dynamic_shared.data(), 0xff, b.dynamic_shared.size());
-  for (EmuThread& t : b.threads) t.state = State::ready;
+  for (EmuThread& t : b.threads) {
+    t.state = State::ready;
+    t.async_open.clear();
+    t.async_groups.clear();
+  }
   struct Cleanup {  // stacks go back to the pool even when a fault ends the block
     Block& b;
     ~Cleanup() {
@@ -336,6 +345,50 @@ void ldmatrix_x4(std::uint32_t* r, const void* row_address, bool transposed) {
                         : element(i, major, minor) | (element(i, major, minor + 1) << 16);
   warp_barrier(0xffffffffu, "ldmatrix");
   std::memcpy(r, out, sizeof out);
+}
+
+std::uint32_t shared_address(const void* p) {
+  (void)self();
+  const auto& shared = running_block->dynamic_shared;
+  const auto* at = static_cast<const unsigned char*>(p);
+  if (shared.empty() || at < shared.data() || at >= shared.data() + shared.size())
+    device_fault(str("the shared-memory address of ", p, ": outside the block's dynamic shared memory"));
+  return static_cast<std::uint32_t>(at - shared.data());
+}
+
+const unsigned char* shared_bytes(std::uint32_t address, std::size_t bytes) {
+  auto& shared = running_block->dynamic_shared;
+  if (std::size_t{address} + bytes > shared.size())
+    device_fault(str("shared-memory address ", address, " (+", bytes, " bytes) lies past the block's ", shared.size(),
+                     " bytes of dynamic shared memory"));
+  return shared.data() + address;
+}
+
+void warp_all_gather(const void* value, void* all, std::size_t bytes) {
+  EmuThread& t = self();
+  Warp& w = running_block->warps[t.ctx.warp];
+  if (w.existing != 0xffffffffu) device_fault("a warp-wide gather needs a full warp of 32 threads");
+  if (bytes > sizeof w.slots[0]) device_fault(str("a warp-wide gather of ", bytes, " bytes (at most 64 are emulated)"));
+  std::memcpy(w.slots[t.ctx.lane], value, bytes);
+  warp_barrier(0xffffffffu, "a warp-wide gather");
+  for (int l = 0; l < 32; ++l) std::memcpy(static_cast<unsigned char*>(all) + l * bytes, w.slots[l], bytes);
+  warp_barrier(0xffffffffu, "a warp-wide gather");
+}
+
+void async_issue(std::function<void()> op) { self().async_open.push_back(std::move(op)); }
+
+void async_commit() {
+  EmuThread& t = self();
+  t.async_groups.push_back(std::move(t.async_open));
+  t.async_open.clear();
+}
+
+void async_wait(int pending_groups) {
+  EmuThread& t = self();
+  while (static_cast<int>(t.async_groups.size()) > pending_groups) {
+    for (auto& op : t.async_groups.front()) op();
+    t.async_groups.erase(t.async_groups.begin());
+  }
 }
 
 void copy_async_16(void* dst, const void* src, bool valid) {

@@ -62,6 +62,25 @@ DARK_EMULATOR_API void ldmatrix_x4(std::uint32_t* r, const void* row_address, bo
 // model): copies src to dst in the block's dynamic shared memory, or writes 16 zero bytes
 // when !valid (the src-size 0 form). Both addresses must be 16-byte aligned.
 DARK_EMULATOR_API void copy_async_16(void* dst, const void* src, bool valid);
+// The offset of p in the block's dynamic shared memory: the emulated shared-memory address
+// (wgmma descriptors and their swizzles work on it; the block's dynamic shared memory starts
+// at address 0). Faults unless p lies in it.
+DARK_EMULATOR_API std::uint32_t shared_address(const void* p);
+// `bytes` bytes at shared-memory address `address`; faults unless they lie in the block's
+// dynamic shared memory.
+DARK_EMULATOR_API const unsigned char* shared_bytes(std::uint32_t address, std::size_t bytes);
+// Every lane of the (full) warp publishes `bytes` bytes (at most 64); `all` receives the 32
+// lanes' values in lane order.
+DARK_EMULATOR_API void warp_all_gather(const void* value, void* all, std::size_t bytes);
+// Asynchronous operations of the calling thread (wgmma.mma_async): `op` runs when a wait
+// covers it, not when issued, so a kernel that reads results before waiting, or overwrites
+// operands before the products are done, computes wrong numbers here as it would on a GPU.
+// async_commit closes the group of ops issued since the last commit; async_wait(n) runs the
+// oldest committed groups until at most n remain. A thread that exits with ops outstanding
+// is a fault.
+DARK_EMULATOR_API void async_issue(std::function<void()> op);
+DARK_EMULATOR_API void async_commit();
+DARK_EMULATOR_API void async_wait(int pending_groups);
 // Reports a fault inside a kernel (thrown out of the launch).
 [[noreturn]] DARK_EMULATOR_API void device_fault(const std::string& what);
 

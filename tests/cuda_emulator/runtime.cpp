@@ -54,6 +54,16 @@ int multiprocessors() {
   return sms;
 }
 
+// 9.0 like an H100 / H200, or DARK_CUDA_EMULATOR_CC (80: an A100), so that the kernels a
+// host picks by compute capability can all be run here.
+int compute_capability() {
+  static const int cc = [] {
+    const char* env = std::getenv("DARK_CUDA_EMULATOR_CC");
+    return env ? std::max(10, std::atoi(env)) : 90;
+  }();
+  return cc;
+}
+
 cudaError_t fail(cudaError_t e) {
   last_error = e;
   return e;
@@ -126,8 +136,8 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   prop->sharedMemPerBlockOptin = dark::cuda_emu::kMaxSharedOptin;
   prop->warpSize = 32;
   prop->maxThreadsPerBlock = 1024;
-  prop->major = 9;
-  prop->minor = 0;
+  prop->major = compute_capability() / 10;
+  prop->minor = compute_capability() % 10;
   prop->multiProcessorCount = multiprocessors();
   return cudaSuccess;
 }

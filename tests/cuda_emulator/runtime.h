@@ -21,6 +21,7 @@
 #include <type_traits>
 
 #include "cuda_emulator/grid.h"
+#include "cuda_emulator/wgmma.h"
 #include "core/portable_math.h"
 
 // ---- keywords ----

@@ -1,0 +1,96 @@
+// The register-level pieces of flash attention's bf16 forward that do not depend on how the
+// products are issued, shared by the mma.sync kernels (flash_attention_bf16.cu) and the
+// Hopper wgmma kernel (flash_attention_sm90.cu): both hold scores and outputs of a warp's 16
+// query rows in the m16n8 C-fragment layout of tile_mma.cuh (lane: rows g and g + 8).
+#pragma once
+#include <cstdint>
+#include <limits>
+
+#include "core/cuda/block_mma.cuh"
+#include "core/cuda/flash_attention.cuh"
+#include "core/cuda/tile_mma.cuh"
+
+namespace dark::cuda::flash {
+
+inline constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+inline constexpr float kLog2e = 1.4426950408889634f;
+
+// The A fragment (16 rows x 16 k) made of two C fragments: columns [16 j, 16 j + 16) of a
+// 16-row accumulator c[n][4], rounded to bf16 (an m16n8 C fragment is, lane for lane, half
+// of an m16n8k16 A fragment, so P and dS feed the next product without shared memory).
+__device__ __forceinline__ void a_from_accumulators(std::uint32_t (&a)[4], const float (&c0)[4], const float (&c1)[4]) {
+  a[0] = tile::pack_rounded(c0[0], c0[1]);
+  a[1] = tile::pack_rounded(c0[2], c0[3]);
+  a[2] = tile::pack_rounded(c1[0], c1[1]);
+  a[3] = tile::pack_rounded(c1[2], c1[3]);
+}
+
+// One key tile of the online softmax (base 2) for a warp's 16 query rows: sc holds the
+// scores S of kCols keys and becomes P = exp2(S scale log2(e) - m); m and l (running max and
+// sum of the lane's two rows) are updated and the output accumulator o rescaled.
+// visible(row, col) (row of the warp's 16, column of the tile) is asked only when !unmasked.
+template <int kCols, int kOutTiles, class Visible>
+__device__ __forceinline__ void online_softmax_step(float (&sc)[kCols / 8][4], float (&m)[2], float (&l)[2],
+                                                    float (&o)[kOutTiles][4], float scale_log2, bool unmasked,
+                                                    Visible&& visible) {
+  float mx[2] = {kNegInf, kNegInf};
+#pragma unroll
+  for (int nt = 0; nt < kCols / 8; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      float x = sc[nt][e] * scale_log2;
+      if (!unmasked && !visible(tile::frag_row(e), nt * 8 + tile::frag_col(e))) x = kNegInf;
+      sc[nt][e] = x;
+      mx[e >> 1] = fmaxf(mx[e >> 1], x);
+    }
+  float correction[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float m_new = fmaxf(m[r], tile::group_max(mx[r]));
+    correction[r] = m_new == kNegInf ? 1.0f : exp2f(m[r] - m_new);
+    m[r] = m_new;
+  }
+  float row_sum[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int nt = 0; nt < kCols / 8; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int r = e >> 1;
+      const float p = m[r] == kNegInf ? 0.0f : exp2f(sc[nt][e] - m[r]);
+      row_sum[r] += p;
+      sc[nt][e] = p;
+    }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) l[r] = l[r] * correction[r] + row_sum[r];
+#pragma unroll
+  for (int nt = 0; nt < kOutTiles; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[nt][e] *= correction[e >> 1];
+}
+
+// Writes the warp's 16 rows of output (o / l, bf16, (B, T, Hq, D)) and their log-sum-exp
+// (natural log, (B, Hq, T)), query tq0 being the warp's first row; rows past T are skipped.
+template <int kOutTiles>
+__device__ __forceinline__ void store_rows(const float (&o)[kOutTiles][4], const float (&m)[2], float (&l)[2],
+                                           const AttnShape& g, std::int64_t b, std::int64_t h, std::int64_t tq0,
+                                           BFloat16* out, float* lse) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) l[r] = tile::group_sum(l[r]);
+#pragma unroll
+  for (int nt = 0; nt < kOutTiles; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int r = e >> 1;
+      const std::int64_t tq = tq0 + tile::frag_row(e), col = nt * 8 + tile::frag_col(e);
+      if (tq < g.t && col < g.d)
+        out[((b * g.t + tq) * g.hq + h) * g.d + col] = BFloat16(m[r] == kNegInf ? 0.0f : o[nt][e] / l[r]);
+    }
+  if (tile::lane_in_group() == 0)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const std::int64_t tq = tq0 + tile::lane_group() + 8 * r;
+      if (tq < g.t) lse[(b * g.hq + h) * g.t + tq] = m[r] == kNegInf ? kNegInf : m[r] / kLog2e + logf(l[r]);
+    }
+}
+
+}  // namespace dark::cuda::flash

@@ -1,0 +1,224 @@
+// Hopper's warpgroup products (wgmma, sm_90a) and the shared-memory layout they read: the
+// building blocks of core/cuda/flash_attention_sm90.cu.
+//
+// A warpgroup (four consecutive warps, 128 threads) computes D (64 x N, f32) += A (64 x 16)
+// B (16 x N) with one asynchronous instruction: B always, A optionally, read straight from
+// shared memory by the tensor cores, described by a 64-bit matrix descriptor. The
+// accumulator lives in registers in the m16n8 C-fragment layout of tile_mma.cuh repeated over
+// the N / 8 column tiles, warp w of the group owning rows 16 w .. 16 w + 15: so d[j][i] is the
+// C fragment of column tile j, and the A operand in registers is the m16n8k16 A fragment of
+// the warp's 16 rows (tile_mma.cuh's conventions hold unchanged per warp).
+//
+// Shared-memory operands use the 128-byte swizzle, the layout TMA writes and the one that
+// reads without bank conflicts: a tile of R rows x C bf16 columns (C a multiple of 64) is
+// stored as C / 64 column blocks of R rows of 128 bytes, each block 1024-byte aligned, and the
+// 16-byte piece p (0..7) of row r sits at piece p ^ (r % 8) of its row (swizzled_offset).
+// The same bytes serve as a K-major operand (rows are M or N, as Q and K for Q K^T) and as an
+// MN-major one (rows are K, as V for P V).
+//
+// Order of operations (PTX ISA): fence() before the first product that reads registers
+// written since the last one; commit() closes a group of issued products; wait<n>() blocks
+// until at most n groups are in flight; only then may the accumulators be read (the compiler
+// is held to that with hold()). Shared memory written by threads (st.shared, cp.async) must be
+// made visible to the tensor cores' proxy with fence_shared_writes() before the barrier that
+// precedes the products that read it.
+// On the CUDA emulator the products run when waited for (tests/cuda_emulator/wgmma.h), so a
+// missing wait or an operand overwritten too early shows as a wrong result.
+#pragma once
+#include <cstdint>
+
+#include "core/cuda/launch.cuh"
+
+namespace dark::cuda::wgmma {
+
+// The byte offset of element (r, c) in a swizzled tile of `rows` rows (rows % 8 == 0).
+__device__ __forceinline__ std::uint32_t swizzled_offset(int r, int c, int rows) {
+  return static_cast<std::uint32_t>((c / 64) * rows * 128 + r * 128 + ((((c % 64) / 8) ^ (r % 8)) * 16) + (c % 8) * 2);
+}
+
+// The shared-memory address of p: the space descriptors and the swizzle work in.
+__device__ __forceinline__ std::uint32_t shared_address(const void* p) {
+#if defined(DARK_CUDA_EMULATOR)
+  return ::dark::cuda_emu::shared_address(p);
+#else
+  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
+#endif
+}
+
+// The descriptor of an operand in a swizzled tile starting at shared address `start` (its
+// 1024-byte pattern starts at a 1024-byte boundary): `lbo` bytes between 64-column blocks of
+// an MN-major operand (unused for K-major ones), `sbo` bytes between groups of 8 rows.
+__device__ __forceinline__ std::uint64_t descriptor(std::uint32_t start, std::uint32_t lbo, std::uint32_t sbo) {
+  return static_cast<std::uint64_t>((start & 0x3ffff) >> 4) | static_cast<std::uint64_t>((lbo & 0x3ffff) >> 4) << 16 |
+         static_cast<std::uint64_t>((sbo & 0x3ffff) >> 4) << 32 | std::uint64_t{1} << 62;  // mode 1: 128-byte swizzle
+}
+
+__device__ __forceinline__ void fence() {
+#if !defined(DARK_CUDA_EMULATOR) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void commit() {
+#if defined(DARK_CUDA_EMULATOR)
+  ::dark::cuda_emu::async_commit();
+#elif defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#endif
+}
+
+template <int kPending>
+__device__ __forceinline__ void wait() {
+#if defined(DARK_CUDA_EMULATOR)
+  ::dark::cuda_emu::async_wait(kPending);
+#elif defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+#endif
+}
+
+// Makes this thread's writes to shared memory visible to the tensor cores' reads.
+__device__ __forceinline__ void fence_shared_writes() {
+#if !defined(DARK_CUDA_EMULATOR) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+
+// Pins registers the products read or write at this point of the instruction stream: the
+// compiler may not move their computation past a fence() that follows (the products would
+// read stale values) or their use before a wait() that precedes (the products write them
+// behind its back).
+template <int kTiles>
+__device__ __forceinline__ void hold(float (&d)[kTiles][4]) {
+#if !defined(DARK_CUDA_EMULATOR)
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) asm volatile("" : "+f"(d[j][i])::"memory");
+#endif
+}
+template <int kTiles>
+__device__ __forceinline__ void hold(std::uint32_t (&a)[kTiles][4]) {
+#if !defined(DARK_CUDA_EMULATOR)
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(a[j][i])::"memory");
+#endif
+}
+
+// d (+)= A B for the warpgroup, m64nNk16, bf16 in, f32 accumulators; accumulate = false
+// overwrites d. mma_ss: A K-major in shared memory (descriptor a); mma_rs: A in registers (the
+// warp's A fragment). B: K-major for mma_ss, MN-major for mma_rs (the two uses of
+// flash_attention_sm90.cu: Q K^T and P V). Issued only: see wait().
+template <int kN>
+__device__ __forceinline__ void mma_ss(float (&d)[kN / 8][4], std::uint64_t a, std::uint64_t b, bool accumulate);
+template <int kN>
+__device__ __forceinline__ void mma_rs(float (&d)[kN / 8][4], const std::uint32_t (&a)[4], std::uint64_t b,
+                                       bool accumulate);
+
+#if defined(DARK_CUDA_EMULATOR)
+template <int kN>
+__device__ __forceinline__ void mma_ss(float (&d)[kN / 8][4], std::uint64_t a, std::uint64_t b, bool accumulate) {
+  ::dark::cuda_emu::wgmma_bf16(&d[0][0], kN, a, nullptr, b, false, accumulate);
+}
+template <int kN>
+__device__ __forceinline__ void mma_rs(float (&d)[kN / 8][4], const std::uint32_t (&a)[4], std::uint64_t b,
+                                       bool accumulate) {
+  ::dark::cuda_emu::wgmma_bf16(&d[0][0], kN, 0, a, b, true, accumulate);
+}
+#elif defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// One specialisation per N the kernels use (the accumulator operand lists are spelt out).
+template <>
+__device__ __forceinline__ void mma_ss<64>(float (&d)[64 / 8][4], std::uint64_t a, std::uint64_t b, bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, "
+      "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+      "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]),
+        "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]),
+        "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]),
+        "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+        "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+      : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)));
+}
+template <>
+__device__ __forceinline__ void mma_ss<128>(float (&d)[128 / 8][4], std::uint64_t a, std::uint64_t b, bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, "
+      "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, "
+      "%40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, "
+      "%59, %60, %61, %62, %63"
+      "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]),
+        "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]),
+        "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]),
+        "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+        "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]),
+        "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]),
+        "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
+        "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]),
+        "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
+        "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+      : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)));
+}
+template <>
+__device__ __forceinline__ void mma_rs<64>(float (&d)[64 / 8][4], const std::uint32_t (&a)[4], std::uint64_t b,
+                                            bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, "
+      "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+      "}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]),
+        "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]),
+        "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]),
+        "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+        "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(static_cast<int>(accumulate)));
+}
+template <>
+__device__ __forceinline__ void mma_rs<128>(float (&d)[128 / 8][4], const std::uint32_t (&a)[4], std::uint64_t b,
+                                            bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, "
+      "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, "
+      "%40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, "
+      "%59, %60, %61, %62, %63"
+      "}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]),
+        "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]),
+        "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]),
+        "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+        "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]),
+        "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]),
+        "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
+        "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]),
+        "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
+        "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(static_cast<int>(accumulate)));
+}
+#else
+// Compiled for a GPU without wgmma (or the host pass): never launched there (the host picks
+// the mma.sync kernels), but defined so that the kernels compile.
+template <int kN>
+__device__ __forceinline__ void mma_ss(float (&)[kN / 8][4], std::uint64_t, std::uint64_t, bool) {
+#if defined(__CUDA_ARCH__)
+  __trap();
+#endif
+}
+template <int kN>
+__device__ __forceinline__ void mma_rs(float (&)[kN / 8][4], const std::uint32_t (&)[4], std::uint64_t, bool) {
+#if defined(__CUDA_ARCH__)
+  __trap();
+#endif
+}
+#endif
+
+}  // namespace dark::cuda::wgmma
