@@ -269,19 +269,25 @@ TEST(GpuDeferredChecks, ABadIndexIsReportedWhenTheVerdictsAreRead) {
   EXPECT_EQ(d, (std::vector<float>{1, 1, 1, 0, 0, 0, 0, 0, 0, 1, 1, 1})) << "a bad index scatters nothing";
 }
 
-// Flash attention's backward on the GPU is bitwise reproducible (no atomics).
+// Flash attention's backward on the GPU is bitwise reproducible (no atomics): f32, and bf16
+// at head dimensions 64 and 128 (on an H100 / H200 the wgmma kernels) with GQA and several
+// query and key blocks.
 TEST(GpuFlashAttention, BackwardIsDeterministic) {
   DARK_REQUIRE_GPU();
-  auto grads = [] {
+  auto grads = [](DType dtype, std::int64_t d) {
     const Device dev = Device::cuda(0);
-    Tensor q = Tensor::randn({2, 90, 4, 32}, 3, 0, DType::f32, dev).set_requires_grad(true);
-    Tensor k = Tensor::randn({2, 90, 2, 32}, 3, 1, DType::f32, dev).set_requires_grad(true);
-    Tensor v = Tensor::randn({2, 90, 2, 32}, 3, 2, DType::f32, dev).set_requires_grad(true);
-    backward(flash_attention(q, k, v, true, 0.2), Tensor::randn({2, 90, 4, 32}, 3, 3, DType::f32, dev));
-    return std::vector<std::vector<float>>{q.grad().to_vector<float>(), k.grad().to_vector<float>(),
-                                           v.grad().to_vector<float>()};
+    auto input = [&](std::int64_t heads, std::uint64_t stream) {
+      return Tensor::randn({2, 140, heads, d}, 3, stream, DType::f32, dev).to(dtype).set_requires_grad(true);
+    };
+    Tensor q = input(4, 0), k = input(2, 1), v = input(2, 2);
+    backward(flash_attention(q, k, v, true, 0.2), Tensor::randn({2, 140, 4, d}, 3, 3, DType::f32, dev).to(dtype));
+    return std::vector<std::vector<float>>{q.grad().to(DType::f32).to_vector<float>(),
+                                           k.grad().to(DType::f32).to_vector<float>(),
+                                           v.grad().to(DType::f32).to_vector<float>()};
   };
-  EXPECT_EQ(grads(), grads());
+  for (const auto& [dtype, d] : {std::pair{DType::f32, std::int64_t{32}}, std::pair{DType::bf16, std::int64_t{64}},
+                                 std::pair{DType::bf16, std::int64_t{128}}})
+    EXPECT_EQ(grads(dtype, d), grads(dtype, d)) << dtype_name(dtype) << ", d " << d;
 }
 
 // With a sliding window: the window >= S gives the bits of no window, and the backward is

@@ -395,13 +395,18 @@ void check_architecture(const Tensor& q) {
   }
 }
 
-// f32 through the generic kernels above; bf16 through the tensor-core kernels: wgmma on
-// compute capability 9.0 where this build has them (flash_attention_sm90.cu, head dimensions
-// 64 and 128, aligned rows), mma.sync elsewhere (flash_attention_bf16.cu).
+// Whether the bf16 call runs on the wgmma kernels (flash_attention_sm90*.cu): compute
+// capability 9.0 in a build that has them, head dimensions 64 and 128, 16-byte-aligned rows.
+// Elsewhere the mma.sync kernels (flash_attention_bf16.cu) run.
+bool use_sm90(const Tensor& q, const AttnShape& g, int kd) {
+  return (kd == 64 || kd == 128) && g.aligned && flash::sm90_built() && compute_capability(q) == 90;
+}
+
+// f32 through the generic kernels above; bf16 through the tensor-core kernels (use_sm90).
 template <class T, int kD>
 void forward_padded(const Tensor& q, const Tensor& k, const Tensor& v, const AttnShape& g, Tensor& out, Tensor& lse) {
   if constexpr (std::is_same_v<T, BFloat16>) {
-    if ((kD == 64 || kD == 128) && g.aligned && flash::sm90_forward_built() && compute_capability(q) == 90)
+    if (use_sm90(q, g, kD))
       flash::forward_sm90(q, k, v, g, kD, out, lse);
     else
       flash::forward_bf16(q, k, v, g, kD, out, lse);
@@ -419,7 +424,11 @@ template <class T, int kD>
 void backward_padded(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, const Tensor& lse,
                      const Tensor& delta, const AttnShape& g, Tensor& dq, Tensor& dk, Tensor& dv) {
   if constexpr (std::is_same_v<T, BFloat16>) {
-    flash::backward_bf16(q, k, v, dout, lse, delta, g, kD, dq, dk, dv);
+    const bool dout_aligned = reinterpret_cast<std::uintptr_t>(dout.raw_data()) % 16 == 0;
+    if (dout_aligned && use_sm90(q, g, kD))
+      flash::backward_sm90(q, k, v, dout, lse, delta, g, kD, dq, dk, dv);
+    else
+      flash::backward_bf16(q, k, v, dout, lse, delta, g, kD, dq, dk, dv);
   } else {
     using C = BwdTiles<T, kD>;
     allow_dynamic_shared(flash_dq_kernel<T, kD>, C::kSmemDq);

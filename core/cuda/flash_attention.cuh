@@ -57,11 +57,14 @@ void forward_bf16(const Tensor& q, const Tensor& k, const Tensor& v, const AttnS
 void backward_bf16(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, const Tensor& lse,
                    const Tensor& delta, const AttnShape& g, int kd, Tensor& dq, Tensor& dk, Tensor& dv);
 
-// The Hopper forward (flash_attention_sm90.cu: wgmma), for kd in {64, 128} and 16-byte
-// aligned rows on compute capability 9.0 only; sm90_forward_built() says whether this build
-// has it (sm_90a code: DARK_CUDA_ARCHITECTURES names 90a; or the emulator).
-bool sm90_forward_built();
+// The Hopper kernels (flash_attention_sm90.cu, flash_attention_sm90_backward.cu: wgmma), for
+// kd in {64, 128} and 16-byte-aligned rows (dO's too) on compute capability 9.0 only;
+// sm90_built() says whether this build has them (sm_90a code: DARK_CUDA_ARCHITECTURES names
+// 90a; or the emulator).
+bool sm90_built();
 void forward_sm90(const Tensor& q, const Tensor& k, const Tensor& v, const AttnShape& g, int kd, Tensor& out,
                   Tensor& lse);
+void backward_sm90(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, const Tensor& lse,
+                   const Tensor& delta, const AttnShape& g, int kd, Tensor& dq, Tensor& dk, Tensor& dv);
 
 }  // namespace dark::cuda::flash

@@ -54,11 +54,6 @@ __device__ __forceinline__ void load_tile(bf16* dst, const bf16* src, std::int64
   }
 }
 
-// kRows statistics (lse in base 2, or Delta) of consecutive rows, 0 past rows_left.
-template <int kRows>
-__device__ __forceinline__ void load_stats(float* dst, const float* src, std::int64_t rows_left, float factor) {
-  for (int r = threadIdx.x; r < kRows; r += kThreads) dst[r] = r < rows_left ? src[r] * factor : 0.0f;
-}
 
 // The key tiles a block of queries [t0, t0 + rows) walks (from the first tile of the first
 // query's window to the last key the last query sees), double-buffered in shared memory:
@@ -232,8 +227,8 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(const bf16* q, const bf16*
   load_tile<kD, C::kBq>(sq, q + b * g.q_stride[0] + h * g.q_stride[2] + t0 * g.q_stride[1], g.q_stride[1], g.t - t0,
                         g.d, g.aligned);
   load_tile<kD, C::kBq>(sdo, dout + ((b * g.t + t0) * g.hq + h) * g.d, g.hq * g.d, g.t - t0, g.d, g.aligned);
-  load_stats<C::kBq>(s_lse, lse + (b * g.hq + h) * g.t + t0, g.t - t0, kLog2e);
-  load_stats<C::kBq>(s_delta, delta + (b * g.hq + h) * g.t + t0, g.t - t0, 1.0f);
+  load_stats<C::kBq, kThreads>(s_lse, lse + (b * g.hq + h) * g.t + t0, g.t - t0, kLog2e);
+  load_stats<C::kBq, kThreads>(s_delta, delta + (b * g.hq + h) * g.t + t0, g.t - t0, 1.0f);
   const KeyTiles<kD, C::kBk> tiles(g, t0, C::kBq);
   if (tiles.count > 0) tiles.load(0, skv, kh, vh, g);
   async::commit();
@@ -264,22 +259,12 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(const bf16* q, const bf16*
       }
     }
     const bool unmasked = g.all_visible(t0 + row0, t0 + row0 + 16, s0, s0 + C::kBk);
-#pragma unroll
-    for (int nt = 0; nt < C::kBk / 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int row = row0 + tile::frag_row(e);
-        float ds = 0.0f;
-        if (unmasked || g.visible(b, t0 + row, s0 + nt * 8 + tile::frag_col(e))) {
-          const float p = exp2f(sc[nt][e] * scale_log2 - s_lse[row]);
-          ds = p * (dp[nt][e] - s_delta[row]) * g.scale;
-        }
-        sc[nt][e] = ds;
-      }
+    softmax_backward_step<C::kBk, false>(sc, dp, s_lse, s_delta, row0, scale_log2, g.scale, unmasked,
+                                         [&](int row, int col) { return g.visible(b, t0 + row0 + row, s0 + col); });
 #pragma unroll
     for (int kk = 0; kk < C::kBk / 16; ++kk) {
       std::uint32_t a[4];
-      a_from_accumulators(a, sc[2 * kk], sc[2 * kk + 1]);
+      a_from_accumulators(a, dp[2 * kk], dp[2 * kk + 1]);
 #pragma unroll
       for (int np = 0; np < kD / 16; ++np) {
         std::uint32_t bk[4];
@@ -333,8 +318,8 @@ __global__ void __launch_bounds__(kThreads) dkv_kernel(const bf16* q, const bf16
     load_tile<kD, C::kBqv>(buf + C::kBqv * C::kLd, dout + ((b * g.t + t0) * g.hq + h) * g.d, g.hq * g.d, g.t - t0, g.d,
                            g.aligned);
     float* st = stats + 2 * (i & 1) * C::kBqv;
-    load_stats<C::kBqv>(st, lse + (b * g.hq + h) * g.t + t0, g.t - t0, kLog2e);
-    load_stats<C::kBqv>(st + C::kBqv, delta + (b * g.hq + h) * g.t + t0, g.t - t0, 1.0f);
+    load_stats<C::kBqv, kThreads>(st, lse + (b * g.hq + h) * g.t + t0, g.t - t0, kLog2e);
+    load_stats<C::kBqv, kThreads>(st + C::kBqv, delta + (b * g.hq + h) * g.t + t0, g.t - t0, 1.0f);
   };
   if (tiles > 0) load_queries(0);
   async::commit();
@@ -368,16 +353,8 @@ __global__ void __launch_bounds__(kThreads) dkv_kernel(const bf16* q, const bf16
       }
     }
     const bool unmasked = g.all_visible(t0, t0 + C::kBqv, s0 + row0, s0 + row0 + 16);
-#pragma unroll
-    for (int nt = 0; nt < C::kBqv / 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int col = nt * 8 + tile::frag_col(e);
-        const bool seen = unmasked || g.visible(b, t0 + col, s0 + row0 + tile::frag_row(e));
-        const float p = seen ? exp2f(pt[nt][e] * scale_log2 - s_lse[col]) : 0.0f;
-        pt[nt][e] = p;
-        dpt[nt][e] = p * (dpt[nt][e] - s_delta[col]) * g.scale;
-      }
+    softmax_backward_step<C::kBqv, true>(pt, dpt, s_lse, s_delta, 0, scale_log2, g.scale, unmasked,
+                                         [&](int row, int col) { return g.visible(b, t0 + col, s0 + row0 + row); });
     // dV += P^T dO, dK += dS^T Q (k = the tile's queries).
 #pragma unroll
     for (int kk = 0; kk < C::kBqv / 16; ++kk) {

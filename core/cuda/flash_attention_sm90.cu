@@ -9,13 +9,13 @@
 //     products m64nDk16 with P in registers (an accumulator is, lane for lane, half of the
 //     next A fragment) and V in shared memory (MN-major).
 //   - Tiles are stored with the 128-byte swizzle (wgmma.cuh) and loaded with cp.async into
-//     two buffers: the next key tile lands while this one is multiplied; the warpgroups of a
-//     block (and the two blocks an SM holds at d 64) overlap one's softmax with another's
-//     products.
+//     two buffers: the next key tile lands while this one is multiplied; the two warpgroups
+//     of a block (the one block an SM holds: 220-244 registers a thread) overlap one's
+//     softmax with the other's products as the warp schedulers find them.
 //   - A warpgroup skips the products of a key tile none of its rows sees (causal).
 // What FlashAttention-3 adds and this kernel does not (yet): TMA loads by a producer warp
 // with register reallocation, and the explicit ping-pong of softmax and products between
-// warpgroups. The backward stays on the mma.sync kernels.
+// warpgroups. The backward: flash_attention_sm90_backward.cu.
 // Used for head dimensions 64 and 128 with 16-byte-aligned rows on compute capability 9.0
 // (flash_attention.cu picks it); the emulator runs it too (its wgmma follows the PTX ISA).
 #include <cstdint>
@@ -42,20 +42,6 @@ struct Sm90Fwd {
   static constexpr std::size_t kSmem = 1024 + kQBytes + 4 * kKVBytes;
 };
 
-// Rows [0, kRows) of a head's (L, D) matrix (row r at src + r * row_stride) into a swizzled
-// tile, 16 bytes per cp.async (rows are 16-byte aligned: the host checks), zeros past
-// rows_left rows and d columns. The caller commits and waits.
-template <int kD, int kRows, int kThreads>
-__device__ __forceinline__ void load_swizzled(unsigned char* dst, const bf16* src, std::int64_t row_stride,
-                                              std::int64_t rows_left, std::int64_t d) {
-  constexpr int kPieces = kD / 8;
-  for (int idx = threadIdx.x; idx < kRows * kPieces; idx += kThreads) {
-    const int r = idx / kPieces, c = idx % kPieces * 8;
-    const bool valid = r < rows_left && c < d;
-    async::copy_16(dst + wgmma::swizzled_offset(r, c, kRows), valid ? src + r * row_stride + c : src, valid);
-  }
-}
-
 // grid (ceil(T / kBr), Hq, B), block kThreads.
 template <int kD>
 __global__ void __launch_bounds__(Sm90Fwd<kD>::kThreads, 1)
@@ -77,24 +63,17 @@ __global__ void __launch_bounds__(Sm90Fwd<kD>::kThreads, 1)
   const int tiles = end > begin ? static_cast<int>((end - begin + C::kBc - 1) / C::kBc) : 0;
   auto load_keys = [&](int i) {
     const std::int64_t s0 = begin + static_cast<std::int64_t>(i) * C::kBc;
-    load_swizzled<kD, C::kBc, C::kThreads>(keys(i), kh + s0 * g.k_stride[1], g.k_stride[1], g.s - s0, g.d);
-    load_swizzled<kD, C::kBc, C::kThreads>(values(i), vh + s0 * g.v_stride[1], g.v_stride[1], g.s - s0, g.d);
+    wgmma::load_swizzled<kD, C::kBc, C::kThreads>(keys(i), kh + s0 * g.k_stride[1], g.k_stride[1], g.s - s0, g.d);
+    wgmma::load_swizzled<kD, C::kBc, C::kThreads>(values(i), vh + s0 * g.v_stride[1], g.v_stride[1], g.s - s0, g.d);
   };
-  load_swizzled<kD, C::kBr, C::kThreads>(sq, q + b * g.q_stride[0] + h * g.q_stride[2] + t0 * g.q_stride[1],
-                                         g.q_stride[1], g.t - t0, g.d);
+  wgmma::load_swizzled<kD, C::kBr, C::kThreads>(sq, q + b * g.q_stride[0] + h * g.q_stride[2] + t0 * g.q_stride[1],
+                                                g.q_stride[1], g.t - t0, g.d);
   if (tiles > 0) load_keys(0);
   async::commit();
 
-  // Descriptors: the warpgroup's 64 query rows (K-major A), a key tile (K-major B), a value
-  // tile (MN-major B, its 64-column blocks kBc rows apart); 8 rows of 128 bytes are 1024 apart.
-  const std::uint32_t q_rows = wgmma::shared_address(sq) + 64 * group * 128;
-  auto q_desc = [&](int kk) { return wgmma::descriptor(q_rows + kk / 64 * C::kBr * 128 + kk % 64 * 2, 16, 1024); };
-  auto k_desc = [&](int i, int kk) {
-    return wgmma::descriptor(wgmma::shared_address(keys(i)) + kk / 64 * C::kBc * 128 + kk % 64 * 2, 16, 1024);
-  };
-  auto v_desc = [&](int i, int key) {
-    return wgmma::descriptor(wgmma::shared_address(values(i)) + key * 128, C::kBc * 128, 1024);
-  };
+  const std::uint32_t q_tile = wgmma::shared_address(sq);
+  auto k_tile = [&](int i) { return wgmma::shared_address(keys(i)); };
+  auto v_tile = [&](int i) { return wgmma::shared_address(values(i)); };
 
   const float scale_log2 = g.scale * kLog2e;
   const std::int64_t row0 = group_t0 + 16 * warp;  // the warp's first query
@@ -112,7 +91,9 @@ __global__ void __launch_bounds__(Sm90Fwd<kD>::kThreads, 1)
       float sc[C::kBc / 8][4];
       wgmma::fence();
 #pragma unroll
-      for (int kk = 0; kk < kD; kk += 16) wgmma::mma_ss<C::kBc>(sc, q_desc(kk), k_desc(i, kk), kk > 0);
+      for (int kk = 0; kk < kD; kk += 16)
+        wgmma::mma_ss<C::kBc>(sc, wgmma::kmajor(q_tile, C::kBr, 64 * group, kk),
+                              wgmma::kmajor(k_tile(i), C::kBc, 0, kk), kk > 0);
       wgmma::commit();
       wgmma::wait<0>();
       wgmma::hold(sc);
@@ -126,7 +107,8 @@ __global__ void __launch_bounds__(Sm90Fwd<kD>::kThreads, 1)
       wgmma::hold(p);
       wgmma::fence();
 #pragma unroll
-      for (int kk = 0; kk < C::kBc / 16; ++kk) wgmma::mma_rs<kD>(o, p[kk], v_desc(i, 16 * kk), true);
+      for (int kk = 0; kk < C::kBc / 16; ++kk)
+        wgmma::mma_rs<kD>(o, p[kk], wgmma::mnmajor(v_tile(i), C::kBc, 16 * kk), true);
       wgmma::commit();
       wgmma::wait<0>();
       wgmma::hold(o);
@@ -149,7 +131,7 @@ void forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttnShape&
 
 }  // namespace
 
-bool sm90_forward_built() {
+bool sm90_built() {
 #if defined(DARK_CUDA_EMULATOR) || defined(DARK_WITH_SM90A)
   return true;
 #else

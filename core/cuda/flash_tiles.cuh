@@ -1,11 +1,12 @@
-// The register-level pieces of flash attention's bf16 forward that do not depend on how the
-// products are issued, shared by the mma.sync kernels (flash_attention_bf16.cu) and the
-// Hopper wgmma kernel (flash_attention_sm90.cu): both hold scores and outputs of a warp's 16
-// query rows in the m16n8 C-fragment layout of tile_mma.cuh (lane: rows g and g + 8).
+// The pieces of flash attention's bf16 kernels that do not depend on how the products are
+// issued, shared by the mma.sync kernels (flash_attention_bf16.cu) and the Hopper wgmma ones
+// (flash_attention_sm90*.cu): both hold scores and outputs of a warp's 16 query rows in the
+// m16n8 C-fragment layout of tile_mma.cuh (lane: rows g and g + 8).
 #pragma once
 #include <cstdint>
 #include <limits>
 
+#include "core/cuda/async_copy.cuh"
 #include "core/cuda/block_mma.cuh"
 #include "core/cuda/flash_attention.cuh"
 #include "core/cuda/tile_mma.cuh"
@@ -14,6 +15,13 @@ namespace dark::cuda::flash {
 
 inline constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 inline constexpr float kLog2e = 1.4426950408889634f;
+
+// kRows statistics (lse in base 2, or Delta) of consecutive rows, times factor, 0 past
+// rows_left; a block of kThreads threads loads them.
+template <int kRows, int kThreads>
+__device__ __forceinline__ void load_stats(float* dst, const float* src, std::int64_t rows_left, float factor) {
+  for (int r = threadIdx.x; r < kRows; r += kThreads) dst[r] = r < rows_left ? src[r] * factor : 0.0f;
+}
 
 // The A fragment (16 rows x 16 k) made of two C fragments: columns [16 j, 16 j + 16) of a
 // 16-row accumulator c[n][4], rounded to bf16 (an m16n8 C fragment is, lane for lane, half
@@ -66,6 +74,32 @@ __device__ __forceinline__ void online_softmax_step(float (&sc)[kCols / 8][4], f
   for (int nt = 0; nt < kOutTiles; ++nt)
 #pragma unroll
     for (int e = 0; e < 4; ++e) o[nt][e] *= correction[e >> 1];
+}
+
+// The softmax's backward on a tile of 16 rows: from the scores s and dP = dO V^T (C-fragment
+// layout), P = exp2(s scale log2(e) - lse) and dS = P (dP - Delta) scale, both 0 where
+// visible(row, col) is false (asked only when !unmasked); s becomes P, dp becomes dS. lse
+// (base 2) and Delta are indexed by query: the row (stat_row0 + row) where queries are the
+// rows (dQ), the column where they are the columns (dK, dV: the transposed scores).
+template <int kCols, bool kQueriesAreColumns, class Visible>
+__device__ __forceinline__ void softmax_backward_step(float (&s)[kCols / 8][4], float (&dp)[kCols / 8][4],
+                                                      const float* lse, const float* delta, int stat_row0,
+                                                      float scale_log2, float scale, bool unmasked,
+                                                      Visible&& visible) {
+#pragma unroll
+  for (int nt = 0; nt < kCols / 8; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int row = tile::frag_row(e), col = nt * 8 + tile::frag_col(e);
+      const int stat = kQueriesAreColumns ? col : stat_row0 + row;
+      float p = 0.0f, ds = 0.0f;
+      if (unmasked || visible(row, col)) {
+        p = exp2f(s[nt][e] * scale_log2 - lse[stat]);
+        ds = p * (dp[nt][e] - delta[stat]) * scale;
+      }
+      s[nt][e] = p;
+      dp[nt][e] = ds;
+    }
 }
 
 // Writes the warp's 16 rows of output (o / l, bf16, (B, T, Hq, D)) and their log-sum-exp

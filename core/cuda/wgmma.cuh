@@ -27,6 +27,7 @@
 #pragma once
 #include <cstdint>
 
+#include "core/cuda/async_copy.cuh"
 #include "core/cuda/launch.cuh"
 
 namespace dark::cuda::wgmma {
@@ -34,6 +35,20 @@ namespace dark::cuda::wgmma {
 // The byte offset of element (r, c) in a swizzled tile of `rows` rows (rows % 8 == 0).
 __device__ __forceinline__ std::uint32_t swizzled_offset(int r, int c, int rows) {
   return static_cast<std::uint32_t>((c / 64) * rows * 128 + r * 128 + ((((c % 64) / 8) ^ (r % 8)) * 16) + (c % 8) * 2);
+}
+
+// Rows [0, kRows) of a (rows, D) bf16 matrix (row r at src + r * row_stride, 16-byte
+// aligned) into a swizzled tile at dst (1024-byte aligned), 16 bytes per cp.async by a block
+// of kThreads threads; zeros past rows_left rows and d columns. The caller commits and waits.
+template <int kD, int kRows, int kThreads>
+__device__ __forceinline__ void load_swizzled(unsigned char* dst, const BFloat16* src, std::int64_t row_stride,
+                                              std::int64_t rows_left, std::int64_t d) {
+  constexpr int kPieces = kD / 8;
+  for (int idx = threadIdx.x; idx < kRows * kPieces; idx += kThreads) {
+    const int r = idx / kPieces, c = idx % kPieces * 8;
+    const bool valid = r < rows_left && c < d;
+    async::copy_16(dst + swizzled_offset(r, c, kRows), valid ? src + r * row_stride + c : src, valid);
+  }
 }
 
 // The shared-memory address of p: the space descriptors and the swizzle work in.
@@ -51,6 +66,17 @@ __device__ __forceinline__ std::uint32_t shared_address(const void* p) {
 __device__ __forceinline__ std::uint64_t descriptor(std::uint32_t start, std::uint32_t lbo, std::uint32_t sbo) {
   return static_cast<std::uint64_t>((start & 0x3ffff) >> 4) | static_cast<std::uint64_t>((lbo & 0x3ffff) >> 4) << 16 |
          static_cast<std::uint64_t>((sbo & 0x3ffff) >> 4) << 32 | std::uint64_t{1} << 62;  // mode 1: 128-byte swizzle
+}
+
+// Operands in a swizzled tile of `rows` rows at shared address `tile` (1024-byte aligned):
+// K-major, the 16 columns from kk of rows row0 .. row0 + 63 or + N - 1 (row0 a multiple of 8;
+// 8 rows of 128 bytes are 1024 bytes apart), as Q or K in Q K^T; MN-major, the 16 rows from
+// k0 (a multiple of 8), as V in P V (its 64-column blocks `rows` rows apart).
+__device__ __forceinline__ std::uint64_t kmajor(std::uint32_t tile, int rows, int row0, int kk) {
+  return descriptor(tile + (kk / 64) * rows * 128 + row0 * 128 + (kk % 64) * 2, 16, 1024);
+}
+__device__ __forceinline__ std::uint64_t mnmajor(std::uint32_t tile, int rows, int k0) {
+  return descriptor(tile + k0 * 128, rows * 128, 1024);
 }
 
 __device__ __forceinline__ void fence() {
@@ -128,6 +154,18 @@ __device__ __forceinline__ void mma_rs(float (&d)[kN / 8][4], const std::uint32_
 }
 #elif defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // One specialisation per N the kernels use (the accumulator operand lists are spelt out).
+template <>
+__device__ __forceinline__ void mma_ss<32>(float (&d)[32 / 8][4], std::uint64_t a, std::uint64_t b, bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+      "}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]),
+        "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]),
+        "+f"(d[3][2]), "+f"(d[3][3])
+      : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)));
+}
 template <>
 __device__ __forceinline__ void mma_ss<64>(float (&d)[64 / 8][4], std::uint64_t a, std::uint64_t b, bool accumulate) {
   asm volatile(

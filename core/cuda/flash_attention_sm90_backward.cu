@@ -1,0 +1,279 @@
+// Flash attention's bf16 backward for Hopper (sm_90a): the two deterministic kernels of
+// flash_attention_bf16.cu (dQ per query block; dK, dV per key block over the group's query
+// heads and tiles in a fixed order: no atomics, the same bits every run) with their products
+// on wgmma (wgmma.cuh), tiles in the 128-byte swizzled layout loaded by cp.async, the next
+// tile landing while this one is multiplied. Each product fits one of two forms: both
+// operands K-major in shared memory (S = Q K^T and dP = dO V^T, or their transposes), or the
+// A operand in registers (the probabilities or score gradients, an accumulator being half of
+// the next A fragment) times an MN-major tile (dQ += dS K, dV += P^T dO, dK += dS^T Q).
+// A block is two warpgroups of 64 rows (queries for dQ, keys for dK, dV); a warpgroup skips
+// the products of a tile none of its rows meets (causal). Used where the forward of
+// flash_attention_sm90.cu is: d 64 and 128, 16-byte-aligned rows, compute capability 9.0.
+#include <cstdint>
+
+#include "core/cuda/async_copy.cuh"
+#include "core/cuda/flash_attention.cuh"
+#include "core/cuda/flash_tiles.cuh"
+#include "core/cuda/wgmma.cuh"
+
+namespace dark::cuda::flash {
+namespace {
+
+using bf16 = BFloat16;
+constexpr int kThreads = 256;  // two warpgroups
+
+// 1024-byte aligned start of the dynamic shared memory (the swizzle's pattern).
+__device__ __forceinline__ unsigned char* aligned_shared(unsigned char* raw) {
+  return raw + (1024 - wgmma::shared_address(raw) % 1024) % 1024;
+}
+
+// The warp's 16 rows x kD columns of a gradient (C-fragment layout), as bf16 rows of
+// row_stride elements from `rows` (row r of the warp at rows + r * row_stride), rows past
+// rows_left skipped.
+template <int kD>
+__device__ __forceinline__ void store_gradient(const float (&acc)[kD / 8][4], bf16* rows, std::int64_t row_stride,
+                                               std::int64_t rows_left, std::int64_t d) {
+#pragma unroll
+  for (int nt = 0; nt < kD / 8; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int r = tile::frag_row(e), col = nt * 8 + tile::frag_col(e);
+      if (r < rows_left && col < d) rows[r * row_stride + col] = bf16(acc[nt][e]);
+    }
+}
+
+// ---------------------------------------------------------------- dQ
+
+template <int kD>
+struct Sm90Dq {
+  static constexpr int kBq = 128;  // queries per block, 64 per warpgroup
+  static constexpr int kBk = 64;   // keys per tile
+  static constexpr std::uint32_t kQBytes = kBq * kD * sizeof(bf16);  // Q, and dO
+  static constexpr std::uint32_t kKBytes = kBk * kD * sizeof(bf16);  // one K or V tile
+  static constexpr std::size_t kSmem = 1024 + 2 * kQBytes + 4 * kKBytes + 2 * kBq * sizeof(float);
+};
+
+// grid (ceil(T / kBq), Hq, B).
+template <int kD>
+__global__ void __launch_bounds__(kThreads, 1)
+    dq_sm90_kernel(const bf16* q, const bf16* k, const bf16* v, const bf16* dout, const float* lse, const float* delta,
+                   AttnShape g, bf16* dq) {
+  using C = Sm90Dq<kD>;
+  DARK_DYNAMIC_SHARED(unsigned char, raw);
+  unsigned char* const sq = aligned_shared(raw);
+  unsigned char* const sdo = sq + C::kQBytes;
+  unsigned char* const skv = sdo + C::kQBytes;  // buffer i: K at skv + 2 i kKBytes, V after it
+  float* const s_lse = reinterpret_cast<float*>(skv + 4 * C::kKBytes);
+  float* const s_delta = s_lse + C::kBq;
+  auto keys = [&](int i) { return skv + 2 * (i & 1) * C::kKBytes; };
+  auto values = [&](int i) { return keys(i) + C::kKBytes; };
+
+  const int group = static_cast<int>(threadIdx.x) / 128, warp = static_cast<int>(threadIdx.x) / 32 % 4;
+  const int row_in_block = 64 * group + 16 * warp;  // the warp's first row
+  const std::int64_t h = blockIdx.y, b = blockIdx.z, kvh = h / g.group;
+  const std::int64_t t0 = static_cast<std::int64_t>(blockIdx.x) * C::kBq, row0 = t0 + row_in_block;
+  const bf16* kh = k + b * g.k_stride[0] + kvh * g.k_stride[2];
+  const bf16* vh = v + b * g.v_stride[0] + kvh * g.v_stride[2];
+  const std::int64_t begin = g.first_key_tile(t0, C::kBk), end = g.key_end(t0, C::kBq);
+  const int tiles = end > begin ? static_cast<int>((end - begin + C::kBk - 1) / C::kBk) : 0;
+  auto load_keys = [&](int i) {
+    const std::int64_t s0 = begin + static_cast<std::int64_t>(i) * C::kBk;
+    wgmma::load_swizzled<kD, C::kBk, kThreads>(keys(i), kh + s0 * g.k_stride[1], g.k_stride[1], g.s - s0, g.d);
+    wgmma::load_swizzled<kD, C::kBk, kThreads>(values(i), vh + s0 * g.v_stride[1], g.v_stride[1], g.s - s0, g.d);
+  };
+  wgmma::load_swizzled<kD, C::kBq, kThreads>(sq, q + b * g.q_stride[0] + h * g.q_stride[2] + t0 * g.q_stride[1],
+                                             g.q_stride[1], g.t - t0, g.d);
+  wgmma::load_swizzled<kD, C::kBq, kThreads>(sdo, dout + ((b * g.t + t0) * g.hq + h) * g.d, g.hq * g.d, g.t - t0,
+                                             g.d);
+  load_stats<C::kBq, kThreads>(s_lse, lse + (b * g.hq + h) * g.t + t0, g.t - t0, kLog2e);
+  load_stats<C::kBq, kThreads>(s_delta, delta + (b * g.hq + h) * g.t + t0, g.t - t0, 1.0f);
+  if (tiles > 0) load_keys(0);
+  async::commit();
+
+  const std::uint32_t q_tile = wgmma::shared_address(sq), do_tile = wgmma::shared_address(sdo);
+  const float scale_log2 = g.scale * kLog2e;
+  float acc[kD / 8][4] = {};
+  for (int i = 0; i < tiles; ++i) {
+    if (i + 1 < tiles) load_keys(i + 1);
+    async::commit();
+    async::wait<1>();
+    wgmma::fence_shared_writes();
+    __syncthreads();
+    const std::int64_t s0 = begin + static_cast<std::int64_t>(i) * C::kBk;
+    if (!g.causal || s0 <= t0 + 64 * group + 63 + (g.s - g.t)) {  // some row of this warpgroup sees the tile
+      const std::uint32_t k_tile = wgmma::shared_address(keys(i)), v_tile = wgmma::shared_address(values(i));
+      float sc[C::kBk / 8][4], dp[C::kBk / 8][4];
+      wgmma::fence();
+#pragma unroll
+      for (int kk = 0; kk < kD; kk += 16) {
+        wgmma::mma_ss<C::kBk>(sc, wgmma::kmajor(q_tile, C::kBq, 64 * group, kk), wgmma::kmajor(k_tile, C::kBk, 0, kk),
+                              kk > 0);
+        wgmma::mma_ss<C::kBk>(dp, wgmma::kmajor(do_tile, C::kBq, 64 * group, kk),
+                              wgmma::kmajor(v_tile, C::kBk, 0, kk), kk > 0);
+      }
+      wgmma::commit();
+      wgmma::wait<0>();
+      wgmma::hold(sc);
+      wgmma::hold(dp);
+      const bool unmasked = g.all_visible(row0, row0 + 16, s0, s0 + C::kBk);
+      softmax_backward_step<C::kBk, false>(sc, dp, s_lse, s_delta, row_in_block, scale_log2, g.scale, unmasked,
+                                           [&](int row, int col) { return g.visible(b, row0 + row, s0 + col); });
+      std::uint32_t a[C::kBk / 16][4];
+#pragma unroll
+      for (int kk = 0; kk < C::kBk / 16; ++kk) a_from_accumulators(a[kk], dp[2 * kk], dp[2 * kk + 1]);
+      wgmma::hold(acc);
+      wgmma::hold(a);
+      wgmma::fence();
+#pragma unroll
+      for (int kk = 0; kk < C::kBk / 16; ++kk)
+        wgmma::mma_rs<kD>(acc, a[kk], wgmma::mnmajor(k_tile, C::kBk, 16 * kk), true);
+      wgmma::commit();
+      wgmma::wait<0>();
+      wgmma::hold(acc);
+    }
+    __syncthreads();  // both warpgroups are done with buffer i & 1 before tile i + 2 loads into it
+  }
+  async::wait<0>();
+  store_gradient<kD>(acc, dq + ((b * g.t + row0) * g.hq + h) * g.d, g.hq * g.d, g.t - row0, g.d);
+}
+
+// ---------------------------------------------------------------- dK, dV
+
+template <int kD>
+struct Sm90Dkv {
+  static constexpr int kBkv = 128;  // keys per block, 64 per warpgroup
+  static constexpr int kBq = kD <= 64 ? 64 : 32;  // queries per tile (at d 128, 64 would spill)
+  static constexpr std::uint32_t kKBytes = kBkv * kD * sizeof(bf16);  // K, and V
+  static constexpr std::uint32_t kQBytes = kBq * kD * sizeof(bf16);   // one Q or dO tile
+  static constexpr std::size_t kSmem = 1024 + 2 * kKBytes + 4 * kQBytes + 4 * kBq * sizeof(float);
+};
+
+// grid (ceil(S / kBkv), Hkv, B).
+template <int kD>
+__global__ void __launch_bounds__(kThreads, 1)
+    dkv_sm90_kernel(const bf16* q, const bf16* k, const bf16* v, const bf16* dout, const float* lse,
+                    const float* delta, AttnShape g, bf16* dk, bf16* dv) {
+  using C = Sm90Dkv<kD>;
+  DARK_DYNAMIC_SHARED(unsigned char, raw);
+  unsigned char* const sk = aligned_shared(raw);
+  unsigned char* const sv = sk + C::kKBytes;
+  unsigned char* const sqd = sv + C::kKBytes;  // buffer i: Q at sqd + 2 i kQBytes, dO after it
+  float* const stats = reinterpret_cast<float*>(sqd + 4 * C::kQBytes);  // buffer i: lse, Delta at stats + 2 i kBq
+  auto queries = [&](int i) { return sqd + 2 * (i & 1) * C::kQBytes; };
+  auto grads = [&](int i) { return queries(i) + C::kQBytes; };
+
+  const int group = static_cast<int>(threadIdx.x) / 128, warp = static_cast<int>(threadIdx.x) / 32 % 4;
+  const int row_in_block = 64 * group + 16 * warp;  // the warp's first key
+  const std::int64_t kvh = blockIdx.y, b = blockIdx.z;
+  const std::int64_t s0 = static_cast<std::int64_t>(blockIdx.x) * C::kBkv, key0 = s0 + row_in_block;
+  wgmma::load_swizzled<kD, C::kBkv, kThreads>(sk, k + b * g.k_stride[0] + kvh * g.k_stride[2] + s0 * g.k_stride[1],
+                                              g.k_stride[1], g.s - s0, g.d);
+  wgmma::load_swizzled<kD, C::kBkv, kThreads>(sv, v + b * g.v_stride[0] + kvh * g.v_stride[2] + s0 * g.v_stride[1],
+                                              g.v_stride[1], g.s - s0, g.d);
+  // The query tiles of every head of the group that see some key of this block, in order.
+  const std::int64_t q_first = g.causal ? std::max<std::int64_t>(0, s0 - (g.s - g.t)) / C::kBq * C::kBq : 0;
+  const std::int64_t q_end = g.query_end(std::min(g.s, s0 + C::kBkv) - 1);
+  const int per_head = q_end > q_first ? static_cast<int>((q_end - q_first + C::kBq - 1) / C::kBq) : 0;
+  const int tiles = per_head * static_cast<int>(g.group);
+  auto tile_start = [&](int i) { return q_first + static_cast<std::int64_t>(i % per_head) * C::kBq; };
+  auto load_queries = [&](int i) {
+    const std::int64_t t0 = tile_start(i), h = kvh * g.group + i / per_head;
+    wgmma::load_swizzled<kD, C::kBq, kThreads>(queries(i), q + b * g.q_stride[0] + h * g.q_stride[2] +
+                                                               t0 * g.q_stride[1], g.q_stride[1], g.t - t0, g.d);
+    wgmma::load_swizzled<kD, C::kBq, kThreads>(grads(i), dout + ((b * g.t + t0) * g.hq + h) * g.d, g.hq * g.d,
+                                               g.t - t0, g.d);
+    float* st = stats + 2 * (i & 1) * C::kBq;
+    load_stats<C::kBq, kThreads>(st, lse + (b * g.hq + h) * g.t + t0, g.t - t0, kLog2e);
+    load_stats<C::kBq, kThreads>(st + C::kBq, delta + (b * g.hq + h) * g.t + t0, g.t - t0, 1.0f);
+  };
+  if (tiles > 0) load_queries(0);
+  async::commit();
+
+  const std::uint32_t k_tile = wgmma::shared_address(sk), v_tile = wgmma::shared_address(sv);
+  const float scale_log2 = g.scale * kLog2e;
+  float acc_k[kD / 8][4] = {}, acc_v[kD / 8][4] = {};
+  for (int i = 0; i < tiles; ++i) {
+    if (i + 1 < tiles) load_queries(i + 1);
+    async::commit();
+    async::wait<1>();
+    wgmma::fence_shared_writes();
+    __syncthreads();
+    const std::int64_t t0 = tile_start(i);
+    if (!g.causal || s0 + 64 * group <= t0 + C::kBq - 1 + (g.s - g.t)) {  // some key of this warpgroup is seen
+      const std::uint32_t q_tile = wgmma::shared_address(queries(i)), do_tile = wgmma::shared_address(grads(i));
+      const float* s_lse = stats + 2 * (i & 1) * C::kBq;
+      const float* s_delta = s_lse + C::kBq;
+      // Rows are this warp's 16 keys, columns the tile's queries: S^T = K Q^T, dP^T = V dO^T.
+      float pt[C::kBq / 8][4], dpt[C::kBq / 8][4];
+      wgmma::fence();
+#pragma unroll
+      for (int kk = 0; kk < kD; kk += 16) {
+        wgmma::mma_ss<C::kBq>(pt, wgmma::kmajor(k_tile, C::kBkv, 64 * group, kk), wgmma::kmajor(q_tile, C::kBq, 0, kk),
+                              kk > 0);
+        wgmma::mma_ss<C::kBq>(dpt, wgmma::kmajor(v_tile, C::kBkv, 64 * group, kk),
+                              wgmma::kmajor(do_tile, C::kBq, 0, kk), kk > 0);
+      }
+      wgmma::commit();
+      wgmma::wait<0>();
+      wgmma::hold(pt);
+      wgmma::hold(dpt);
+      const bool unmasked = g.all_visible(t0, t0 + C::kBq, key0, key0 + 16);
+      softmax_backward_step<C::kBq, true>(pt, dpt, s_lse, s_delta, 0, scale_log2, g.scale, unmasked,
+                                          [&](int row, int col) { return g.visible(b, t0 + col, key0 + row); });
+      // dV += P^T dO, dK += dS^T Q (k = the tile's queries).
+      std::uint32_t ap[C::kBq / 16][4], ads[C::kBq / 16][4];
+#pragma unroll
+      for (int kk = 0; kk < C::kBq / 16; ++kk) {
+        a_from_accumulators(ap[kk], pt[2 * kk], pt[2 * kk + 1]);
+        a_from_accumulators(ads[kk], dpt[2 * kk], dpt[2 * kk + 1]);
+      }
+      wgmma::hold(acc_k);
+      wgmma::hold(acc_v);
+      wgmma::hold(ap);
+      wgmma::hold(ads);
+      wgmma::fence();
+#pragma unroll
+      for (int kk = 0; kk < C::kBq / 16; ++kk) {
+        wgmma::mma_rs<kD>(acc_v, ap[kk], wgmma::mnmajor(do_tile, C::kBq, 16 * kk), true);
+        wgmma::mma_rs<kD>(acc_k, ads[kk], wgmma::mnmajor(q_tile, C::kBq, 16 * kk), true);
+      }
+      wgmma::commit();
+      wgmma::wait<0>();
+      wgmma::hold(acc_k);
+      wgmma::hold(acc_v);
+    }
+    __syncthreads();
+  }
+  async::wait<0>();
+  const std::int64_t at = ((b * g.s + key0) * g.hkv + kvh) * g.d;
+  store_gradient<kD>(acc_k, dk + at, g.hkv * g.d, g.s - key0, g.d);
+  store_gradient<kD>(acc_v, dv + at, g.hkv * g.d, g.s - key0, g.d);
+}
+
+template <int kD>
+void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, const Tensor& lse,
+              const Tensor& delta, const AttnShape& g, Tensor& dq, Tensor& dk, Tensor& dv) {
+  using Q = Sm90Dq<kD>;
+  using K = Sm90Dkv<kD>;
+  allow_dynamic_shared(dq_sm90_kernel<kD>, Q::kSmem);
+  allow_dynamic_shared(dkv_sm90_kernel<kD>, K::kSmem);
+  const dim3 grid_q(static_cast<unsigned>((g.t + Q::kBq - 1) / Q::kBq), static_cast<unsigned>(g.hq),
+                    static_cast<unsigned>(g.batch));
+  launch(dq_sm90_kernel<kD>, {grid_q, kThreads, Q::kSmem}, q.data<bf16>(), k.data<bf16>(), v.data<bf16>(),
+         dout.data<bf16>(), lse.data<float>(), delta.data<float>(), g, dq.data<bf16>());
+  const dim3 grid_k(static_cast<unsigned>((g.s + K::kBkv - 1) / K::kBkv), static_cast<unsigned>(g.hkv),
+                    static_cast<unsigned>(g.batch));
+  launch(dkv_sm90_kernel<kD>, {grid_k, kThreads, K::kSmem}, q.data<bf16>(), k.data<bf16>(), v.data<bf16>(),
+         dout.data<bf16>(), lse.data<float>(), delta.data<float>(), g, dk.data<bf16>(), dv.data<bf16>());
+}
+
+}  // namespace
+
+void backward_sm90(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, const Tensor& lse,
+                   const Tensor& delta, const AttnShape& g, int kd, Tensor& dq, Tensor& dk, Tensor& dv) {
+  DARK_CHECK(kd == 64 || kd == 128, "flash_attention: the sm_90 backward has no head dimension ", kd);
+  if (kd == 64) return backward<64>(q, k, v, dout, lse, delta, g, dq, dk, dv);
+  return backward<128>(q, k, v, dout, lse, delta, g, dq, dk, dv);
+}
+
+}  // namespace dark::cuda::flash
