@@ -287,7 +287,7 @@ TEST(CudaEmulator, WarpgroupProductsFollowThePtxLayouts) {
                                  true);
                     }
                     async_commit();
-                    async_wait(0);
+                    wgmma_wait(0);
                     for (int i = 0; i < 64; ++i) got[row(i)][col(i)] = d[i];
                   },
                   32768),
@@ -304,8 +304,9 @@ TEST(CudaEmulator, WarpgroupProductsFollowThePtxLayouts) {
 }
 
 // A product is issued, not done: its accumulators change when the thread waits for its group
-// (reading them earlier is a bug the emulator shows as stale values, as a GPU may); a thread
-// that exits without waiting is a fault; only the 128-byte swizzle is emulated.
+// (reading them earlier is a bug the emulator shows as stale values, as a GPU may), and it
+// reads its A registers then; a thread that exits without waiting is a fault; only the
+// 128-byte swizzle is emulated.
 TEST(CudaEmulator, WarpgroupProductsRunWhenWaitedFor) {
   using namespace wgmma_test;
   float before = 0.0f, after = 0.0f;
@@ -318,7 +319,7 @@ TEST(CudaEmulator, WarpgroupProductsRunWhenWaitedFor) {
                   wgmma_bf16(d, 64, descriptor(kA, 16, 1024), nullptr, descriptor(kBk, 16, 1024), false, false);
                   async_commit();
                   if (current().linear == 0) before = d[0];
-                  async_wait(0);
+                  wgmma_wait(0);
                   if (current().linear == 0) after = d[0];
                 },
                 32768),
@@ -327,6 +328,27 @@ TEST(CudaEmulator, WarpgroupProductsRunWhenWaitedFor) {
   for (int k = 0; k < 16; ++k) want += static_cast<double>(value(0, 0, k)) * value(1, 0, k);
   EXPECT_EQ(before, 0.0f);
   EXPECT_NEAR(after, want, 1e-4);
+  // A in registers is read when the product runs: registers every lane overwrote before the
+  // wait (a race on a GPU) give the new values' product.
+  float raced = 0.0f;
+  ASSERT_EQ(run({1, 1, 1}, {128, 1, 1},
+                [&] {
+                  auto* shared = static_cast<unsigned char*>(dynamic_shared_memory());
+                  if (current().linear == 0) fill_shared(shared);
+                  sync_threads();
+                  std::uint32_t regs[4] = {};  // A = 0
+                  float d[32] = {};
+                  wgmma_bf16(d, 64, 0, regs, descriptor(kBmn, 2048, 1024), true, false);
+                  async_commit();
+                  for (auto& r : regs) r = pack(1.0f, 1.0f);  // A = 1 everywhere
+                  wgmma_wait(0);
+                  if (current().linear == 0) raced = d[0];
+                },
+                32768),
+            LaunchStatus::ok);
+  double ones = 0.0;
+  for (int k = 0; k < 16; ++k) ones += value(2, k, 0);
+  EXPECT_NEAR(raced, ones, 1e-4);
   const std::string unwaited = error_of([&] {
     run({1, 1, 1}, {128, 1, 1}, [&] {
       float d[32] = {};

@@ -67,12 +67,15 @@ std::vector<OpCase> fused_cases() {
       [](auto& x) { return flash_attention(x[0], x[1], x[2], true, 0.2, mask_on(x[0], Padding::left, 2, 50)); });
   add("flash_d128[1,65,2,128]", {{{1, 65, 2, 128}}, {{1, 65, 1, 128}}, {{1, 65, 1, 128}}},
       [](auto& x) { return flash_attention(x[0], x[1], x[2], true, 1.0 / std::sqrt(128.0)); });
-  // Several query blocks and key tiles of the sm_90 kernel (128 x 128), both warpgroups, and
-  // GQA; on compute capability 8.0 (the .sm80 run) the mma.sync kernels take them.
+  // Several query blocks and key tiles of the sm_90 kernels (128 queries x 128 keys, 64 at d
+  // 256), both warpgroups, GQA, both column passes of dK, dV at d 256; on compute capability
+  // 8.0 (the .sm80 run) the mma.sync kernels take them.
   add("flash_tiles_d64[1,300,4/2,64]", {{{1, 300, 4, 64}}, {{1, 300, 2, 64}}, {{1, 300, 2, 64}}},
       [](auto& x) { return flash_attention(x[0], x[1], x[2], true, 0.125); });
   add("flash_tiles_d128[2,140/270,2,128]", {{{2, 140, 2, 128}}, {{2, 270, 2, 128}}, {{2, 270, 2, 128}}},
       [](auto& x) { return flash_attention(x[0], x[1], x[2], true, 0.09, mask_on(x[0], Padding::holes, 2, 270)); });
+  add("flash_tiles_d256[1,150,2/1,256]", {{{1, 150, 2, 256}}, {{1, 150, 1, 256}}, {{1, 150, 1, 256}}},
+      [](auto& x) { return flash_attention(x[0], x[1], x[2], true, 1.0 / 16.0); });
   add("flash_d256[1,40,2,256]", {{{1, 40, 2, 256}}, {{1, 40, 1, 256}}, {{1, 40, 1, 256}}},
       [](auto& x) { return flash_attention(x[0], x[1], x[2], true, 1.0 / 16.0); });
   // D = 20: rows are not 16-byte aligned, so the bf16 kernels load element by element

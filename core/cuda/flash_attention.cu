@@ -396,10 +396,11 @@ void check_architecture(const Tensor& q) {
 }
 
 // Whether the bf16 call runs on the wgmma kernels (flash_attention_sm90*.cu): compute
-// capability 9.0 in a build that has them, head dimensions 64 and 128, 16-byte-aligned rows.
+// capability 9.0 in a build that has them, head dimensions 64, 128 and 256, 16-byte-aligned
+// rows.
 // Elsewhere the mma.sync kernels (flash_attention_bf16.cu) run.
 bool use_sm90(const Tensor& q, const AttnShape& g, int kd) {
-  return (kd == 64 || kd == 128) && g.aligned && flash::sm90_built() && compute_capability(q) == 90;
+  return kd >= 64 && g.aligned && flash::sm90_built() && compute_capability(q) == 90;
 }
 
 // f32 through the generic kernels above; bf16 through the tensor-core kernels (use_sm90).

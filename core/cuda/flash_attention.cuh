@@ -58,7 +58,7 @@ void backward_bf16(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
                    const Tensor& delta, const AttnShape& g, int kd, Tensor& dq, Tensor& dk, Tensor& dv);
 
 // The Hopper kernels (flash_attention_sm90.cu, flash_attention_sm90_backward.cu: wgmma), for
-// kd in {64, 128} and 16-byte-aligned rows (dO's too) on compute capability 9.0 only;
+// kd in {64, 128, 256} and 16-byte-aligned rows (dO's too) on compute capability 9.0 only;
 // sm90_built() says whether this build has them (sm_90a code: DARK_CUDA_ARCHITECTURES names
 // 90a; or the emulator).
 bool sm90_built();

@@ -166,10 +166,13 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const bf16* q, const 
     }
     const bool unmasked = g.all_visible(t0 + row0, t0 + row0 + 16 * kRT, s0, s0 + C::kBc);
 #pragma unroll
-    for (int mt = 0; mt < kRT; ++mt)
-      online_softmax_step<C::kBc>(sc[mt], m[mt], l[mt], o[mt], scale_log2, unmasked, [&](int row, int col) {
+    for (int mt = 0; mt < kRT; ++mt) {
+      float correction[2];
+      online_softmax_step<C::kBc>(sc[mt], m[mt], l[mt], correction, scale_log2, unmasked, [&](int row, int col) {
         return g.visible(b, t0 + row0 + 16 * mt + row, s0 + col);
       });
+      rescale(o[mt], correction);
+    }
 #pragma unroll
     for (int kk = 0; kk < C::kBc / 16; ++kk) {
       std::uint32_t a[kRT][4];

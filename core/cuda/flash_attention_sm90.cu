@@ -3,21 +3,24 @@
 // mma.sync kernel of flash_attention_bf16.cu, whose ldmatrix traffic and register operands
 // leave an H100 / H200 at a fraction of its tensor-core rate. Same contract, same online
 // softmax and the same output bits per element up to the products' summation order.
-//   - A block is kWarpGroups warpgroups of 64 query rows each (one wgmma M). Per key tile:
-//     S = Q K^T as kD / 16 products m64n128k16 with both operands in shared memory (K-major),
-//     the online softmax on the accumulators (flash_tiles.cuh), then O += P V as kBc / 16
-//     products m64nDk16 with P in registers (an accumulator is, lane for lane, half of the
-//     next A fragment) and V in shared memory (MN-major).
+//   - A block is kWarpGroups warpgroups of 64 query rows each (one wgmma M; two, one at d
+//     256). Per key tile (128 keys, 64 at d 256): S = Q K^T as kD / 16 products m64nBk16
+//     with both operands in shared memory (K-major), the online softmax on the accumulators
+//     (flash_tiles.cuh), and O += P V as kBc / 16 products m64nDk16 with P in registers (an
+//     accumulator is, lane for lane, half of the next A fragment) and V in shared memory
+//     (MN-major).
+//   - Within a warpgroup the softmax of tile i runs while P V of tile i - 1 is still on the
+//     tensor cores (see the kernel); across the block's warpgroups, one's softmax overlaps the
+//     other's products as the warp schedulers find them (an SM holds one block: 238-255
+//     registers a thread).
 //   - Tiles are stored with the 128-byte swizzle (wgmma.cuh) and loaded with cp.async into
-//     two buffers: the next key tile lands while this one is multiplied; the two warpgroups
-//     of a block (the one block an SM holds: 220-244 registers a thread) overlap one's
-//     softmax with the other's products as the warp schedulers find them.
-//   - A warpgroup skips the products of a key tile none of its rows sees (causal).
+//     three buffers, two tiles ahead of the products.
 // What FlashAttention-3 adds and this kernel does not (yet): TMA loads by a producer warp
 // with register reallocation, and the explicit ping-pong of softmax and products between
 // warpgroups. The backward: flash_attention_sm90_backward.cu.
-// Used for head dimensions 64 and 128 with 16-byte-aligned rows on compute capability 9.0
-// (flash_attention.cu picks it); the emulator runs it too (its wgmma follows the PTX ISA).
+// Used for head dimensions 64, 128 and 256 with 16-byte-aligned rows on compute capability
+// 9.0 (flash_attention.cu picks it); the emulator runs it too (its wgmma follows the PTX ISA,
+// products completing at the wait).
 #include <cstdint>
 
 #include "core/cuda/async_copy.cuh"
@@ -32,25 +35,33 @@ using bf16 = BFloat16;
 
 template <int kD>
 struct Sm90Fwd {
-  static constexpr int kWarpGroups = 2;
+  static constexpr int kWarpGroups = kD <= 128 ? 2 : 1;  // d 256: three stages leave room for one
   static constexpr int kThreads = 128 * kWarpGroups;
-  static constexpr int kBr = 64 * kWarpGroups;  // queries per block
-  static constexpr int kBc = 128;               // keys per tile: the N of S = Q K^T
+  static constexpr int kBr = 64 * kWarpGroups;       // queries per block
+  static constexpr int kBc = kD <= 128 ? 128 : 64;  // keys per tile: the N of S = Q K^T (registers at d 256)
+  static constexpr int kStages = 3;                 // key tiles in shared memory at once
   static constexpr std::uint32_t kQBytes = kBr * kD * sizeof(bf16);
   static constexpr std::uint32_t kKVBytes = kBc * kD * sizeof(bf16);  // one K or V tile
   // 1024 bytes of slack to align the tiles to the swizzle's 1024-byte pattern.
-  static constexpr std::size_t kSmem = 1024 + kQBytes + 4 * kKVBytes;
+  static constexpr std::size_t kSmem = 1024 + kQBytes + 2 * kStages * kKVBytes;
 };
 
 // grid (ceil(T / kBr), Hq, B), block kThreads.
+//
+// The pipeline, per key tile i and warpgroup: issue S_i = Q K_i, then O += P_(i-1) V_(i-1)
+// (the previous tile's probabilities, kept in registers); wait for S_i only and run its
+// softmax while the P V product is still on the tensor cores; wait for that (the product
+// reads O and P's registers until then), rescale O by tile i's correction, and keep P_i for
+// the next round. Tile i + 2 loads into the buffer tile i - 1 leaves once every warpgroup's
+// P_(i-1) V_(i-1) is done (three buffers).
 template <int kD>
 __global__ void __launch_bounds__(Sm90Fwd<kD>::kThreads, 1)
     forward_sm90_kernel(const bf16* q, const bf16* k, const bf16* v, AttnShape g, bf16* out, float* lse) {
   using C = Sm90Fwd<kD>;
   DARK_DYNAMIC_SHARED(unsigned char, raw);
   unsigned char* const sq = raw + (1024 - wgmma::shared_address(raw) % 1024) % 1024;
-  unsigned char* const skv = sq + C::kQBytes;  // buffer i: K at skv + 2 i kKVBytes, V after it
-  auto keys = [&](int i) { return skv + 2 * (i & 1) * C::kKVBytes; };
+  unsigned char* const skv = sq + C::kQBytes;  // buffer i % kStages: K at skv + 2 (i % kStages) kKVBytes, V after it
+  auto keys = [&](int i) { return skv + 2 * (i % C::kStages) * C::kKVBytes; };
   auto values = [&](int i) { return keys(i) + C::kKVBytes; };
 
   const int group = static_cast<int>(threadIdx.x) / 128, warp = static_cast<int>(threadIdx.x) / 32 % 4;
@@ -61,59 +72,90 @@ __global__ void __launch_bounds__(Sm90Fwd<kD>::kThreads, 1)
   const bf16* vh = v + b * g.v_stride[0] + kvh * g.v_stride[2];
   const std::int64_t begin = g.first_key_tile(t0, C::kBc), end = g.key_end(t0, C::kBr);
   const int tiles = end > begin ? static_cast<int>((end - begin + C::kBc - 1) / C::kBc) : 0;
+  auto tile_start = [&](int i) { return begin + static_cast<std::int64_t>(i) * C::kBc; };
+  // Issues the loads of tile i (if there is one) as one group: a group per tile, always.
   auto load_keys = [&](int i) {
-    const std::int64_t s0 = begin + static_cast<std::int64_t>(i) * C::kBc;
-    wgmma::load_swizzled<kD, C::kBc, C::kThreads>(keys(i), kh + s0 * g.k_stride[1], g.k_stride[1], g.s - s0, g.d);
-    wgmma::load_swizzled<kD, C::kBc, C::kThreads>(values(i), vh + s0 * g.v_stride[1], g.v_stride[1], g.s - s0, g.d);
+    if (i < tiles) {
+      const std::int64_t s0 = tile_start(i);
+      wgmma::load_swizzled<kD, C::kBc, C::kThreads>(keys(i), kh + s0 * g.k_stride[1], g.k_stride[1], g.s - s0, g.d);
+      wgmma::load_swizzled<kD, C::kBc, C::kThreads>(values(i), vh + s0 * g.v_stride[1], g.v_stride[1], g.s - s0, g.d);
+    }
+    async::commit();
   };
   wgmma::load_swizzled<kD, C::kBr, C::kThreads>(sq, q + b * g.q_stride[0] + h * g.q_stride[2] + t0 * g.q_stride[1],
                                                 g.q_stride[1], g.t - t0, g.d);
-  if (tiles > 0) load_keys(0);
-  async::commit();
-
+  load_keys(0);  // with the queries
+  load_keys(1);
   const std::uint32_t q_tile = wgmma::shared_address(sq);
   auto k_tile = [&](int i) { return wgmma::shared_address(keys(i)); };
   auto v_tile = [&](int i) { return wgmma::shared_address(values(i)); };
-
   const float scale_log2 = g.scale * kLog2e;
   const std::int64_t row0 = group_t0 + 16 * warp;  // the warp's first query
   float o[kD / 8][4] = {};
   float m[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};
-  for (int i = 0; i < tiles; ++i) {
-    if (i + 1 < tiles) load_keys(i + 1);
-    async::commit();
-    async::wait<1>();  // tile i (and the queries) have landed
+  std::uint32_t p[C::kBc / 16][4];  // P of the tile whose P V is next
+
+  // Each step issues its products and commits them as one group (not waited for).
+  auto issue_s = [&](float(&sc)[C::kBc / 8][4], int i) {  // S = Q K_i
+    wgmma::fence();
+#pragma unroll
+    for (int kk = 0; kk < kD; kk += 16)
+      wgmma::mma_ss<C::kBc>(sc, wgmma::kmajor(q_tile, C::kBr, 64 * group, kk), wgmma::kmajor(k_tile(i), C::kBc, 0, kk),
+                            kk > 0);
+    wgmma::commit();
+  };
+  auto issue_pv = [&](int i) {  // O += P V_i
+    wgmma::hold(o);
+    wgmma::hold(p);
+    wgmma::fence();
+#pragma unroll
+    for (int kk = 0; kk < C::kBc / 16; ++kk)
+      wgmma::mma_rs<kD>(o, p[kk], wgmma::mnmajor(v_tile(i), C::kBc, 16 * kk), true);
+    wgmma::commit();
+  };
+  auto softmax = [&](float(&sc)[C::kBc / 8][4], int i, float(&correction)[2]) {  // S_i (done) -> P_i in sc
+    wgmma::hold(sc);
+    const std::int64_t s0 = tile_start(i);
+    const bool unmasked = g.all_visible(row0, row0 + 16, s0, s0 + C::kBc);
+    online_softmax_step<C::kBc>(sc, m, l, correction, scale_log2, unmasked,
+                                [&](int row, int col) { return g.visible(b, row0 + row, s0 + col); });
+  };
+  auto tile_landed = [&] {  // the oldest tile in flight (and the queries) are in shared memory
+    async::wait<1>();
     wgmma::fence_shared_writes();
     __syncthreads();
-    const std::int64_t s0 = begin + static_cast<std::int64_t>(i) * C::kBc;
-    const bool seen = !g.causal || s0 <= group_t0 + 63 + (g.s - g.t);  // by some row of this warpgroup
-    if (seen) {
-      float sc[C::kBc / 8][4];
-      wgmma::fence();
+  };
+
+  if (tiles > 0) {
+    float sc[C::kBc / 8][4], correction[2];
+    tile_landed();
+    issue_s(sc, 0);
+    wgmma::wait<0>();
+    softmax(sc, 0, correction);  // o is 0: nothing to rescale
 #pragma unroll
-      for (int kk = 0; kk < kD; kk += 16)
-        wgmma::mma_ss<C::kBc>(sc, wgmma::kmajor(q_tile, C::kBr, 64 * group, kk),
-                              wgmma::kmajor(k_tile(i), C::kBc, 0, kk), kk > 0);
-      wgmma::commit();
-      wgmma::wait<0>();
-      wgmma::hold(sc);
-      const bool unmasked = g.all_visible(row0, row0 + 16, s0, s0 + C::kBc);
-      online_softmax_step<C::kBc>(sc, m, l, o, scale_log2, unmasked,
-                                  [&](int row, int col) { return g.visible(b, row0 + row, s0 + col); });
-      std::uint32_t p[C::kBc / 16][4];
+    for (int kk = 0; kk < C::kBc / 16; ++kk) a_from_accumulators(p[kk], sc[2 * kk], sc[2 * kk + 1]);
+    load_keys(2);  // into the third buffer, unused so far
+  }
+  for (int i = 1; i < tiles; ++i) {
+    float sc[C::kBc / 8][4], correction[2];
+    tile_landed();
+    issue_s(sc, i);
+    issue_pv(i - 1);
+    wgmma::wait<1>();  // S_i is done; P V of tile i - 1 may still run
+    softmax(sc, i, correction);
+    wgmma::wait<0>();  // P V of tile i - 1 is done: o and p are free
+    wgmma::hold(o);
+    wgmma::hold(p);
+    rescale(o, correction);
 #pragma unroll
-      for (int kk = 0; kk < C::kBc / 16; ++kk) a_from_accumulators(p[kk], sc[2 * kk], sc[2 * kk + 1]);
-      wgmma::hold(o);  // rescaled above
-      wgmma::hold(p);
-      wgmma::fence();
-#pragma unroll
-      for (int kk = 0; kk < C::kBc / 16; ++kk)
-        wgmma::mma_rs<kD>(o, p[kk], wgmma::mnmajor(v_tile(i), C::kBc, 16 * kk), true);
-      wgmma::commit();
-      wgmma::wait<0>();
-      wgmma::hold(o);
-    }
-    __syncthreads();  // every warpgroup is done with buffer i & 1 before tile i + 2 loads into it
+    for (int kk = 0; kk < C::kBc / 16; ++kk) a_from_accumulators(p[kk], sc[2 * kk], sc[2 * kk + 1]);
+    __syncthreads();  // every warpgroup is done with tile i - 1: its buffer takes tile i + 2
+    load_keys(i + 2);
+  }
+  if (tiles > 0) {
+    issue_pv(tiles - 1);
+    wgmma::wait<0>();
+    wgmma::hold(o);
   }
   async::wait<0>();  // no copy may still be in flight when the block exits
   store_rows(o, m, l, g, b, h, row0, out, lse);
@@ -141,9 +183,12 @@ bool sm90_built() {
 
 void forward_sm90(const Tensor& q, const Tensor& k, const Tensor& v, const AttnShape& g, int kd, Tensor& out,
                   Tensor& lse) {
-  DARK_CHECK(kd == 64 || kd == 128, "flash_attention: the sm_90 kernel has no head dimension ", kd);
-  if (kd == 64) return forward<64>(q, k, v, g, out, lse);
-  return forward<128>(q, k, v, g, out, lse);
+  switch (kd) {
+    case 64: return forward<64>(q, k, v, g, out, lse);
+    case 128: return forward<128>(q, k, v, g, out, lse);
+    case 256: return forward<256>(q, k, v, g, out, lse);
+    default: throw Error(str("flash_attention: the sm_90 kernels have no head dimension ", kd));
+  }
 }
 
 }  // namespace dark::cuda::flash

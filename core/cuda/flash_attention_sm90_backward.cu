@@ -8,7 +8,9 @@
 // the next A fragment) times an MN-major tile (dQ += dS K, dV += P^T dO, dK += dS^T Q).
 // A block is two warpgroups of 64 rows (queries for dQ, keys for dK, dV); a warpgroup skips
 // the products of a tile none of its rows meets (causal). Used where the forward of
-// flash_attention_sm90.cu is: d 64 and 128, 16-byte-aligned rows, compute capability 9.0.
+// flash_attention_sm90.cu is: d 64, 128 and 256, 16-byte-aligned rows, compute capability
+// 9.0. At d 256 a dK, dV block writes half the columns (two blocks per key block, each
+// recomputing S^T and dP^T, as the mma.sync kernel does), for registers.
 #include <cstdint>
 
 #include "core/cuda/async_copy.cuh"
@@ -47,7 +49,7 @@ __device__ __forceinline__ void store_gradient(const float (&acc)[kD / 8][4], bf
 template <int kD>
 struct Sm90Dq {
   static constexpr int kBq = 128;  // queries per block, 64 per warpgroup
-  static constexpr int kBk = 64;   // keys per tile
+  static constexpr int kBk = kD <= 128 ? 64 : 32;  // keys per tile (shared memory at d 256)
   static constexpr std::uint32_t kQBytes = kBq * kD * sizeof(bf16);  // Q, and dO
   static constexpr std::uint32_t kKBytes = kBk * kD * sizeof(bf16);  // one K or V tile
   static constexpr std::size_t kSmem = 1024 + 2 * kQBytes + 4 * kKBytes + 2 * kBq * sizeof(float);
@@ -143,12 +145,14 @@ template <int kD>
 struct Sm90Dkv {
   static constexpr int kBkv = 128;  // keys per block, 64 per warpgroup
   static constexpr int kBq = kD <= 64 ? 64 : 32;  // queries per tile (at d 128, 64 would spill)
+  static constexpr int kDo = kD <= 128 ? kD : 128;  // dK, dV columns per block (registers)
+  static constexpr int kPasses = kD / kDo;
   static constexpr std::uint32_t kKBytes = kBkv * kD * sizeof(bf16);  // K, and V
   static constexpr std::uint32_t kQBytes = kBq * kD * sizeof(bf16);   // one Q or dO tile
   static constexpr std::size_t kSmem = 1024 + 2 * kKBytes + 4 * kQBytes + 4 * kBq * sizeof(float);
 };
 
-// grid (ceil(S / kBkv), Hkv, B).
+// grid (ceil(S / kBkv) * kPasses, Hkv, B); pass p writes columns [p kDo, (p + 1) kDo).
 template <int kD>
 __global__ void __launch_bounds__(kThreads, 1)
     dkv_sm90_kernel(const bf16* q, const bf16* k, const bf16* v, const bf16* dout, const float* lse,
@@ -165,7 +169,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int group = static_cast<int>(threadIdx.x) / 128, warp = static_cast<int>(threadIdx.x) / 32 % 4;
   const int row_in_block = 64 * group + 16 * warp;  // the warp's first key
   const std::int64_t kvh = blockIdx.y, b = blockIdx.z;
-  const std::int64_t s0 = static_cast<std::int64_t>(blockIdx.x) * C::kBkv, key0 = s0 + row_in_block;
+  const int c0 = static_cast<int>(blockIdx.x % C::kPasses) * C::kDo;
+  const std::int64_t s0 = static_cast<std::int64_t>(blockIdx.x / C::kPasses) * C::kBkv, key0 = s0 + row_in_block;
   wgmma::load_swizzled<kD, C::kBkv, kThreads>(sk, k + b * g.k_stride[0] + kvh * g.k_stride[2] + s0 * g.k_stride[1],
                                               g.k_stride[1], g.s - s0, g.d);
   wgmma::load_swizzled<kD, C::kBkv, kThreads>(sv, v + b * g.v_stride[0] + kvh * g.v_stride[2] + s0 * g.v_stride[1],
@@ -191,7 +196,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const std::uint32_t k_tile = wgmma::shared_address(sk), v_tile = wgmma::shared_address(sv);
   const float scale_log2 = g.scale * kLog2e;
-  float acc_k[kD / 8][4] = {}, acc_v[kD / 8][4] = {};
+  float acc_k[C::kDo / 8][4] = {}, acc_v[C::kDo / 8][4] = {};
+  // The MN-major B operand of dV += P^T dO and dK += dS^T Q: columns c0 .. c0 + kDo - 1.
+  const std::uint32_t columns = c0 / 64 * C::kBq * 128;
   for (int i = 0; i < tiles; ++i) {
     if (i + 1 < tiles) load_queries(i + 1);
     async::commit();
@@ -234,8 +241,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma::fence();
 #pragma unroll
       for (int kk = 0; kk < C::kBq / 16; ++kk) {
-        wgmma::mma_rs<kD>(acc_v, ap[kk], wgmma::mnmajor(do_tile, C::kBq, 16 * kk), true);
-        wgmma::mma_rs<kD>(acc_k, ads[kk], wgmma::mnmajor(q_tile, C::kBq, 16 * kk), true);
+        wgmma::mma_rs<C::kDo>(acc_v, ap[kk], wgmma::mnmajor(do_tile + columns, C::kBq, 16 * kk), true);
+        wgmma::mma_rs<C::kDo>(acc_k, ads[kk], wgmma::mnmajor(q_tile + columns, C::kBq, 16 * kk), true);
       }
       wgmma::commit();
       wgmma::wait<0>();
@@ -245,9 +252,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     __syncthreads();
   }
   async::wait<0>();
-  const std::int64_t at = ((b * g.s + key0) * g.hkv + kvh) * g.d;
-  store_gradient<kD>(acc_k, dk + at, g.hkv * g.d, g.s - key0, g.d);
-  store_gradient<kD>(acc_v, dv + at, g.hkv * g.d, g.s - key0, g.d);
+  const std::int64_t at = ((b * g.s + key0) * g.hkv + kvh) * g.d + c0;
+  store_gradient<C::kDo>(acc_k, dk + at, g.hkv * g.d, g.s - key0, g.d - c0);
+  store_gradient<C::kDo>(acc_v, dv + at, g.hkv * g.d, g.s - key0, g.d - c0);
 }
 
 template <int kD>
@@ -261,7 +268,7 @@ void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& d
                     static_cast<unsigned>(g.batch));
   launch(dq_sm90_kernel<kD>, {grid_q, kThreads, Q::kSmem}, q.data<bf16>(), k.data<bf16>(), v.data<bf16>(),
          dout.data<bf16>(), lse.data<float>(), delta.data<float>(), g, dq.data<bf16>());
-  const dim3 grid_k(static_cast<unsigned>((g.s + K::kBkv - 1) / K::kBkv), static_cast<unsigned>(g.hkv),
+  const dim3 grid_k(static_cast<unsigned>((g.s + K::kBkv - 1) / K::kBkv * K::kPasses), static_cast<unsigned>(g.hkv),
                     static_cast<unsigned>(g.batch));
   launch(dkv_sm90_kernel<kD>, {grid_k, kThreads, K::kSmem}, q.data<bf16>(), k.data<bf16>(), v.data<bf16>(),
          dout.data<bf16>(), lse.data<float>(), delta.data<float>(), g, dk.data<bf16>(), dv.data<bf16>());
@@ -271,9 +278,12 @@ void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& d
 
 void backward_sm90(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, const Tensor& lse,
                    const Tensor& delta, const AttnShape& g, int kd, Tensor& dq, Tensor& dk, Tensor& dv) {
-  DARK_CHECK(kd == 64 || kd == 128, "flash_attention: the sm_90 backward has no head dimension ", kd);
-  if (kd == 64) return backward<64>(q, k, v, dout, lse, delta, g, dq, dk, dv);
-  return backward<128>(q, k, v, dout, lse, delta, g, dq, dk, dv);
+  switch (kd) {
+    case 64: return backward<64>(q, k, v, dout, lse, delta, g, dq, dk, dv);
+    case 128: return backward<128>(q, k, v, dout, lse, delta, g, dq, dk, dv);
+    case 256: return backward<256>(q, k, v, dout, lse, delta, g, dq, dk, dv);
+    default: throw Error(str("flash_attention: the sm_90 kernels have no head dimension ", kd));
+  }
 }
 
 }  // namespace dark::cuda::flash

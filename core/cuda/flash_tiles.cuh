@@ -35,11 +35,12 @@ __device__ __forceinline__ void a_from_accumulators(std::uint32_t (&a)[4], const
 
 // One key tile of the online softmax (base 2) for a warp's 16 query rows: sc holds the
 // scores S of kCols keys and becomes P = exp2(S scale log2(e) - m); m and l (running max and
-// sum of the lane's two rows) are updated and the output accumulator o rescaled.
+// sum of the lane's two rows) are updated, and correction receives the factor the output
+// accumulator of each row is to be rescaled by (rescale()) before P V is added to it.
 // visible(row, col) (row of the warp's 16, column of the tile) is asked only when !unmasked.
-template <int kCols, int kOutTiles, class Visible>
+template <int kCols, class Visible>
 __device__ __forceinline__ void online_softmax_step(float (&sc)[kCols / 8][4], float (&m)[2], float (&l)[2],
-                                                    float (&o)[kOutTiles][4], float scale_log2, bool unmasked,
+                                                    float (&correction)[2], float scale_log2, bool unmasked,
                                                     Visible&& visible) {
   float mx[2] = {kNegInf, kNegInf};
 #pragma unroll
@@ -51,7 +52,6 @@ __device__ __forceinline__ void online_softmax_step(float (&sc)[kCols / 8][4], f
       sc[nt][e] = x;
       mx[e >> 1] = fmaxf(mx[e >> 1], x);
     }
-  float correction[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const float m_new = fmaxf(m[r], tile::group_max(mx[r]));
@@ -70,6 +70,11 @@ __device__ __forceinline__ void online_softmax_step(float (&sc)[kCols / 8][4], f
     }
 #pragma unroll
   for (int r = 0; r < 2; ++r) l[r] = l[r] * correction[r] + row_sum[r];
+}
+
+// o *= the correction of its row (online_softmax_step).
+template <int kOutTiles>
+__device__ __forceinline__ void rescale(float (&o)[kOutTiles][4], const float (&correction)[2]) {
 #pragma unroll
   for (int nt = 0; nt < kOutTiles; ++nt)
 #pragma unroll

@@ -57,26 +57,22 @@ void wgmma_bf16(float* d, int n, std::uint64_t a_desc, const std::uint32_t* a_re
   if (n < 8 || n > 256 || n % 8 != 0) device_fault(str("wgmma with N = ", n, " (valid: 8, 16, ..., 256)"));
   const int lane = c.lane, row_base = 16 * (c.warp % 4);  // the warp's rows of the 64
   const int g = lane / 4, t = lane % 4;
-  // A from registers: this lane's rows g and g + 8 (of the warp's 16), gathered now.
-  std::array<float, 32> a_rows{};
-  std::uint32_t all[32][4];
-  const std::uint32_t mine[4] = {a_regs ? a_regs[0] : 0u, a_regs ? a_regs[1] : 0u, a_regs ? a_regs[2] : 0u,
-                                 a_regs ? a_regs[3] : 0u};
-  warp_all_gather(mine, all, sizeof mine);  // also makes the product warp-synchronous, as on a GPU
-  if (a_regs)
-    for (int half = 0; half < 2; ++half)
-      for (int k = 0; k < 16; ++k) {  // PTX: the m16n8k16 A fragment
-        const int row = g + 8 * half;
-        const int from = (row & 7) * 4 + ((k & 7) >> 1), e = (k >= 8 ? 4 : 0) + (row >= 8 ? 2 : 0) + (k & 1);
-        const std::uint32_t word = all[from][e >> 1];
-        a_rows[16 * half + k] = Descriptor::bf16_to_float(static_cast<std::uint16_t>((e & 1) ? word >> 16 : word));
-      }
-  const bool a_in_registers = a_regs != nullptr;
+  // Where every lane of the warp keeps its A registers: read when the product runs, as the
+  // tensor cores may (a kernel that overwrites them before the wait computes with the new
+  // values here, in at least the lane that waits first).
+  std::array<const std::uint32_t*, 32> lanes_a{};
+  warp_all_gather(&a_regs, lanes_a.data(), sizeof a_regs);  // also makes the product warp-synchronous
   async_issue([=] {
     const Descriptor b(b_desc);
     std::vector<float> a(32);
-    if (a_in_registers) {
-      std::copy(a_rows.begin(), a_rows.end(), a.begin());
+    if (a_regs) {
+      for (int half = 0; half < 2; ++half)
+        for (int k = 0; k < 16; ++k) {  // PTX: the m16n8k16 A fragment of this lane's rows g and g + 8
+          const int row = g + 8 * half;
+          const int from = (row & 7) * 4 + ((k & 7) >> 1), e = (k >= 8 ? 4 : 0) + (row >= 8 ? 2 : 0) + (k & 1);
+          const std::uint32_t word = lanes_a[from][e >> 1];
+          a[16 * half + k] = Descriptor::bf16_to_float(static_cast<std::uint16_t>((e & 1) ? word >> 16 : word));
+        }
     } else {
       const Descriptor ad(a_desc);
       for (int half = 0; half < 2; ++half)
@@ -89,6 +85,12 @@ void wgmma_bf16(float* d, int n, std::uint64_t a_desc, const std::uint32_t* a_re
       d[i] = accumulate ? d[i] + sum : sum;
     }
   });
+}
+
+void wgmma_wait(int pending_groups) {
+  sync_warp(0xffffffffu);
+  async_wait(pending_groups);
+  sync_warp(0xffffffffu);
 }
 
 }  // namespace dark::cuda_emu

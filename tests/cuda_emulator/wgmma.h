@@ -13,8 +13,8 @@
 //     + 2 k; MN-major operand (row k holds the mn values): start + 2 (mn % 64) + (mn / 64) LBO
 //     + (k % 8) 128 + (k / 8) SBO; then the swizzle: address bits 4-6 XOR bits 7-9.
 // The product is issued, not done: it runs when the thread waits for its group (grid.h's
-// async_issue), reading shared memory then, as the tensor cores may. A operands in registers
-// are taken when issued.
+// async_issue), reading shared memory and the A registers (of every lane of the warp) then,
+// as the tensor cores may.
 #pragma once
 #include <cstdint>
 
@@ -27,5 +27,9 @@ namespace dark::cuda_emu {
 // b_mn_major: the transposed B (imm-trans-b = 1). accumulate: false gives D = A B.
 DARK_EMULATOR_API void wgmma_bf16(float* d, int n, std::uint64_t a_desc, const std::uint32_t* a_regs,
                                   std::uint64_t b_desc, bool b_mn_major, bool accumulate);
+// wgmma.wait_group.sync.aligned n: runs the calling thread's oldest groups until at most n
+// remain (grid.h's async_wait), warp-synchronously: no lane of the warp passes it before every
+// lane's products are done (a product reads the A registers of the warp's other lanes).
+DARK_EMULATOR_API void wgmma_wait(int pending_groups);
 
 }  // namespace dark::cuda_emu
