@@ -14,6 +14,11 @@
 #      L = 1024 (d 64, 128); random features at m 64, d 64 <= 3 ms per call at every L from
 #      4096, faster than SDPA from L = 4096 (m 64) and 16384 (m 256), darkformer <= 1.10x
 #      performer, t(131072) / t(4096) <= 1.2; and peak memory.
+#   3. the payoff of random-feature attention in training (issue 30): model tokens/s of the
+#      GPT-2-small-sized model with softmax and with darkformer attention (m 64) against
+#      seq_len (1024 ... 32768) at a constant 32768 tokens per step, with the targets
+#      darkformer >= 2x softmax at 8192 and >= 5x at 32768. Runs last, after summary.json is
+#      written (the section adds to it), so a time limit that cuts it loses nothing else.
 # Writes train.jsonl, attention.jsonl, summary.json and the logs under --out; prints the
 # tables. Needs a CUDA build (BUILD_DIR, default build) with the bench targets, and python3
 # with torch for the peer. Exit 0 when both sides ran (missed targets are reported), 1 when
@@ -51,7 +56,11 @@ out="${out:-cache/bench/gpu-$(date +%Y%m%d-%H%M%S)}"
 mkdir -p "$out"
 py="${PYTHON:-python3}"
 steps=20; warmup=5; lens="1024,2048,4096,8192,16384,32768,65536,131072"; reps=5
-if [[ $quick == 1 ]]; then steps=10; warmup=3; lens="1024,2048,4096,16384,65536,131072"; reps=3; fi
+payoff_lens="1024,2048,4096,8192,16384,32768"; payoff_tokens=32768; payoff_steps=10; payoff_warmup=3
+if [[ $quick == 1 ]]; then
+  steps=10; warmup=3; lens="1024,2048,4096,16384,65536,131072"; reps=3
+  payoff_lens="1024,8192,32768"; payoff_steps=5; payoff_warmup=2
+fi
 bench_train="${BENCH_BIN_DIR:-$build/bench}/darkformer_bench_train"
 bench_attn="${BENCH_BIN_DIR:-$build/bench}/darkformer_bench_gpu_attention"
 for b in "$bench_train" "$bench_attn"; do
@@ -179,5 +188,49 @@ for kind in ("performer", "lfk", "darkformer"):
 summary["targets"] = targets
 json.dump(summary, open(f"{out}/summary.json", "w"), indent=1)
 print(f"\nwrote {out}/summary.json")
+EOF
+echo "== payoff: GPT-2-small-sized model, bf16, $payoff_tokens tokens per step, softmax vs darkformer m 64" |
+  tee "$out/payoff.log"
+: > "$out/payoff.jsonl"
+for len in ${payoff_lens//,/ }; do
+  for kind in softmax darkformer; do
+    row="$("$bench_train" --set model.d_model=768 --set model.n_layers=12 --set model.n_heads=12 \
+      --set model.n_kv_heads=12 --set model.vocab_size=50304 --set data.vocab_size=50304 --set data.seq_len="$len" \
+      --set training.batch_size=$((payoff_tokens / len)) --set training.device=cuda --set training.precision=bf16 \
+      --set attention.kind="$kind" --set attention.num_features=64 --steps "$payoff_steps" --warmup "$payoff_warmup" \
+      2>> "$out/payoff.log")" || { echo "payoff $kind at seq_len $len failed (see payoff.log)"; failed=1; continue; }
+    # bench_train prints one JSON object per line; tag it with what this run varied
+    grep '^{' <<< "$row" | sed "s/^{/{\"payoff_kind\": \"$kind\", \"payoff_len\": $len, /" >> "$out/payoff.jsonl"
+  done
+done
+"$py" - "$out" << 'EOF'
+import json, sys
+out = sys.argv[1]
+rows = [json.loads(l) for l in open(f"{out}/payoff.jsonl") if l.startswith("{")]
+by = {(r["payoff_kind"], r["payoff_len"]): r["tokens_per_s"] for r in rows}
+print("\npayoff: model tokens/s (median step), constant tokens per step")
+print("   seq_len    softmax  darkformer  ratio")
+ratios = {}
+for L in sorted({r["payoff_len"] for r in rows}):
+    s, d = by.get(("softmax", L)), by.get(("darkformer", L))
+    if s and d:
+        ratios[L] = d / s
+    cell = lambda v: f"{v:10.0f}" if v else "         -"
+    print(f"  {L:8d} {cell(s)}  {cell(d)}  " + (f"{ratios[L]:5.2f}x" if L in ratios else "    -"))
+targets = []
+print("\nissue 30 targets (payoff)")
+for L, want in ((8192, 2.0), (32768, 5.0)):
+    ok = None if L not in ratios else ratios[L] >= want
+    detail = "no rows" if L not in ratios else f"{ratios[L]:.2f}x"
+    targets.append({"target": f"darkformer m 64 model >= {want}x softmax tokens/s at seq_len {L}", "met": ok,
+                    "detail": detail})
+    print(f"  {'MET   ' if ok else 'MISSED' if ok is not None else 'n/a   '} {targets[-1]['target']}: {detail}")
+try:
+    summary = json.load(open(f"{out}/summary.json"))
+except (OSError, ValueError):
+    summary = {}
+summary["payoff"] = {"tokens_per_s": {f"{k}_{L}": v for (k, L), v in by.items()}, "ratio": ratios}
+summary["targets"] = summary.get("targets", []) + targets
+json.dump(summary, open(f"{out}/summary.json", "w"), indent=1)
 EOF
 exit $failed
