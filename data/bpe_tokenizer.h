@@ -21,7 +21,7 @@
 //      0x06, 0x13, 0x14, 0x16, 0x1D, 0xC0, 0xC1, 0xF1..0xFF) is dropped before merging, so
 //      its neighbours may merge, as in HF tokenizers with unk_token null (llama.cpp instead
 //      lets no merge cross it); such bytes do not round-trip. missing_bytes() lists them.
-// encode never adds bos/eos (add_bos_token in the GGUF is recorded, not applied).
+// encode never adds bos/eos (add_bos_token is recorded: the data pipeline applies it, prepare.h).
 // decode: byte-level pieces map back to bytes; control and user-defined tokens give their
 // literal text, except bos and eos which decode to nothing (Tokenizer contract), so
 // decode(encode(s)) == s for any s without the bos/eos text or bytes lacking a piece.
@@ -59,7 +59,7 @@ struct BpeVocab {
   std::int32_t unk_id = -1;               // -1: none (informational: encode never emits it)
   std::int32_t pad_id = -1;               // -1: none
   std::string pre = "gpt2";               // pre-tokenizer: "gpt2" or "smollm"
-  bool add_bos = false;                   // informational (GGUF tokenizer.ggml.add_bos_token)
+  bool add_bos = false;                   // GGUF tokenizer.ggml.add_bos_token / HF add_bos_token (data.bos "auto")
   std::string kind = "gguf";              // what kind() reports: "gguf" or "hf" (tokenizer.json); not hashed
 };
 
@@ -93,7 +93,7 @@ class BpeTokenizer final : public Tokenizer {
   std::int32_t unk_id() const;
   std::int32_t pad_id() const;
   const std::string& pre() const;
-  bool add_bos() const;
+  bool add_bos() const override;
   BpeTokenType token_type(std::int32_t id) const;
   // Bytes without a piece in the vocabulary (dropped by encode), ascending.
   const std::vector<unsigned char>& missing_bytes() const;

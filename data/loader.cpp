@@ -16,11 +16,19 @@ void check_shape(const TokenShard& shard, std::int64_t batch_size, std::int64_t 
              shard.size(), " tokens, one window needs seq_len + 1 = ", seq_len + 1);
 }
 
-Tensor gather_windows(const TokenShard& shard, const std::vector<std::int64_t>& windows, std::int64_t seq_len) {
+Tensor gather_windows(const TokenShard& shard, const std::vector<std::int64_t>& windows, std::int64_t seq_len,
+                      std::int32_t bos_id) {
   const std::int64_t rows = static_cast<std::int64_t>(windows.size()), cols = seq_len + 1;
   Tensor out = Tensor::empty({rows, cols}, DType::i32);
   std::int32_t* p = out.data<std::int32_t>();
-  for (std::int64_t r = 0; r < rows; ++r) shard.read(windows[r] * seq_len, cols, p + r * cols);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    std::int32_t* row = p + r * cols;
+    shard.read(windows[r] * seq_len, cols, row);
+    if (bos_id < 0 || row[0] == bos_id) continue;
+    // Mid-document: bos, then the window's tokens shifted right by one (the last dropped).
+    for (std::int64_t c = cols - 1; c > 0; --c) row[c] = row[c - 1];
+    row[0] = bos_id;
+  }
   return out;
 }
 
@@ -68,12 +76,12 @@ std::vector<std::int64_t> TrainLoader::window_indices(std::int64_t index) const 
 }
 
 Tensor TrainLoader::batch(std::int64_t index) const {
-  return gather_windows(*shard_, window_indices(index), options_.seq_len).to(options_.device);
+  return gather_windows(*shard_, window_indices(index), options_.seq_len, options_.bos_id).to(options_.device);
 }
 
 ValidationSet::ValidationSet(std::shared_ptr<const TokenShard> shard, std::int64_t batch_size, std::int64_t seq_len,
-                             std::int64_t max_windows, Device device)
-    : shard_(std::move(shard)), batch_size_(batch_size), seq_len_(seq_len), device_(device) {
+                             std::int64_t max_windows, Device device, std::int32_t bos_id)
+    : shard_(std::move(shard)), batch_size_(batch_size), seq_len_(seq_len), device_(device), bos_id_(bos_id) {
   DARK_CHECK(shard_ != nullptr, "validation set: no shard");
   check_shape(*shard_, batch_size, seq_len, "validation set");
   const std::int64_t available = count_windows(shard_->size(), seq_len);
@@ -88,7 +96,8 @@ std::int64_t ValidationSet::num_batches() const { return (num_windows() + batch_
 Tensor ValidationSet::batch(std::int64_t index) const {
   DARK_CHECK(index >= 0 && index < num_batches(), "validation set: batch ", index, " outside [0, ", num_batches(), ")");
   const std::int64_t begin = index * batch_size_, end = std::min(begin + batch_size_, num_windows());
-  return gather_windows(*shard_, std::vector<std::int64_t>(windows_.begin() + begin, windows_.begin() + end), seq_len_)
+  return gather_windows(*shard_, std::vector<std::int64_t>(windows_.begin() + begin, windows_.begin() + end), seq_len_,
+                        bos_id_)
       .to(device_);
 }
 

@@ -4,6 +4,11 @@
 // starts at token i * seq_len, so consecutive windows share one token and the shard holds
 // (num_tokens - 1) / seq_len of them.
 //
+// With a bos id (>= 0; the prepared folder's rule, prepare.h BosRule) every window starts
+// with bos: a window whose first token is bos is read as it lies; any other is bos followed
+// by the seq_len tokens from i * seq_len (the last one dropped, so shapes stay fixed). Every
+// token of the shard is then still the target of some window, except a bos that starts one.
+//
 // TrainLoader order: epoch e visits every window once in the order of a Fisher-Yates
 // permutation drawn from Philox (seed, kStreamDataOrder + e). Batch i of epoch e takes
 // permutation positions [j * B, (j + 1) * B) with j = i mod batches_per_epoch (B =
@@ -28,6 +33,7 @@ struct LoaderOptions {
   std::int64_t seq_len = 256;    // window = seq_len + 1 tokens
   std::uint64_t seed = 0;        // data-order seed
   Device device = Device::cpu();  // where batches are delivered (the model's device)
+  std::int32_t bos_id = -1;       // >= 0: every window starts with this token (see above)
 };
 
 class TrainLoader {
@@ -68,8 +74,9 @@ class ValidationSet {
  public:
   // max_windows <= 0 means every window; batches are delivered on `device`. Throws when the
   // shard has fewer than seq_len + 1 tokens, naming both numbers.
+  // bos_id >= 0: every window starts with it (see above).
   ValidationSet(std::shared_ptr<const TokenShard> shard, std::int64_t batch_size, std::int64_t seq_len,
-                std::int64_t max_windows = 0, Device device = Device::cpu());
+                std::int64_t max_windows = 0, Device device = Device::cpu(), std::int32_t bos_id = -1);
 
   std::int64_t num_batches() const;
   std::int64_t num_windows() const { return static_cast<std::int64_t>(windows_.size()); }
@@ -82,6 +89,7 @@ class ValidationSet {
   std::int64_t batch_size_, seq_len_;
   std::vector<std::int64_t> windows_;
   Device device_;
+  std::int32_t bos_id_;
 };
 
 // Number of windows of seq_len + 1 tokens (stride seq_len) in num_tokens tokens.

@@ -48,8 +48,10 @@ void validate(const DataConfig& cfg) {
   parse_invalid_utf8(cfg.invalid_utf8);
 }
 
-// Everything that determines the directory's contents; reuse requires equality.
-json inputs_of(const DataConfig& cfg, const Corpus& corpus) {
+// Everything that determines the directory's contents; reuse requires equality. "bos" is
+// there only when on, so folders prepared before the rule existed (all without bos) stay
+// valid for the tokenizers that want none.
+json inputs_of(const DataConfig& cfg, const Corpus& corpus, bool bos) {
   json in = {
       {"format_version", kDataFormatVersion},
       {"corpus", corpus.description()},
@@ -69,7 +71,22 @@ json inputs_of(const DataConfig& cfg, const Corpus& corpus) {
       in["seed"] = cfg.seed;
     }
   }
+  if (bos) in["bos"] = true;
   return in;
+}
+
+// add_bos_token of the tokenizer_config.json beside a SentencePiece .model (a Hugging Face
+// folder's, or an export's), false when there is none.
+bool sentencepiece_folder_adds_bos(const std::string& model_path) {
+  const fs::path config = fs::path(model_path).parent_path() / "tokenizer_config.json";
+  if (!fs::is_regular_file(config)) return false;
+  try {
+    const json doc = json::parse(read_file(config.string()), json_depth_limit());
+    return doc.is_object() && doc.contains("add_bos_token") && doc["add_bos_token"].is_boolean() &&
+           doc["add_bos_token"].get<bool>();
+  } catch (const std::exception& e) {
+    throw Error(str("data: ", config.string(), " (beside tokenizer_model) is malformed: ", e.what()));
+  }
 }
 
 std::shared_ptr<const Tokenizer> load_dir_tokenizer(const std::string& dir, const json& meta) {
@@ -103,6 +120,11 @@ PreparedData open_dir(const std::string& dir) {
                ": format_version ", data.meta.at("format_version"), ", this build reads ", kDataFormatVersion);
     data.tokenizer = load_dir_tokenizer(dir, data.meta);
     data.train_tokens = data.meta.at("shards").at("train").at("tokens").get<std::int64_t>();
+    if (data.meta.at("inputs").value("bos", false)) {
+      data.window_bos_id = data.tokenizer->bos_id();
+      DARK_CHECK(data.window_bos_id >= 0, "data: ", meta_path, " records bos at window starts, but tokenizer ",
+                 data.tokenizer->hash(), " has no bos token");
+    }
     data.val_tokens = data.meta.at("shards").at("val").at("tokens").get<std::int64_t>();
   } catch (const json::exception& e) {
     throw Error(str("data: ", meta_path, " is malformed: ", e.what()));
@@ -166,7 +188,7 @@ struct SplitResult {
 
 // Tokenizes one split's files (in parallel, appended in file order) into its shard.
 SplitResult write_split(const DataConfig& cfg, const Corpus& corpus, Split split, const Tokenizer& tok,
-                        InvalidUtf8 policy) {
+                        InvalidUtf8 policy, bool bos) {
   const std::vector<CorpusFile> files = corpus.files(split);
   const std::string path = (fs::path(cfg.dir) / shard_file(split)).string();
   ShardWriter writer(path, tok.hash(), tok.vocab_size());
@@ -187,7 +209,9 @@ SplitResult write_split(const DataConfig& cfg, const Corpus& corpus, Split split
         const std::string text = read_document(files[begin + i], policy);
         bytes[i] = text.size();
         if (!text.empty()) {
-          tokens[i] = tok.encode(text);
+          if (bos) tokens[i].push_back(tok.bos_id());
+          const std::vector<std::int32_t> ids = tok.encode(text);
+          tokens[i].insert(tokens[i].end(), ids.begin(), ids.end());
           tokens[i].push_back(tok.eos_id());
         }
       });
@@ -225,6 +249,23 @@ std::shared_ptr<const TokenShard> PreparedData::open_shard(Split split) const {
 
 PreparedData open_prepared(const std::string& dir) { return open_dir(dir); }
 
+bool bos_at_window_start(const DataConfig& cfg) {
+  if (cfg.bos == BosRule::never) return false;
+  // A given GGUF or Hugging Face tokenizer is checked here, before prepare() touches the
+  // folder; the byte tokenizer and SentencePiece models (trained here or given) have bos.
+  const bool model_file = cfg.tokenizer == TokenizerKind::gguf || cfg.tokenizer == TokenizerKind::hf;
+  const std::unique_ptr<Tokenizer> tok = model_file ? load_tokenizer(cfg.tokenizer, cfg.tokenizer_model) : nullptr;
+  bool on = cfg.bos == BosRule::always;
+  if (cfg.bos == BosRule::automatic) {
+    if (tok) on = tok->add_bos();
+    else if (cfg.tokenizer == TokenizerKind::sentencepiece && !cfg.tokenizer_model.empty())
+      on = sentencepiece_folder_adds_bos(cfg.tokenizer_model);
+  }
+  DARK_CHECK(!on || !tok || tok->bos_id() >= 0, "data.bos \"", enum_name(cfg.bos), "\": bos at window starts, but the "
+             "tokenizer of ", cfg.tokenizer_model, " has no bos token");
+  return on;
+}
+
 namespace {
 // Step 1 of prepare: the byte tokenizer, one read from a GGUF or Hugging Face model, a given
 // SentencePiece model (copied into the folder) or one trained on the corpus; what it was
@@ -244,7 +285,8 @@ PreparedData prepare(const DataConfig& cfg) {
   const auto train_files = corpus.files(Split::train).size(), val_files = corpus.files(Split::val).size();
   spdlog::info("data: corpus '{}': {} files ({} train, {} val), {:.1f} MB", corpus.description(),
                corpus.files().size(), train_files, val_files, corpus.total_bytes() / 1e6);
-  const json inputs = inputs_of(cfg, corpus);
+  const bool bos = bos_at_window_start(cfg);
+  const json inputs = inputs_of(cfg, corpus, bos);
 
   std::error_code ec;
   fs::create_directories(cfg.dir, ec);
@@ -264,13 +306,18 @@ PreparedData prepare(const DataConfig& cfg) {
   // 1. tokenizer
   json tok_record = json::object();
   const std::shared_ptr<const Tokenizer> tok = build_tokenizer(cfg, corpus, policy, tok_record);
+  DARK_CHECK(!bos || tok->bos_id() >= 0, "data.bos: bos at window starts asked for, but tokenizer ", tok->hash(),
+             " has no bos token");
+  if (bos)
+    spdlog::info("data: bos ({} '{}') starts every document and every window (data.bos \"{}\")", tok->bos_id(),
+                 tok->piece(tok->bos_id()), enum_name(cfg.bos));
 
   // 2. shards
   const auto t_tokenize = Clock::now();
-  const SplitResult train = write_split(cfg, corpus, Split::train, *tok, policy);
+  const SplitResult train = write_split(cfg, corpus, Split::train, *tok, policy, bos);
   DARK_CHECK(train.info.num_tokens > 0, "data: corpus '", corpus.description(), "' is empty: its train split (",
              train.files, " file(s)) holds no text");
-  const SplitResult val = write_split(cfg, corpus, Split::val, *tok, policy);
+  const SplitResult val = write_split(cfg, corpus, Split::val, *tok, policy, bos);
   const double tokenize_secs = seconds_since(t_tokenize);
 
   // 3. meta.json, last

@@ -89,7 +89,7 @@ class SpmTokenizer final : public Tokenizer {
 
   std::int32_t unk_id() const;
   std::int32_t pad_id() const;
-  bool add_bos() const;
+  bool add_bos() const override;
   bool add_eos() const;
   bool add_space_prefix() const;
   BpeTokenType token_type(std::int32_t id) const;

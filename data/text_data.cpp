@@ -5,10 +5,10 @@
 
 namespace dark::data {
 
-TextData text_as_data(const std::string& text_file, std::shared_ptr<const Tokenizer> tokenizer) {
+TextData text_as_data(const std::string& text_file, std::shared_ptr<const Tokenizer> tokenizer, bool bos) {
   const std::string text = read_file(text_file);
   DARK_CHECK(!text.empty(), "--text ", text_file, ": the file is empty");
-  std::vector<std::int32_t> ids = tokenizer->encode(text);
+  std::vector<std::int32_t> ids = encode_prompt(*tokenizer, text, bos);
   ids.push_back(tokenizer->eos_id());
 
   TextData out;
@@ -23,6 +23,7 @@ TextData text_as_data(const std::string& text_file, std::shared_ptr<const Tokeni
   d.tokenizer = std::move(tokenizer);
   d.train_path = d.val_path = shard;
   d.train_tokens = d.val_tokens = info.num_tokens;
+  d.window_bos_id = bos ? d.tokenizer->bos_id() : -1;
   return out;
 }
 

@@ -62,4 +62,14 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& kind, const std::st
   return load_tokenizer(parse_enum<TokenizerKind>(kind, "tokenizer: kind"), model_path);
 }
 
+std::vector<std::int32_t> encode_prompt(const Tokenizer& tokenizer, std::string_view text, bool bos) {
+  DARK_CHECK(!bos || tokenizer.bos_id() >= 0, "prompt: bos asked for, but tokenizer ", tokenizer.hash(), " has none");
+  std::vector<std::int32_t> ids;
+  if (bos) ids.push_back(tokenizer.bos_id());
+  const std::vector<std::int32_t> text_ids = tokenizer.encode(text);
+  ids.insert(ids.end(), text_ids.begin(), text_ids.end());
+  if (ids.empty()) ids.push_back(tokenizer.eos_id());
+  return ids;
+}
+
 }  // namespace dark::data

@@ -36,6 +36,10 @@ class Tokenizer {
   virtual std::int32_t eos_id() const = 0;
   // -1 when the tokenizer has no beginning-of-sequence token.
   virtual std::int32_t bos_id() const = 0;
+  // True when the tokenizer's own metadata says its model was trained with bos at every
+  // sequence start (GGUF tokenizer.ggml.add_bos_token, Hugging Face add_bos_token). encode
+  // never adds it; the data pipeline does (data.bos, prepare.h).
+  virtual bool add_bos() const { return false; }
   // Stable identifier, e.g. "byte-v1" or "sentencepiece-<FNV-1a64 of the model bytes>".
   virtual std::string hash() const = 0;
   // Readable form of one token (for logs): "<0x0A>", "▁the", "<eos>".
@@ -59,6 +63,10 @@ class ByteTokenizer final : public Tokenizer {
   std::string hash() const override { return "byte-v1"; }
   std::string piece(std::int32_t id) const override;
 };
+
+// The ids a model continues from: bos first when `bos` (the run's rule, prepare.h BosRule),
+// then encode(text); a lone eos for an empty text without bos, so there is always a token.
+std::vector<std::int32_t> encode_prompt(const Tokenizer& tokenizer, std::string_view text, bool bos);
 
 // Loads a tokenizer by kind: byte (model_path ignored), sentencepiece (a .model file) or
 // gguf (the tokenizer in a .gguf file's metadata, load_gguf_tokenizer) or hf (a Hugging Face

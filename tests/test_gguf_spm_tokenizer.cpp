@@ -503,7 +503,10 @@ TEST(SpmTokenizerFile, APreparedDataFolderReopensWithItsTokenizer) {
   const auto shard = again.open_shard(Split::train);
   Ids got(static_cast<std::size_t>(std::min<std::int64_t>(shard->size(), 9)));
   shard->read(0, static_cast<std::int64_t>(got.size()), got.data());
-  Ids want = data.tokenizer->encode("ab c  abc\naaa\n");
+  // add_bos_token is absent, so true (llama.cpp's default): each document starts with bos.
+  EXPECT_EQ(again.window_bos_id, data.tokenizer->bos_id());
+  Ids want = {data.tokenizer->bos_id()};
+  for (const std::int32_t id : data.tokenizer->encode("ab c  abc\naaa\n")) want.push_back(id);
   want.push_back(1);
   want.resize(got.size());
   EXPECT_EQ(got, want);

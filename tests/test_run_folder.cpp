@@ -123,6 +123,43 @@ class WorkingDirectory {
   fs::path previous_;
 };
 
+// data.bos travels with the run: the checkpoint records it, eval / generate follow it, --bos
+// overrides it, and prepared data of the other rule are refused, never mixed.
+TEST(RunFolder, TheBosRuleTravelsWithTheCheckpoint) {
+  TempDir tmp;
+  json config = tiny_config(tmp, "run", 10);
+  config["data"]["bos"] = "always";
+  train(parse_config(config), {});
+  const fs::path ck = formats::find_checkpoint((tmp / "run"));
+  EXPECT_EQ(formats::load_checkpoint(ck).state["tokenizer"]["bos"], true);
+  EXPECT_EQ(data::open_prepared(tmp / "data").window_bos_id, data::ByteTokenizer::kBos);
+
+  const std::string run = tmp / "run", text = tmp / "corpus/doc0.txt";
+  const std::string as_run = run_command(cli::eval_command, {"--checkpoint", run, "--text", text}).second;
+  EXPECT_EQ(run_command(cli::eval_command, {"--checkpoint", run, "--text", text, "--bos", "always"}).second, as_run);
+  EXPECT_NE(run_command(cli::eval_command, {"--checkpoint", run, "--text", text, "--bos", "never"}).second, as_run);
+  expect_error([&] { cli::eval_command({"--checkpoint", run, "--bos", "sometimes"}); }, {"--bos", "sometimes"});
+
+  // The run's own data (with bos) under --bos never, and data prepared without bos under the
+  // run's rule: both refused, naming the way out.
+  expect_error([&] { cli::eval_command({"--checkpoint", run, "--bos", "never"}); },
+               {"start windows with bos", "no bos", "data.bos", "--text"});
+  data::DataConfig plain = parse_config(config).data;
+  plain.bos = data::BosRule::never;
+  plain.dir = tmp / "data-nobos";
+  data::prepare(plain);
+  expect_error([&] { cli::eval_command({"--checkpoint", run, "--data", tmp / "data-nobos"}); },
+               {"start windows without bos", "bos is asked for"});
+  EXPECT_EQ(run_command(cli::eval_command, {"--checkpoint", run, "--data", tmp / "data-nobos", "--bos", "never"}).first, 0);
+
+  // generate: the prompt starts with bos (it decodes to nothing, so the text starts with the
+  // prompt either way).
+  const auto [code, sample] =
+      run_command(cli::generate_command, {"--checkpoint", run, "--prompt", "ka", "--max-tokens", "4", "--temperature", "0"});
+  EXPECT_EQ(code, 0);
+  EXPECT_EQ(sample.rfind("ka", 0), 0u);
+}
+
 TEST(RunFolder, ACopyWorksFromAnotherDirectoryWithoutTheDataCache) {
   TempDir tmp;
   json config = tiny_config(tmp, "run", 6);

@@ -415,7 +415,8 @@ std::vector<Field> make_schema() {
       text(DARK_CONFIG_MEMBER(data.corpus), true, "named corpus to build token shards from"),
       text_list(DARK_CONFIG_MEMBER(data.sources), "files, folders or glob patterns of text; when given, they replace data.corpus"),
       text(DARK_CONFIG_MEMBER(data.dir), false,
-           "token-shard folder; \"\" = cache/data/<corpus or sources-<hash>>-<tokenizer>-<vocab_size>"),
+           "token-shard folder; \"\" = cache/data/<corpus or sources-<hash>>-<tokenizer>-<vocab_size> (-bos / -nobos "
+           "with data.bos always / never)"),
       choice(DARK_CONFIG_MEMBER(data.tokenizer), "tokenizer family"),
       text(DARK_CONFIG_MEMBER(data.tokenizer_model), false,
            "existing tokenizer model file (.model for sentencepiece, the .gguf model for gguf, a Hugging Face "
@@ -425,6 +426,10 @@ std::vector<Field> make_schema() {
              "share of the corpus held out for validation"),
       integer(DARK_CONFIG_MEMBER(data.seq_len), 1, "tokens per training window"),
       integer(DARK_CONFIG_MEMBER(data.val_windows), 1, "validation windows per evaluation"),
+      choice(DARK_CONFIG_MEMBER(data.bos),
+             "bos at every window start (and every document start in the shards): auto = as the tokenizer's "
+             "metadata says (GGUF / Hugging Face add_bos_token; off for byte and SentencePiece trained here), "
+             "always, never"),
 
       choice(DARK_CONFIG_MEMBER(optimizer.name), "optimizer"),
       number(DARK_CONFIG_MEMBER(optimizer.lr), positive(), "peak learning rate"),
@@ -792,7 +797,9 @@ void resolve_config(RunConfig& config, const std::string& config_stem) {
         d.tokenizer == data::TokenizerKind::gguf                   ? model_file.stem().string()
         : d.tokenizer == data::TokenizerKind::hf || folder_tokenizer ? model_file.parent_path().filename().string()
                                                                      : std::to_string(d.vocab_size);
-    d.dir = str("cache/data/", name, "-", enum_name(d.tokenizer), "-", tokenizer_tag);
+    // A bos rule other than auto gets its own folder, so switching it never rebuilds another's.
+    const std::string bos_tag = d.bos == data::BosRule::always ? "-bos" : d.bos == data::BosRule::never ? "-nobos" : "";
+    d.dir = str("cache/data/", name, "-", enum_name(d.tokenizer), "-", tokenizer_tag, bos_tag);
   }
   if (config.output.dir.empty())
     config.output.dir = "runs/" + (config_stem.empty() ? std::string("default") : config_stem);

@@ -7,14 +7,24 @@ namespace dark::train {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-void record_run_files(formats::CheckpointData& checkpoint, const data::Tokenizer& tokenizer, const fs::path& data_dir) {
-  json record = {{"kind", tokenizer.kind()}, {"hash", tokenizer.hash()}};
+void record_run_files(formats::CheckpointData& checkpoint, const data::Tokenizer& tokenizer, const fs::path& data_dir,
+                      bool bos) {
+  json record = {{"kind", tokenizer.kind()}, {"hash", tokenizer.hash()}, {"bos", bos}};
   if (auto file = data::tokenizer_file(tokenizer)) {
     record["file"] = file->name;
     checkpoint.files[file->name] = std::move(file->bytes);
   }
   checkpoint.state["tokenizer"] = std::move(record);
   checkpoint.state["data_dir"] = fs::absolute(data_dir).lexically_normal().string();
+}
+
+bool checkpoint_bos(const formats::CheckpointData& checkpoint) {
+  const json& state = checkpoint.state;
+  if (!state.contains("tokenizer") || !state["tokenizer"].is_object()) return false;
+  const json& record = state["tokenizer"];
+  if (!record.contains("bos")) return false;
+  DARK_CHECK(record["bos"].is_boolean(), "state.json: tokenizer \"bos\" is ", record["bos"].dump(), ", expected true or false");
+  return record["bos"].get<bool>();
 }
 
 std::string checkpoint_tokenizer_hash(const formats::CheckpointData& checkpoint) {
@@ -54,7 +64,7 @@ std::shared_ptr<const data::Tokenizer> checkpoint_tokenizer(const formats::Check
 }
 
 data::PreparedData checkpoint_data(const formats::CheckpointData& checkpoint, const RunConfig& config,
-                                   const data::Tokenizer& tokenizer, const std::string& data_flag,
+                                   const data::Tokenizer& tokenizer, bool bos, const std::string& data_flag,
                                    const std::string& label) {
   std::string dir = data_flag, why = "given with --data";
   if (dir.empty() && checkpoint.state.contains("data_dir") && checkpoint.state["data_dir"].is_string())
@@ -67,6 +77,10 @@ data::PreparedData checkpoint_data(const formats::CheckpointData& checkpoint, co
   DARK_CHECK(prepared.tokenizer->hash() == tokenizer.hash(), "--data ", dir, ": prepared with tokenizer ",
              prepared.tokenizer->hash(), ", but ", label, " was trained with ", tokenizer.hash(),
              ": the token ids would not mean the same");
+  DARK_CHECK((prepared.window_bos_id >= 0) == bos, "the data at ", dir, " (", why, ") start windows ",
+             prepared.window_bos_id >= 0 ? "with" : "without", " bos, but ", bos ? "bos" : "no bos",
+             " is asked for (", label, checkpoint_bos(checkpoint) == bos ? " trained that way" : ", --bos",
+             "): prepare data with data.bos \"", bos ? "always" : "never", "\", or use --text FILE");
   return prepared;
 }
 

@@ -170,8 +170,8 @@ void write_sample(TrainingRun& run) {
   g.seed = run.config.seed;
   g.context = run.config.data.seq_len;
   const data::Tokenizer& tokenizer = *run.data.tokenizer;
-  std::vector<std::int32_t> prompt = tokenizer.encode(tc.generate_prompt);
-  if (prompt.empty()) prompt.push_back(tokenizer.eos_id());
+  const std::vector<std::int32_t> prompt =
+      data::encode_prompt(tokenizer, tc.generate_prompt, run.data.window_bos_id >= 0);
   const std::string text = tc.generate_prompt + tokenizer.decode(nn::generate(*run.model, prompt, g));
   write_file_atomic(run.dir / "sample.txt", text + "\n");
   spdlog::info("sample (temperature {}, top-k {}):\n{}", g.temperature, g.top_k, text);

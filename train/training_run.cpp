@@ -323,13 +323,16 @@ void open_data_streams(TrainingRun& run) {
   lo.seq_len = c.data.seq_len;
   lo.seed = c.seed;
   lo.device = run.device;
+  lo.bos_id = run.data.window_bos_id;
   run.loader = std::make_unique<data::TrainLoader>(run.data.open_shard(data::Split::train), lo);
   run.val = std::make_unique<data::ValidationSet>(run.data.open_shard(data::Split::val), c.training.batch_size,
-                                                  c.data.seq_len, c.data.val_windows, run.device);
+                                                  c.data.seq_len, c.data.val_windows, run.device,
+                                                  run.data.window_bos_id);
   spdlog::info("model: {} parameters ({} layers, d_model {}, {} heads, attention {}) on {}; data: {} train tokens, {} val "
-               "windows",
+               "windows{}",
                run.model->num_parameters(), c.model.n_layers, c.model.d_model, c.model.n_heads,
-               enum_name(c.attention.kind), run.device.to_string(), run.data.train_tokens, run.val->num_windows());
+               enum_name(c.attention.kind), run.device.to_string(), run.data.train_tokens, run.val->num_windows(),
+               run.data.window_bos_id >= 0 ? fmt::format(", each starting with bos ({})", run.data.window_bos_id) : "");
 }
 
 }  // namespace
@@ -352,7 +355,7 @@ void save_run(TrainingRun& run) {
   ck.model = parameters_on_cpu(*run.model);
   ck.attention = attention_state_map(*run.model);
   ck.state = trainer_state(run);
-  record_run_files(ck, *run.data.tokenizer, run.data.dir);  // usable without the data folder
+  record_run_files(ck, *run.data.tokenizer, run.data.dir, run.data.window_bos_id >= 0);  // usable without the data folder
   const fs::path where = formats::save_checkpoint(run.dir, ck, run.config.training.keep_checkpoints);
   spdlog::info("checkpoint {}", where.string());
 }

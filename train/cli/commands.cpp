@@ -52,6 +52,8 @@ const FlagSpec kDeviceSet{"--set", "training.device=DEVICE", "",
                           "run on cpu, cuda, cuda:N or auto (the checkpoint's other keys stay as trained)", true};
 const FlagSpec kData{"--data", "DIR", "", "prepared data folder to evaluate on (default: the one the run trained on)"};
 const FlagSpec kText{"--text", "FILE", "", "evaluate on this text file instead of prepared data"};
+const FlagSpec kBos{"--bos", "RULE", "run",
+                    "bos at the start of every window / prompt: run (as the checkpoint's run did), always, never"};
 
 LoadedRun load_run(const std::string& path, const std::vector<std::string>& overrides = {}) {
   const fs::path dir = formats::find_checkpoint(path);
@@ -78,12 +80,26 @@ LoadedRun load_run(const std::string& path, const std::vector<std::string>& over
   return run;
 }
 
+// --bos: whether windows and prompts start with bos (data/prepare.h BosRule); "run" is what
+// the checkpoint's run did.
+bool bos_flag(const LoadedRun& run, const Args& a) {
+  const std::string rule = a.get("--bos");
+  DARK_CHECK(rule == "run" || rule == "always" || rule == "never", "--bos: expected run, always or never, got '", rule,
+             "'");
+  const bool bos = rule == "run" ? train::checkpoint_bos(run.checkpoint) : rule == "always";
+  DARK_CHECK(!bos || run.tokenizer->bos_id() >= 0, "--bos ", rule, ": tokenizer ", run.tokenizer->hash(),
+             " has no bos token");
+  return bos;
+}
+
 // The data eval and probe read: --text FILE, else prepared data by the rule of run_files.h.
 // `text` keeps the scratch shard of --text alive.
 data::PreparedData run_data(const LoadedRun& run, const Args& a, data::TextData& text) {
   DARK_CHECK(!(a.has("--text") && a.has("--data")), "--text and --data exclude each other");
-  if (!a.has("--text")) return train::checkpoint_data(run.checkpoint, run.config, *run.tokenizer, a.get("--data"), run.label);
-  text = data::text_as_data(a.get("--text"), run.tokenizer);
+  const bool bos = bos_flag(run, a);
+  if (!a.has("--text"))
+    return train::checkpoint_data(run.checkpoint, run.config, *run.tokenizer, bos, a.get("--data"), run.label);
+  text = data::text_as_data(a.get("--text"), run.tokenizer, bos);
   const std::int64_t needed = run.config.data.seq_len + 1;
   DARK_CHECK(text.data.val_tokens >= needed, "--text ", a.get("--text"), ": ", text.data.val_tokens,
              " tokens, fewer than one window of data.seq_len + 1 = ", needed);
@@ -121,7 +137,7 @@ int train_command(const CommandArgs& args) {
 
 int eval_command(const CommandArgs& args) {
   const std::vector<FlagSpec> specs = {kCheckpoint, {"--batches", "N", "0", "validation batches (0 = all of them)"},
-                                       kData, kText, kDeviceSet, kHelpFlag};
+                                       kData, kText, kBos, kDeviceSet, kHelpFlag};
   if (print_help_if_asked(args, "usage: darkformer eval --checkpoint PATH [--data DIR | --text FILE] [--batches N] "
                        "[--set training.device=cuda]\n"
                        "Validation loss, perplexity and next-token accuracy of a checkpoint: on the validation split of\n"
@@ -134,7 +150,7 @@ int eval_command(const CommandArgs& args) {
   const data::PreparedData d = run_data(run, a, text);
   const std::int64_t windows = a.has("--text") ? 0 : run.config.data.val_windows;  // 0: every window
   const data::ValidationSet val(d.open_shard(data::Split::val), run.config.training.batch_size, run.config.data.seq_len,
-                                windows, run.model->device());
+                                windows, run.model->device(), d.window_bos_id);
   const train::EvalMetrics m = train::evaluate(*run.model, val, a.integer("--batches", 0));
   std::printf("step %lld | val loss %.4f | perplexity %.2f | next-token accuracy %.4f | %lld tokens%s%s\n",
               static_cast<long long>(run.step), m.loss, m.perplexity, m.accuracy, static_cast<long long>(m.tokens),
@@ -149,6 +165,7 @@ int generate_command(const CommandArgs& args) {
                                        {"--temperature", "T", "0.8", "sampling temperature; 0 = greedy"},
                                        {"--top-k", "K", "40", "sample among the K most likely tokens; 0 = all"},
                                        {"--seed", "S", "0", "sampling seed"},
+                                       kBos,
                                        kDeviceSet,
                                        kHelpFlag};
   if (print_help_if_asked(args, "usage: darkformer generate --checkpoint PATH --prompt TEXT [options]", specs)) return 0;
@@ -162,8 +179,7 @@ int generate_command(const CommandArgs& args) {
   g.context = run.config.data.seq_len;
   DARK_CHECK(g.temperature >= 0, "generate: --temperature must be >= 0, got ", g.temperature);
   const std::string prompt = a.require("--prompt");
-  std::vector<std::int32_t> ids = run.tokenizer->encode(prompt);
-  if (ids.empty()) ids.push_back(run.tokenizer->eos_id());
+  std::vector<std::int32_t> ids = data::encode_prompt(*run.tokenizer, prompt, bos_flag(run, a));
   std::cout << prompt << std::flush;
   nn::generate(*run.model, ids, g, [&](std::int32_t id) { std::cout << run.tokenizer->decode(std::vector<std::int32_t>{id}) << std::flush; });
   std::cout << std::endl;
@@ -199,6 +215,7 @@ int probe_command(const CommandArgs& args) {
       {"--json", "PATH", "", "write the full report (per layer and head) here; default <checkpoint>/probe.json"},
       kData,
       {"--text", "FILE", "", "measure and calibrate on windows of this text file instead of prepared data"},
+      kBos,
       kDeviceSet,
       kHelpFlag};
   if (print_help_if_asked(args, "usage: darkformer probe --checkpoint PATH [--batches N] [--features 16,32,64,128,256]\n"
