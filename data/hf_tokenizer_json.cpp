@@ -150,38 +150,72 @@ std::optional<json> read_json_beside(const fs::path& dir, const char* name) {
 
 }  // namespace
 
-std::string hf_tokenizer_json(const BpeVocab& vocab) {
-  const std::size_t n = vocab.tokens.size();
-  DARK_CHECK(vocab.token_types.empty() || vocab.token_types.size() == n, "tokenizer.json: ", vocab.token_types.size(),
-             " token types for ", n, " tokens");
-  auto type_of = [&](std::size_t i) {
-    return vocab.token_types.empty() ? BpeTokenType::normal : static_cast<BpeTokenType>(vocab.token_types[i]);
-  };
-  ordered_json added = ordered_json::array();
+namespace tokenizer_json {
+
+ordered_json vocab(const std::vector<std::string>& tokens) {
   ordered_json pieces = ordered_json::object();
   // Appended in id order past ordered_map's own insert, which searches the keys linearly
   // (quadratic for a 50k vocabulary); `seen` keeps them unique.
   auto& entries = static_cast<ordered_json::object_t::Container&>(pieces.get_ref<ordered_json::object_t&>());
-  entries.reserve(n);
-  std::unordered_map<std::string, std::size_t> seen;
-  for (std::size_t i = 0; i < n; ++i) {
-    const std::string& t = vocab.tokens[i];
+  entries.reserve(tokens.size());
+  std::unordered_map<std::string_view, std::size_t> seen;
+  seen.reserve(tokens.size());
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    const std::string& t = tokens[i];
     const auto [it, fresh] = seen.emplace(t, i);
     DARK_CHECK(fresh, "tokenizer.json: token '", t, "' is both id ", it->second, " and id ", i,
                "; tokenizer.json's vocabulary maps each text to one id");
     entries.emplace_back(t, i);
+  }
+  return pieces;
+}
+
+ordered_json added_token(std::size_t id, const std::string& content, bool special) {
+  return {{"id", id},         {"content", content},    {"single_word", false}, {"lstrip", false},
+          {"rstrip", false},  {"normalized", false}, {"special", special}};
+}
+
+ordered_json bos_post_processor(const std::string& bos, std::int32_t bos_id) {
+  auto special = [&](int type_id) { return ordered_json{{"SpecialToken", {{"id", bos}, {"type_id", type_id}}}}; };
+  auto sequence = [](const char* name, int type_id) {
+    return ordered_json{{"Sequence", {{"id", name}, {"type_id", type_id}}}};
+  };
+  return {{"type", "TemplateProcessing"},
+          {"single", ordered_json::array({special(0), sequence("A", 0)})},
+          {"pair", ordered_json::array({special(0), sequence("A", 0), special(1), sequence("B", 1)})},
+          {"special_tokens", {{bos, {{"id", bos}, {"ids", ordered_json::array({bos_id})},
+                                     {"tokens", ordered_json::array({bos})}}}}}};
+}
+
+std::string dump(const ordered_json& doc) {
+  try {
+    return doc.dump(1) + "\n";
+  } catch (const nlohmann::json::type_error& e) {
+    throw Error(str("tokenizer.json: a token or merge is not valid UTF-8 (", e.what(), ")"));
+  }
+}
+
+}  // namespace tokenizer_json
+
+std::string hf_tokenizer_json(const BpeVocab& vocab, bool bos_first) {
+  const std::size_t n = vocab.tokens.size();
+  DARK_CHECK(vocab.token_types.empty() || vocab.token_types.size() == n, "tokenizer.json: ", vocab.token_types.size(),
+             " token types for ", n, " tokens");
+  DARK_CHECK(!bos_first || (vocab.bos_id >= 0 && static_cast<std::size_t>(vocab.bos_id) < n),
+             "tokenizer.json: bos first was asked for but the vocabulary has no bos token (bos id ", vocab.bos_id, ")");
+  auto type_of = [&](std::size_t i) {
+    return vocab.token_types.empty() ? BpeTokenType::normal : static_cast<BpeTokenType>(vocab.token_types[i]);
+  };
+  ordered_json added = ordered_json::array();
+  for (std::size_t i = 0; i < n; ++i) {
     const BpeTokenType type = type_of(i);
     if (type == BpeTokenType::control || type == BpeTokenType::user_defined)
-      added.push_back({{"id", i},
-                       {"content", t},
-                       {"single_word", false},
-                       {"lstrip", false},
-                       {"rstrip", false},
-                       {"normalized", false},
-                       {"special", type == BpeTokenType::control}});
+      added.push_back(tokenizer_json::added_token(i, vocab.tokens[i], type == BpeTokenType::control));
   }
   ordered_json merges = ordered_json::array();
   for (const std::string& m : vocab.merges) merges.push_back(m);
+  const ordered_json post_processor =
+      bos_first ? tokenizer_json::bos_post_processor(vocab.tokens[vocab.bos_id], vocab.bos_id) : ordered_json();
   const ordered_json doc = {
       {"version", "1.0"},
       {"truncation", nullptr},
@@ -189,7 +223,7 @@ std::string hf_tokenizer_json(const BpeVocab& vocab) {
       {"added_tokens", added},
       {"normalizer", nullptr},
       {"pre_tokenizer", pre_tokenizer_for(vocab.pre)},
-      {"post_processor", nullptr},
+      {"post_processor", post_processor},
       {"decoder", byte_level(true)},
       {"model",
        {{"type", "BPE"},
@@ -200,13 +234,9 @@ std::string hf_tokenizer_json(const BpeVocab& vocab) {
         {"fuse_unk", false},
         {"byte_fallback", false},
         {"ignore_merges", false},
-        {"vocab", pieces},
+        {"vocab", tokenizer_json::vocab(vocab.tokens)},
         {"merges", merges}}}};
-  try {
-    return doc.dump(1) + "\n";
-  } catch (const nlohmann::json::type_error& e) {
-    throw Error(str("tokenizer.json: a token or merge is not valid UTF-8 (", e.what(), ")"));
-  }
+  return tokenizer_json::dump(doc);
 }
 
 BpeVocab parse_hf_tokenizer_json(std::string_view text, const std::string& origin) {

@@ -19,17 +19,21 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "data/bpe_tokenizer.h"
 
 namespace dark::data {
 
 // tokenizer.json text for `vocab` (ids in order; control tokens special, user-defined not).
+// bos_first: a post_processor (TemplateProcessing) that puts vocab.bos_id before every
+// sequence, for a model trained with bos at every sequence start (throws without a bos id).
 // Throws when a token appears twice (tokenizer.json's vocabulary is a map) or a merge or
 // token cannot be represented.
-std::string hf_tokenizer_json(const BpeVocab& vocab);
+std::string hf_tokenizer_json(const BpeVocab& vocab, bool bos_first = false);
 
 // Parses tokenizer.json text into a BpeVocab with no special ids set (bos, eos, unk, pad -1;
 // unk from model.unk_token when it has one); `origin` names the text in errors.
@@ -47,5 +51,17 @@ std::unique_ptr<BpeTokenizer> load_hf_tokenizer(const std::string& tokenizer_jso
 // export-hf writes it as tokenizer.json; the one difference from ByteTokenizer is that the
 // literal texts "<eos>" and "<bos>" in the input become those tokens.
 BpeVocab byte_tokenizer_vocab();
+
+// Pieces of tokenizer.json that every writer here shares (spm_tokenizer_json.cpp too).
+namespace tokenizer_json {
+// model.vocab: token text -> id, in id order. Throws when a text appears twice.
+nlohmann::ordered_json vocab(const std::vector<std::string>& tokens);
+// One added_tokens entry, matched literally in the raw text (not normalized, no strip).
+nlohmann::ordered_json added_token(std::size_t id, const std::string& content, bool special);
+// TemplateProcessing putting token `bos` (id bos_id) before each sequence of one or a pair.
+nlohmann::ordered_json bos_post_processor(const std::string& bos, std::int32_t bos_id);
+// The document as tokenizer.json text; throws naming invalid UTF-8 in a token or merge.
+std::string dump(const nlohmann::ordered_json& doc);
+}  // namespace tokenizer_json
 
 }  // namespace dark::data

@@ -20,6 +20,7 @@ struct SentencePieceTokenizer::Impl {
   std::string bytes;
   sentencepiece::SentencePieceProcessor processor;
   std::vector<int> meta_space_ids;  // the byte pieces of kMetaSpace's 3 bytes; empty without them
+  std::vector<std::int8_t> types;   // each piece's type, read from the model bytes (piece_types)
 };
 
 namespace {
@@ -56,6 +57,61 @@ class LineIterator final : public sentencepiece::SentenceIterator {
   const std::vector<std::string>& lines_;
   std::size_t index_ = 0;
 };
+
+// One protobuf varint at bytes[at...]; advances `at`. False when truncated or over 10 bytes.
+bool read_varint(std::string_view bytes, std::size_t& at, std::uint64_t& value) {
+  value = 0;
+  for (int shift = 0; shift < 70 && at < bytes.size(); shift += 7) {
+    const auto b = static_cast<unsigned char>(bytes[at++]);
+    value |= static_cast<std::uint64_t>(b & 0x7F) << shift;
+    if (!(b & 0x80)) return true;
+  }
+  return false;
+}
+
+// Skips the value of a field of protobuf wire type `wire` at bytes[at...]; false when malformed.
+bool skip_field(std::string_view bytes, std::size_t& at, std::uint64_t wire, std::string_view* payload = nullptr) {
+  std::uint64_t n = 0;
+  switch (wire) {
+    case 0: return read_varint(bytes, at, n);
+    case 1: n = 8; break;
+    case 2:
+      if (!read_varint(bytes, at, n)) return false;
+      break;
+    case 5: n = 4; break;
+    default: return false;
+  }
+  if (n > bytes.size() - at) return false;
+  if (payload) *payload = bytes.substr(at, n);
+  at += n;
+  return true;
+}
+
+// The type of each piece of a serialized ModelProto (field 1: repeated SentencePiece, whose
+// field 3 is the type, NORMAL = 1 when absent). The processor's API has no IsUserDefined, so
+// the types are read from the bytes themselves; empty when the bytes are malformed.
+std::vector<std::int8_t> piece_types(std::string_view model) {
+  std::vector<std::int8_t> types;
+  for (std::size_t at = 0; at < model.size();) {
+    std::uint64_t key = 0;
+    std::string_view piece;
+    if (!read_varint(model, at, key) || !skip_field(model, at, key & 7, &piece)) return {};
+    if (key != ((1 << 3) | 2)) continue;
+    std::int8_t type = 1;
+    for (std::size_t p = 0; p < piece.size();) {
+      std::uint64_t k = 0, v = 0;
+      if (!read_varint(piece, p, k)) return {};
+      if (k == ((3 << 3) | 0)) {
+        if (!read_varint(piece, p, v) || v < 1 || v > 6) return {};
+        type = static_cast<std::int8_t>(v);
+      } else if (!skip_field(piece, p, k & 7)) {
+        return {};
+      }
+    }
+    types.push_back(type);
+  }
+  return types;
+}
 
 std::string format_double(double v) {
   char text[32];
@@ -111,6 +167,10 @@ std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::from_model_bytes
   DARK_CHECK(t->impl_->processor.eos_id() >= 0, "sentencepiece tokenizer: ", origin,
              " has no end-of-sequence piece (needed to separate documents)");
   t->impl_->meta_space_ids = meta_space_byte_ids(t->impl_->processor);
+  t->impl_->types = piece_types(bytes);
+  const int pieces = t->impl_->processor.GetPieceSize();
+  DARK_CHECK(static_cast<int>(t->impl_->types.size()) == pieces, "sentencepiece tokenizer: ", origin,
+             ": could not read the type of each of its ", pieces, " pieces");
   t->hash_ = "sentencepiece-" + hex64(fnv1a64(bytes));
   t->impl_->bytes = std::move(bytes);
   return t;
@@ -195,5 +255,19 @@ std::string SentencePieceTokenizer::piece(std::int32_t id) const {
              ")");
   return impl_->processor.IdToPiece(id);
 }
+
+float SentencePieceTokenizer::score(std::int32_t id) const {
+  DARK_CHECK(id >= 0 && id < vocab_size(), "sentencepiece: id ", id, " outside the vocabulary [0, ", vocab_size(),
+             ")");
+  return impl_->processor.GetScore(id);
+}
+
+BpeTokenType SentencePieceTokenizer::token_type(std::int32_t id) const {
+  DARK_CHECK(id >= 0 && id < vocab_size(), "sentencepiece: id ", id, " outside the vocabulary [0, ", vocab_size(),
+             ")");
+  return static_cast<BpeTokenType>(impl_->types[id]);
+}
+
+std::int32_t SentencePieceTokenizer::unk_id() const { return impl_->processor.unk_id(); }
 
 }  // namespace dark::data

@@ -21,6 +21,7 @@
 #include <string_view>
 #include <vector>
 
+#include "data/bpe_tokenizer.h"  // BpeTokenType: SentencePiece's piece types have the same numbers
 #include "data/tokenizer.h"
 
 namespace dark::data {
@@ -75,6 +76,13 @@ class SentencePieceTokenizer final : public Tokenizer {
   std::int32_t bos_id() const override;
   std::string hash() const override { return hash_; }
   std::string piece(std::int32_t id) const override;
+
+  // What export-hf's tokenizer.json needs (data/spm_tokenizer_json.h): a piece's score
+  // (higher merges first), its type as the model stores it (normal, unknown, control,
+  // user-defined, unused, byte), and the unknown piece's id (-1: none). Throw out of range.
+  float score(std::int32_t id) const;
+  BpeTokenType token_type(std::int32_t id) const;
+  std::int32_t unk_id() const;
 
  private:
   struct Impl;

@@ -2,8 +2,8 @@
 # export-hf's tokenizer and generation config against Hugging Face transformers: trains three
 # tiny runs (tokenizer sentencepiece, hf = byte-level BPE from tests/reference/hf_llama_tiny,
 # and byte), exports each and runs tests/reference/check_hf_tokenizer.py on it.
-# Needs a Python with transformers, torch, tokenizers and sentencepiece: $DARK_HF_PYTHON, else
-# python3. Without them it prints "skipped: transformers not installed" and exits 77, which
+# Needs a Python with transformers, torch, tokenizers and sentencepiece (protobuf is not needed:
+# every folder loads from its tokenizer.json): $DARK_HF_PYTHON, else python3. Without them it prints "skipped: transformers not installed" and exits 77, which
 # ctest (test hf_tokenizer_check, SKIP_RETURN_CODE 77) shows as skipped.
 # usage: hf_tokenizer_check.sh DARKFORMER HF_ENCODE SOURCE_DIR   (DARK_HF_KEEP=1 keeps its temporary folder)
 set -euo pipefail
@@ -61,6 +61,8 @@ EOF
   echo "== $kind"
   "$darkformer" train --config "$tmp/$kind.json" > "$tmp/train-$kind.log" 2>&1 || { cat "$tmp/train-$kind.log"; exit 1; }
   "$darkformer" export-hf --checkpoint "$tmp/run-$kind" --out "$tmp/hf-$kind"
+  # Every kind gets a tokenizer.json: what transformers loads without sentencepiece or protobuf.
+  [ -f "$tmp/hf-$kind/tokenizer.json" ] || { echo "FAILED: export-hf wrote no tokenizer.json for $kind"; status=1; }
   "$py" "$src/tests/reference/check_hf_tokenizer.py" "$tmp/hf-$kind" --encode "$encode" --data "$tmp/data-$kind" \
       --darkformer "$darkformer" --checkpoint "$tmp/run-$kind" || status=1
 done

@@ -78,7 +78,7 @@ TEST(GegluTanhModel, ExportAndImportKeepTheActivation) {
   auto model = build_model(config);
   model->train(false);
   const fs::path out = tmp.path() / "hf";
-  formats::export_hf(*model, &bytes, out);
+  formats::export_hf(*model, &bytes, out, /*add_bos=*/false);
   EXPECT_EQ(json::parse(read_file(out / "config.json")).at("hidden_act"), "gelu_pytorch_tanh");
   const InitSource source = load_init_source(out.string());
   EXPECT_EQ(source.model.mlp, nn::MlpKind::geglu_tanh);

@@ -288,11 +288,11 @@ TEST(HfExport, ExportThenImportGivesIdenticalLogitsAndTokenizer) {
       auto model = build_model(config);
       model->train(false);
       const fs::path out = tmp.path() / (name + (tie ? "-tied" : "-untied"));
-      const std::vector<fs::path> files = formats::export_hf(*model, tok, out);
+      const std::vector<fs::path> files = formats::export_hf(*model, tok, out, /*add_bos=*/false);
       for (const char* f : {"config.json", "generation_config.json", "model.safetensors", "tokenizer_config.json",
                             "special_tokens_map.json"})
         EXPECT_TRUE(fs::exists(out / f)) << f;
-      EXPECT_EQ(files.size(), 6u);
+      EXPECT_EQ(files.size(), name == "sentencepiece" ? 7u : 6u);  // + tokenizer.model
       const json generation = json::parse(read_file(out / "generation_config.json"));
       EXPECT_EQ(generation.at("eos_token_id"), tok->eos_id());
       EXPECT_EQ(generation.at("do_sample"), false);
@@ -320,9 +320,40 @@ TEST(HfExport, ExportThenImportGivesIdenticalLogitsAndTokenizer) {
   linear.model.vocab_size = bytes.vocab_size();
   linear.attention.kind = attention::Kind::performer;
   auto performer = build_model(linear);
-  expect_error([&] { formats::export_hf(*performer, &bytes, tmp.path() / "performer"); },
+  expect_error([&] { formats::export_hf(*performer, &bytes, tmp.path() / "performer", /*add_bos=*/false); },
                {"layer 0 uses performer"});
   EXPECT_FALSE(fs::exists(tmp.path() / "performer"));
+}
+
+// add_bos (a run that fed bos at every sequence start): tokenizer_config.json says so and
+// tokenizer.json puts bos first, for each kind; without it neither adds anything.
+TEST(HfExport, AddBosWritesTheBosPostProcessor) {
+  TempDir tmp;
+  const data::ByteTokenizer bytes;
+  std::vector<std::string> lines;
+  for (int i = 0; i < 300; ++i) lines.push_back(dark::testing::generated_text(1, i));
+  data::SentencePieceOptions sp_options;
+  sp_options.vocab_size = 300;
+  const auto sentencepiece = data::SentencePieceTokenizer::train(lines, sp_options);
+  for (const data::Tokenizer* tok : {static_cast<const data::Tokenizer*>(&bytes),
+                                     static_cast<const data::Tokenizer*>(sentencepiece.get())}) {
+    for (const bool add_bos : {false, true}) {
+      SCOPED_TRACE(tok->kind() + (add_bos ? " add_bos" : ""));
+      RunConfig config = tiny_model_config(true);
+      config.model.vocab_size = tok->vocab_size();
+      auto model = build_model(config);
+      const fs::path out = tmp.path() / (tok->kind() + (add_bos ? "-bos" : ""));
+      formats::export_hf(*model, tok, out, add_bos);
+      EXPECT_EQ(json::parse(read_file(out / "tokenizer_config.json")).at("add_bos_token"), add_bos);
+      const json post = json::parse(read_file(out / "tokenizer.json")).at("post_processor");
+      if (!add_bos) {
+        EXPECT_TRUE(post.is_null());
+        continue;
+      }
+      EXPECT_EQ(post.at("type"), "TemplateProcessing");
+      EXPECT_EQ(post.at("special_tokens").at(tok->piece(tok->bos_id())).at("ids"), json::array({tok->bos_id()}));
+    }
+  }
 }
 
 // `darkformer export-hf` on a trained run: the folder holds the checkpoint's weights (same

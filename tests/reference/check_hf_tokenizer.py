@@ -1,16 +1,19 @@
 #!/usr/bin/env python3
 """Checks the tokenizer of a `darkformer export-hf` folder with Hugging Face transformers:
-AutoTokenizer.from_pretrained(EXPORT_DIR) must give our ids (tests/tools/hf_encode on the
-run's prepared data, i.e. the tokenizer the model was trained with) on a set of strings
-(ASCII, unicode, runs of spaces, tabs, newlines, digits, special-token text), with the
-default add_special_tokens=True (no bos, no prefix space added); its decode must give back
-our decode; and greedy generation by transformers (LlamaForCausalLM.generate with the
-folder's generation_config.json) from a text prompt must equal
-`darkformer generate --temperature 0`'s text. tests/hf_tokenizer_check.sh drives it
-(ctest: hf_tokenizer_check); the sibling check_export_hf.py checks the model alone.
+AutoTokenizer.from_pretrained(EXPORT_DIR) must load from tokenizer.json alone (no protobuf
+needed) and give our ids (tests/tools/hf_encode on the run's prepared data, i.e. the
+tokenizer the model was trained with) on a set of strings (ASCII, unicode, runs of spaces,
+tabs, newlines, digits, special-token text), with the default add_special_tokens=True (bos
+first exactly when tokenizer_config.json says add_bos_token, no prefix space added); its
+decode must give back our decode; and greedy generation by transformers (the class
+config.json's architectures names, LlamaForCausalLM or Gemma3ForCausalLM, with the folder's
+generation_config.json) from text prompts must equal `darkformer generate --temperature 0`'s
+text. tests/hf_tokenizer_check.sh (ctest: hf_tokenizer_check) and tests/hf_gemma3_check.sh
+(hf_gemma3_check) drive it; the sibling check_export_hf.py checks the model alone.
 
 usage: check_hf_tokenizer.py EXPORT_DIR --encode HF_ENCODE --data DATA_DIR
                              --darkformer DARKFORMER --checkpoint RUN [--max-tokens N]
+                             [--prompt TEXT]... [--gemma-strings]
 """
 import argparse
 import json
@@ -20,7 +23,8 @@ import sys
 import tempfile
 
 import torch
-from transformers import AutoTokenizer, GenerationConfig, LlamaForCausalLM
+import transformers
+from transformers import AutoTokenizer, GenerationConfig
 
 STRINGS = [
     "hello world",
@@ -46,6 +50,16 @@ STRINGS = [
 # Special-token text in ordinary input: what each kind does with it is part of the contract.
 SPECIAL_TEXT = ["</s> <s> <unk>", "<eos> and <bos>", "<|endoftext|>", "<|im_start|>user\nhi<|im_end|>\n"]
 PROMPTS = ["The ", "ka to ri", "\n"]
+# Gemma 3's user-defined tokens (runs of newlines, spaces and tabs, HTML tags) and chat text.
+GEMMA_STRINGS = [
+    "<start_of_turn>user\nWhat is 2+2?<end_of_turn>\n<start_of_turn>model\n",
+    "para one\n\n\npara two\n\n",
+    "\t\tindented with tabs\n    and    spaces",
+    "<div class=\"x\"><span>text</span></div>\n<table><tr><td>1</td></tr></table>",
+    "[multimodal] <start_of_image> <end_of_image>",
+    "Über naïve façades — “quotes” … 12,345.67 €",
+    "\u0928\u092e\u0938\u094d\u0924\u0947 \u0645\u0631\u062d\u0628\u0627 \uc548\ub155\ud558\uc138\uc694",
+]
 
 
 def main():
@@ -56,10 +70,16 @@ def main():
     ap.add_argument("--darkformer", required=True)
     ap.add_argument("--checkpoint", required=True)
     ap.add_argument("--max-tokens", type=int, default=24)
+    ap.add_argument("--prompt", action="append", help="generation prompt (repeatable); default: a built-in set")
+    ap.add_argument("--gemma-strings", action="store_true", help="also Gemma 3's user-defined-token texts")
     args = ap.parse_args()
 
+    if not os.path.isfile(os.path.join(args.export_dir, "tokenizer.json")):
+        print(f"FAILED: {args.export_dir} holds no tokenizer.json")
+        return 1
     tok = AutoTokenizer.from_pretrained(args.export_dir)
-    strings = STRINGS + SPECIAL_TEXT
+    add_bos = bool(json.load(open(os.path.join(args.export_dir, "tokenizer_config.json"))).get("add_bos_token"))
+    strings = STRINGS + (GEMMA_STRINGS if args.gemma_strings else []) + SPECIAL_TEXT
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(strings, f)
     ours = json.loads(subprocess.run([args.encode, "--data", args.data, f.name], check=True, capture_output=True,
@@ -67,31 +87,41 @@ def main():
     os.unlink(f.name)
     failures = 0
     print(f"{args.export_dir}: our tokenizer {ours['kind']}, transformers {type(tok).__name__} "
-          f"(bos {tok.bos_token_id}, eos {tok.eos_token_id})")
+          f"(bos {tok.bos_token_id}, eos {tok.eos_token_id}, add_bos_token {add_bos})")
     if tok.eos_token_id != ours["eos_id"] or (ours["bos_id"] >= 0 and tok.bos_token_id != ours["bos_id"]):
         print(f"  special ids differ: ours bos {ours['bos_id']} eos {ours['eos_id']}")
         failures += 1
     for s, ids, decoded in zip(strings, ours["ids"], ours["decoded"]):
         theirs = tok(s)["input_ids"]
+        if add_bos:  # the post-processor's bos, then the text's ids
+            if theirs[:1] != [ours["bos_id"]]:
+                print(f"  no bos first on {s!r}: transformers {theirs}")
+                failures += 1
+                continue
+            theirs = theirs[1:]
         if theirs != ids:
             print(f"  ids differ on {s!r}:\n    ours         {ids}\n    transformers {theirs}")
             failures += 1
             continue
         # decode: ours drops bos/eos; transformers' skip_special_tokens drops every special
         # token, so the text with special tokens in it is compared on ids alone.
-        if s in STRINGS:
+        if s not in SPECIAL_TEXT:
             text = tok.decode(ids)
             if text.encode("utf-8") != bytes(decoded):
                 print(f"  decode differs on {s!r}: ours {bytes(decoded)!r}, transformers {text!r}")
                 failures += 1
     print(f"  ids: {len(strings) - failures} of {len(strings)} strings agree")
 
-    model = LlamaForCausalLM.from_pretrained(args.export_dir).eval()  # float32, as exported
+    architecture = json.load(open(os.path.join(args.export_dir, "config.json")))["architectures"][0]
+    model = getattr(transformers, architecture).from_pretrained(args.export_dir).eval()  # float32, as exported
+    print(f"  model: {type(model).__name__}")
     generation = GenerationConfig.from_pretrained(args.export_dir)
     assert generation.do_sample is False and generation.eos_token_id == ours["eos_id"], generation
-    for prompt in PROMPTS:
+    for prompt in args.prompt or PROMPTS:
+        # Both sides start the prompt with bos exactly when the folder says add_bos_token.
         out = subprocess.run([args.darkformer, "generate", "--checkpoint", args.checkpoint, "--prompt", prompt,
-                              "--temperature", "0", "--max-tokens", str(args.max_tokens)],
+                              "--temperature", "0", "--max-tokens", str(args.max_tokens),
+                              "--bos", "always" if add_bos else "never"],
                              check=True, capture_output=True).stdout.decode("utf-8", errors="replace")
         assert out.startswith(prompt) and out.endswith("\n"), repr(out)
         ours_text = out[len(prompt):-1]

@@ -252,7 +252,8 @@ int export_hf_command(const CommandArgs& args) {
   Args a(args, specs);
   LoadedRun run = load_run(a.require("--checkpoint"));
   const fs::path out = a.require("--out");
-  const std::vector<fs::path> files = formats::export_hf(*run.model, run.tokenizer.get(), out);
+  const std::vector<fs::path> files =
+      formats::export_hf(*run.model, run.tokenizer.get(), out, train::checkpoint_bos(run.checkpoint));
   std::printf("wrote %s (step %lld):", out.c_str(), static_cast<long long>(run.step));
   for (const fs::path& f : files) std::printf(" %s", f.filename().c_str());
   std::printf("\n");

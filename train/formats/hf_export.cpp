@@ -12,6 +12,8 @@
 #include "data/bpe_tokenizer.h"
 #include "data/hf_tokenizer_json.h"
 #include "data/sentencepiece_tokenizer.h"
+#include "data/spm_tokenizer.h"
+#include "data/spm_tokenizer_json.h"
 #include "train/formats/safetensors.h"
 
 namespace dark::formats {
@@ -23,8 +25,9 @@ namespace {
 json id_or_null(std::int32_t id) { return id >= 0 ? json(id) : json(nullptr); }
 
 std::int32_t pad_id(const data::Tokenizer* t) {
-  const auto* bpe = dynamic_cast<const data::BpeTokenizer*>(t);
-  return bpe ? bpe->pad_id() : -1;
+  if (const auto* bpe = dynamic_cast<const data::BpeTokenizer*>(t)) return bpe->pad_id();
+  if (const auto* spm = dynamic_cast<const data::SpmTokenizer*>(t)) return spm->pad_id();
+  return -1;
 }
 
 // A tokenizer's files: (file name, contents) pairs and the two special-token configs.
@@ -42,9 +45,12 @@ json special_tokens(const data::Tokenizer& t, std::int32_t unk_id, std::int32_t 
   return s;
 }
 
-json base_tokenizer_config(const char* tokenizer_class, const json& special, const nn::ModelConfig& config) {
-  json c = {{"tokenizer_class", tokenizer_class},
-            {"add_bos_token", false},
+// PreTrainedTokenizerFast: transformers (4.x and 5.x) then takes tokenizer.json as written;
+// a model-specific class (LlamaTokenizer, GemmaTokenizer) would rebuild its own normalizer and
+// pre-tokenizer, or convert tokenizer.model (which needs protobuf).
+json base_tokenizer_config(const json& special, bool add_bos, const nn::ModelConfig& config) {
+  json c = {{"tokenizer_class", "PreTrainedTokenizerFast"},
+            {"add_bos_token", add_bos},
             {"add_eos_token", false},
             {"clean_up_tokenization_spaces", false},
             {"model_max_length", config.max_seq_len}};
@@ -53,31 +59,30 @@ json base_tokenizer_config(const char* tokenizer_class, const json& special, con
   return c;
 }
 
-TokenizerFiles sentencepiece_files(const data::SentencePieceTokenizer& sp, const nn::ModelConfig& config) {
+// SentencePiece-style BPE (a SentencePiece model trained here, or a GGUF's SpmTokenizer):
+// tokenizer.json, and for a SentencePiece model its tokenizer.model too. split_special_tokens
+// true: our encode reads the text "</s>" or "<eos>" as ordinary pieces, where transformers
+// would otherwise emit the token.
+TokenizerFiles spm_files(const data::SpmVocab& vocab, const data::Tokenizer& t, bool merge_into_any_type,
+                         bool add_bos, const nn::ModelConfig& config) {
   TokenizerFiles f;
-  // A SentencePiece model always has an unknown piece, id 0 unless trained otherwise (ours: 0).
-  f.special = special_tokens(sp, 0, -1);
-  f.config = base_tokenizer_config("LlamaTokenizer", f.special, config);
-  // Our models add no dummy prefix; one that does (add_dummy_prefix, e.g. Llama 2's) gives
-  // "▁" first on any text, which transformers reproduces with add_prefix_space.
-  const std::vector<std::int32_t> a = sp.encode("a");
-  const bool dummy_prefix = !a.empty() && sp.piece(a.front()).starts_with("\xE2\x96\x81");
-  f.config["add_prefix_space"] = dummy_prefix;
-  f.config["legacy"] = false;
+  f.special = special_tokens(t, vocab.unk_id, vocab.pad_id);
+  f.config = base_tokenizer_config(f.special, add_bos, config);
   f.config["split_special_tokens"] = true;
-  f.config["spaces_between_special_tokens"] = false;
-  f.config["sp_model_kwargs"] = json::object();
-  f.files.emplace_back("tokenizer.model", sp.model_bytes());
+  data::SpmJsonOptions options;
+  options.bos_first = add_bos;
+  options.merge_into_any_type = merge_into_any_type;
+  f.files.emplace_back("tokenizer.json", data::spm_tokenizer_json(vocab, options));
   return f;
 }
 
 TokenizerFiles bpe_files(const data::BpeVocab& vocab, const data::Tokenizer& t, bool split_special_tokens,
-                         const nn::ModelConfig& config) {
+                         bool add_bos, const nn::ModelConfig& config) {
   TokenizerFiles f;
   f.special = special_tokens(t, vocab.unk_id, vocab.pad_id);
-  f.config = base_tokenizer_config("PreTrainedTokenizerFast", f.special, config);
+  f.config = base_tokenizer_config(f.special, add_bos, config);
   f.config["split_special_tokens"] = split_special_tokens;
-  f.files.emplace_back("tokenizer.json", data::hf_tokenizer_json(vocab));
+  f.files.emplace_back("tokenizer.json", data::hf_tokenizer_json(vocab, add_bos));
   return f;
 }
 
@@ -113,22 +118,29 @@ void add_gemma3_keys(json& hf, const nn::ModelConfig& m) {
 
 }  // namespace
 
-std::vector<fs::path> export_hf(nn::CausalLM& model, const data::Tokenizer* tokenizer, const fs::path& out) {
+std::vector<fs::path> export_hf(nn::CausalLM& model, const data::Tokenizer* tokenizer, const fs::path& out,
+                                bool add_bos) {
   const std::vector<nn::AttentionKernel*> kernels = model.attention_kernels();
   for (std::size_t layer = 0; layer < kernels.size(); ++layer) {
     const std::string_view kind = kernels[layer]->kind();
     DARK_CHECK(kind == "softmax", "export-hf: only softmax-attention models map onto LlamaForCausalLM; layer ", layer,
                " uses ", kind);
   }
+  DARK_CHECK(!add_bos || (tokenizer && tokenizer->bos_id() >= 0), "export-hf: the run fed bos at every sequence "
+             "start but its tokenizer ", tokenizer ? tokenizer->kind() : std::string("(none)"), " has no bos token");
   const nn::ModelConfig& m = model.config();
   std::optional<TokenizerFiles> tok;
   if (const auto* sp = dynamic_cast<const data::SentencePieceTokenizer*>(tokenizer)) {
-    tok = sentencepiece_files(*sp, m);
+    // The sentencepiece library forms only normal and user-defined pieces by merging.
+    tok = spm_files(data::sentencepiece_vocab(*sp), *sp, false, add_bos, m);
+    tok->files.emplace_back("tokenizer.model", sp->model_bytes());
+  } else if (const auto* spm = dynamic_cast<const data::SpmTokenizer*>(tokenizer)) {
+    tok = spm_files(spm->vocab(), *spm, true, add_bos, m);  // llama.cpp's SPM merges into any piece
   } else if (const auto* bpe = dynamic_cast<const data::BpeTokenizer*>(tokenizer)) {
-    tok = bpe_files(bpe->vocab(), *bpe, false, m);
+    tok = bpe_files(bpe->vocab(), *bpe, false, add_bos, m);
   } else if (const auto* bytes = dynamic_cast<const data::ByteTokenizer*>(tokenizer)) {
     const data::BpeTokenizer same(data::byte_tokenizer_vocab());
-    tok = bpe_files(same.vocab(), *bytes, true, m);
+    tok = bpe_files(same.vocab(), *bytes, true, add_bos, m);
   } else {
     spdlog::warn("export-hf: tokenizer {} has no Hugging Face form here; the folder has no tokenizer files",
                  tokenizer ? tokenizer->kind() : std::string("(none)"));
