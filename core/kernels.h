@@ -242,4 +242,12 @@ struct SgdParams {
 DARK_DECLARE_KERNEL(sgd_step, void(Tensor& param, const Tensor& grad, Tensor& momentum_buf, const Tensor& decay_ranges,
                                    const SgdParams& p))
 
+// The squared L2 norm of a flat float32 buffer by chunks, for the gradient norm in one launch
+// whatever the buffer's size: out[c] = sum of x[i]^2 over i in [c chunk, (c + 1) chunk), each
+// square and each sum in float64 (a float32 value's square is exact there). x: (C chunk) f32
+// contiguous, out: (C) f64 contiguous. The summation order within a chunk depends only on the
+// chunk size; it is the order in which `reduce` sums a float64 row of that length on the
+// device for chunks over 1024 (the norm's are 4096), so the norm kept its bits.
+DARK_DECLARE_KERNEL(chunk_sq_norms, void(const Tensor& x, Tensor& out, std::int64_t chunk))
+
 }  // namespace dark

@@ -7,19 +7,9 @@
 #include "autograd/grad_binding.h"
 #include "autograd/grad_mode.h"
 #include "autograd/ops.h"
+#include "core/kernels.h"
 
 namespace dark::nn {
-namespace {
-
-// Chunks per pass of grad_sq_chunks: bounds its float64 temporaries (2 x 4 MiB) whatever
-// the size of the range. They come after the backward, when the cache holds mostly
-// activation-sized blocks, so each new size grows the resident set for the whole run: at
-// 1024 chunks per pass (2 x 32 MiB) that was 64 MiB of small.json's 1112 MB peak RSS.
-constexpr std::int64_t kNormChunksPerPass = 128;
-// Elements per piece of scale_grads: its temporary (4 MiB) instead of a copy of the buffer.
-constexpr std::int64_t kScalePiece = std::int64_t{1} << 20;
-
-}  // namespace
 
 ParameterBuffer::ParameterBuffer(const std::vector<std::pair<std::string, Tensor*>>& params, int shards)
     : shards_(shards) {
@@ -77,17 +67,12 @@ Tensor ParameterBuffer::grad_sq_chunks(FlatRange range) const {
              "grad_sq_chunks: range [", range.begin, ", ", range.end, ") is not within [0, ", numel(),
              ") with bounds that are multiples of ", kNormChunk);
   NoGradGuard no_grad;
-  const std::int64_t chunks = range.size() / kNormChunk;
-  Tensor out = Tensor::empty({chunks}, DType::f64, grads_.device());
-  // Each chunk is one line of the reduction: a sum over the chunk alone, in an order fixed
-  // by kNormChunk (the reduce kernels' contract), so the pass boundaries change nothing.
-  // Squares are taken in float64, where a float32 value's square is exact.
-  for (std::int64_t first = 0; first < chunks; first += kNormChunksPerPass) {
-    const std::int64_t n = std::min(kNormChunksPerPass, chunks - first);
-    const std::int64_t begin = range.begin + first * kNormChunk;
-    const Tensor lines = core::reshape(core::slice(grads_, 0, begin, begin + n * kNormChunk), {n, kNormChunk});
-    core::slice(out, 0, first, first + n).copy_(sum(square(lines.to(DType::f64)), {1}));
-  }
+  // One kernel for the whole range: it squares and sums each chunk in float64 without
+  // temporaries (the composed cast, square and sum took 4 launches per 128 chunks, over a
+  // thousand per step at GPT-2 small's size).
+  Tensor out = Tensor::empty({range.size() / kNormChunk}, DType::f64, grads_.device());
+  const Tensor lines = core::slice(grads_, 0, range.begin, range.end);
+  kernels::chunk_sq_norms().get(grads_.device().type, DType::f32)(lines, out, kNormChunk);
   return out;
 }
 
@@ -99,11 +84,9 @@ Tensor ParameterBuffer::sum_chunks(const Tensor& chunk_sums) {
 }
 
 void ParameterBuffer::scale_grads(double factor) {
-  NoGradGuard no_grad;
-  for (std::int64_t begin = 0; begin < numel(); begin += kScalePiece) {
-    Tensor piece = core::slice(grads_, 0, begin, std::min(numel(), begin + kScalePiece));
-    piece.copy_(mul_scalar(piece, factor));
-  }
+  // In place, one launch: an elementwise kernel reads each element before writing it, so
+  // x and y may be one buffer; the product rounds as mul_scalar's.
+  kernels::unary_forward().get(grads_.device().type, DType::f32)(UnaryOp::mul_scalar, grads_, grads_, factor);
 }
 
 }  // namespace dark::nn

@@ -346,5 +346,31 @@ TEST(GpuOptimizer, AdamWAndSgdOverDecayRangesMatchTheCpu) {
   }
 }
 
+// The gradient norm's chunk kernel: on the GPU, the bits of the composition it replaced for
+// the norm's 4096-long chunks (float64 cast, square, then reduce's block-per-row sum: the
+// same tree by construction), and the CPU's sequential sums within float64's summation
+// bound. Chunks of 4096 and of 1000 (not a multiple of the block), one holding an infinity.
+TEST(GpuOptimizer, ChunkSquareNormsEqualTheComposedSumOnTheGpuAndTheCpu) {
+  DARK_REQUIRE_GPU();
+  for (const std::int64_t chunk : {4096, 1000}) {
+    const std::int64_t chunks = 7;
+    Tensor x = mul_scalar(Tensor::randn({chunks * chunk}, 8, static_cast<std::uint64_t>(chunk)), 50.0);
+    if (chunk == 1000) slice(x, 0, 2500, 2501).fill_(std::numeric_limits<float>::infinity());
+    const Tensor x_gpu = x.to(Device::cuda(0));
+    Tensor gpu = Tensor::empty({chunks}, DType::f64, Device::cuda(0)), cpu = Tensor::empty({chunks}, DType::f64);
+    kernels::chunk_sq_norms().get(DeviceType::cuda, DType::f32)(x_gpu, gpu, chunk);
+    kernels::chunk_sq_norms().get(DeviceType::cpu, DType::f32)(x, cpu, chunk);
+    const Tensor composed = sum(reshape(square(x_gpu.to(DType::f64)), {chunks, chunk}), {1});
+    if (chunk > 1024) EXPECT_EQ(gpu.to_vector<double>(), composed.to_vector<double>());  // reduce's block-per-row tree
+    const std::vector<double> g = gpu.to_vector<double>(), c = cpu.to_vector<double>();
+    for (std::int64_t i = 0; i < chunks; ++i) {
+      // Positive terms: each order is within (chunk - 1) u of the exact sum (u = 2^-53).
+      if (std::isfinite(c[i])) EXPECT_NEAR(g[i], c[i], 2.0 * chunk * 0x1p-53 * c[i]) << "chunk " << chunk << ", sum " << i;
+      else EXPECT_EQ(g[i], c[i]) << "chunk " << chunk << ", sum " << i;
+    }
+    if (chunk == 1000) EXPECT_TRUE(std::isinf(c[2]));
+  }
+}
+
 }  // namespace
 }  // namespace dark::testing

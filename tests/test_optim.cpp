@@ -14,6 +14,7 @@
 
 #include "autograd/ops.h"
 #include "autograd/tape.h"
+#include "core/kernels.h"
 #include "nn/optim.h"
 #include "nn/schedule.h"
 #include "tests/test_util.h"
@@ -242,6 +243,40 @@ TEST(ParameterBuffer, ShardedChunkSumsGiveTheUnshardedNormExactly) {
     set_grads(unpadded, 7);
     EXPECT_EQ(std::bit_cast<std::uint64_t>(unpadded.grad_sq_norm().item()), std::bit_cast<std::uint64_t>(whole.item()));
   }
+}
+
+// The one-launch kernels behind the gradient norm and the clip: each chunk's float64 sum of
+// squares in sequence (the order the CPU's reduce sums a line in, so the norm kept its bits
+// when the composed cast, square and sum were replaced), a NaN reaching the norm (the
+// trainer's finiteness check reads it), and the clip's in-place scale rounding each product
+// to float32 as a separate multiply does.
+TEST(ParameterBuffer, ChunkNormsAreOrderedFloat64SumsAndTheClipScalesInPlace) {
+  const std::int64_t chunk = 4096, chunks = 5;
+  const Tensor x = mul_scalar(Tensor::randn({chunks * chunk}, 3, 0), 1e3);
+  Tensor out = Tensor::empty({chunks}, DType::f64);
+  kernels::chunk_sq_norms().get(DeviceType::cpu, DType::f32)(x, out, chunk);
+  const std::vector<float> xs = x.to_vector<float>();
+  const std::vector<double> got = out.to_vector<double>();
+  for (std::int64_t c = 0; c < chunks; ++c) {
+    double acc = 0;
+    for (std::int64_t i = c * chunk; i < (c + 1) * chunk; ++i) acc += double(xs[i]) * double(xs[i]);
+    EXPECT_EQ(std::bit_cast<std::uint64_t>(got[c]), std::bit_cast<std::uint64_t>(acc)) << "chunk " << c;
+  }
+  const Tensor composed = sum(reshape(square(x.to(DType::f64)), {chunks, chunk}), {1});
+  EXPECT_EQ(composed.to_vector<double>(), got);
+  dark::testing::expect_error([&] { kernels::chunk_sq_norms().get(DeviceType::cpu, DType::f32)(x, out, 1000); },
+                              {"chunk_sq_norms", "5 chunks of 1000"});
+
+  FiveParams p;
+  ParameterBuffer buffer(p.named(), 1);
+  set_grads(buffer, 7);
+  const std::vector<float> before = buffer.grads().to_vector<float>();
+  buffer.scale_grads(0.3);
+  const std::vector<float> after = buffer.grads().to_vector<float>();
+  for (std::size_t i = 0; i < before.size(); ++i) ASSERT_EQ(after[i], before[i] * 0.3f) << "element " << i;
+
+  ParameterBuffer::segment(buffer.grads(), buffer.entries()[1]).fill_(std::nan(""));
+  EXPECT_TRUE(std::isnan(buffer.grad_norm()));
 }
 
 TEST(ParameterBuffer, NormChunkRangesMustBeWholeChunksInsideTheBuffer) {

@@ -3,6 +3,7 @@
 // them with none, so no element looks anything up. Built with -ffp-contract=off (CMakeLists):
 // each operation is rounded on its own, as the CUDA kernels (core/cuda/optim.cu) round it,
 // so the two give the same bits.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -70,8 +71,28 @@ void sgd_step_f32(Tensor& param, const Tensor& grad, Tensor& momentum_buf, const
   });
 }
 
+// Each chunk summed in order, as reduce sums a float64 line; -ffp-contract=off keeps the
+// square rounded apart from the sum (it is exact anyway) and the sum unfused.
+void chunk_sq_norms_f32(const Tensor& x, Tensor& out, std::int64_t chunk) {
+  DARK_CHECK(chunk > 0 && x.numel() == out.numel() * chunk, "chunk_sq_norms: x ", x.describe(), " is not ",
+             out.numel(), " chunks of ", chunk);
+  const float* px = x.data<float>();
+  double* po = out.data<double>();
+  parallel_for(out.numel(), std::max<std::int64_t>(1, kGrainCheap / chunk), [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t c = begin; c < end; ++c) {
+      double acc = 0;
+      for (std::int64_t i = c * chunk; i < (c + 1) * chunk; ++i) {
+        const double v = px[i];
+        acc += v * v;
+      }
+      po[c] = acc;
+    }
+  });
+}
+
 DARK_REGISTER_KERNEL(adamw_step, cpu, f32, adamw_step_f32);
 DARK_REGISTER_KERNEL(sgd_step, cpu, f32, sgd_step_f32);
+DARK_REGISTER_KERNEL(chunk_sq_norms, cpu, f32, chunk_sq_norms_f32);
 
 }  // namespace
 }  // namespace dark::cpu

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "core/cuda/block_reduce.cuh"
 #include "core/cuda/launch.cuh"
 #include "core/kernels.h"
 
@@ -96,8 +97,37 @@ void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buf, const Ten
          static_cast<float>(s.weight_decay));
 }
 
+// One block per chunk, threads striding it, then the block's fixed tree: the order in which
+// reduce_rows_block_kernel (reduce.cu) sums a float64 row longer than 1024, so the norm's
+// 4096-long chunks keep the bits of the square-then-sum this replaces. __dmul_rn / __dadd_rn: no FMA contraction of acc + v v.
+__global__ void chunk_sq_norms_kernel(const float* x, double* out, std::int64_t chunks, std::int64_t chunk) {
+  for (std::int64_t c = blockIdx.x; c < chunks; c += gridDim.x) {
+    const float* xc = x + c * chunk;
+    double acc = 0;
+    for (std::int64_t i = threadIdx.x; i < chunk; i += blockDim.x) {
+      const double v = xc[i];
+      acc = __dadd_rn(acc, __dmul_rn(v, v));
+    }
+    acc = block_reduce(acc, SumOp{});
+    if (threadIdx.x == 0) out[c] = acc;
+  }
+}
+
+void chunk_sq_norms(const Tensor& x, Tensor& out, std::int64_t chunk) {
+  DARK_CHECK(chunk > 0 && x.numel() == out.numel() * chunk && x.is_contiguous() && out.is_contiguous() &&
+                 out.dtype() == DType::f64 && x.device() == out.device(),
+             "chunk_sq_norms: x ", x.describe(), " and out ", out.describe(), " are not ", out.numel(), " chunks of ",
+             chunk, " and their contiguous float64 sums");
+  const std::int64_t chunks = out.numel();
+  if (chunks == 0) return;
+  DeviceGuard guard(out);
+  launch(chunk_sq_norms_kernel, {grid_for(chunks, 1), kThreads}, x.data<float>(), out.data<double>(), chunks, chunk);
+  DARK_CUDA_CHECK_LAUNCH();
+}
+
 DARK_REGISTER_KERNEL(adamw_step, cuda, f32, &adamw_step);
 DARK_REGISTER_KERNEL(sgd_step, cuda, f32, &sgd_step);
+DARK_REGISTER_KERNEL(chunk_sq_norms, cuda, f32, &chunk_sq_norms);
 
 }  // namespace
 }  // namespace dark::cuda
