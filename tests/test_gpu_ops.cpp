@@ -176,6 +176,27 @@ TEST(Gpu, KernelProfileTimesCudaKernelsWithEvents) {
   EXPECT_EQ(matched, 2);
 }
 
+// bf16 gradients cross the graph in bf16 (autograd/tape.cpp, accumulate): a chain of ops
+// casts nothing but the leaf's gradient to f32, and a tensor read twice casts for its f32
+// sum (two up, one back down). Before, every edge cast up and back down.
+TEST(Gpu, Bf16GradientsCastOnlyAtLeavesAndSums) {
+  DARK_REQUIRE_GPU();
+  auto casts_in_backward = [](bool branch) {
+    Tensor x = Tensor::randn({64, 32}, 3).to(Device::cuda(0)).to(DType::bf16).set_requires_grad(true);
+    const Tensor h = exp(mul_scalar(reshape(x, {32, 64}), 0.5));
+    const Tensor y = branch ? add(h, sigmoid(h)) : tanh(h);
+    const Tensor loss = sum(mul_scalar(reshape(y, {2048}), 0.25));
+    KernelProfile profile;
+    backward(loss);
+    std::int64_t casts = 0;
+    for (const auto& r : profile.finish()) casts += r.kernel == "cast" ? r.calls : 0;
+    EXPECT_EQ(x.grad().dtype(), DType::f32);
+    return casts;
+  };
+  EXPECT_EQ(casts_in_backward(false), 1);
+  EXPECT_EQ(casts_in_backward(true), 4);
+}
+
 TEST(Gpu, NoDeviceIsReportedAsUnavailableNotAsACrash) {
   // Runs everywhere: on a machine without a driver this must be false, not throw.
   EXPECT_NO_THROW(cuda_available());

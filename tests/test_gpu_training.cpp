@@ -17,6 +17,7 @@
 #include "autograd/grad_mode.h"
 #include "autograd/ops.h"
 #include "core/allocator.h"
+#include "core/kernel_profile.h"
 #include "core/philox.h"
 #include "nn/generate.h"
 #include "test_util.h"
@@ -184,6 +185,35 @@ TEST(GpuTraining, ARunLogsWhichCudaBackendServesIt) {
   const std::string log = ::testing::internal::GetCapturedStdout();
   EXPECT_NE(log.find("device cuda:0: served by the CUDA emulator (the CUDA sources run on the CPU)"), std::string::npos)
       << log;
+}
+
+// Issue 30's "no per-step cudaMalloc" and launch economy, on the bf16 path: a steady-state
+// step asks the device for no new memory, and launches as many kernels at d_model 256 (2.2M
+// parameters: the gradient norm used to take 4 kernels per 512K of them) as at d_model 32.
+// (This 2-layer step launched 376 kernels, 230 of them casts, before gradients stayed bf16
+// between ops and the norm took one kernel; the count is printed.)
+TEST(GpuTraining, Bf16StepsLaunchAsManyKernelsAtAnyWidthAndAllocateNothingNew) {
+  DARK_REQUIRE_GPU();
+  auto launches_per_step = [](int d_model, int d_ff) {
+    TempDir tmp;
+    auto config = tiny_config(tmp, "x", 10);
+    config["model"]["d_model"] = d_model;
+    config["model"]["d_ff"] = d_ff;
+    TrainingRun run = start_run(parse_config(on(config, tmp, "run", "cuda", "bf16")), false);
+    train_step(run);  // the first steps fill the allocator's cache and the feature draws
+    train_step(run);
+    const std::size_t allocs = allocator_for(Device::cuda(0)).stats().system_allocs;
+    KernelProfile profile;
+    train_step(run);
+    std::int64_t calls = 0;
+    for (const KernelProfile::Row& row : profile.finish()) calls += row.calls;
+    EXPECT_EQ(allocator_for(Device::cuda(0)).stats().system_allocs, allocs) << "d_model " << d_model;
+    EXPECT_GT(run.params->numel(), d_model == 256 ? 2'000'000 : 0);
+    return calls;
+  };
+  const std::int64_t narrow = launches_per_step(32, 64);
+  EXPECT_EQ(launches_per_step(256, 1024), narrow);
+  std::printf("kernel calls per bf16 step, 2 layers: %lld\n", static_cast<long long>(narrow));
 }
 
 TEST(GpuTraining, OutOfMemorySaysHowMuchAndWhatShrinksIt) {
