@@ -104,6 +104,12 @@ DARK_DECLARE_KERNEL(fill_normal, void(Tensor& out, std::uint64_t seed, std::uint
 DARK_DECLARE_KERNEL(fill_uniform, void(Tensor& out, std::uint64_t seed, std::uint64_t stream,
                                        std::uint64_t offset, double low, double high))
 
+// A gradient sum of mixed precision (autograd/tape.cpp): out = float(a) + float(b) rounded to
+// f32, a and b each f32 or bf16, all three contiguous and of one shape (out may be a). One
+// pass where casting the bf16 operands first took three, with the same bits (the casts are
+// exact). Dispatched on out's dtype (f32).
+DARK_DECLARE_KERNEL(grad_sum, void(const Tensor& a, const Tensor& b, Tensor& out))
+
 // ---- fused ops (autograd/ops/{rms_norm,rope,flash_attention,cross_entropy,glu}.cpp) ----
 // Per-row statistics (rstd, lse) are held in grad_dtype(x): f32 for f32 and bf16, f64 for f64.
 

@@ -5,6 +5,7 @@
 #include "core/hash.h"
 #include "autograd/ops.h"
 #include "autograd/tape.h"
+#include "core/kernels.h"
 
 namespace dark::nn {
 
@@ -54,6 +55,15 @@ GatedMlp::GatedMlp(std::int64_t dim, std::int64_t hidden, MlpKind kind_, const I
 }
 
 namespace {
+GluOp glu_op(MlpKind kind) {
+  switch (kind) {
+    case MlpKind::swiglu: return GluOp::swiglu;
+    case MlpKind::geglu: return GluOp::geglu;
+    case MlpKind::geglu_tanh: return GluOp::geglu_tanh;
+  }
+  throw Error(str("GatedMlp: unknown MLP kind ", static_cast<int>(kind)));
+}
+
 Tensor activation(MlpKind kind, const Tensor& gate, const Tensor& up) {
   switch (kind) {
     case MlpKind::swiglu: return swiglu(gate, up);
@@ -66,9 +76,11 @@ Tensor activation(MlpKind kind, const Tensor& gate, const Tensor& up) {
 
 // down(act(gate, up)) as one tape entry that keeps gate and up (which act's backward needs
 // anyway) but not the (rows, hidden) activation, which down_proj's weight gradient would
-// otherwise keep: backward recomputes it (one elementwise pass) and then runs the same
-// products as separate ops would, so the gradients are the same bits. Saves one (rows,
-// hidden) tensor per layer of training memory.
+// otherwise keep: backward recomputes it (one elementwise pass) and then runs the products
+// and act's backward kernel as the separate ops would, so the gradients are the same bits.
+// Saves one (rows, hidden) tensor per layer of training memory. The kernels are called
+// directly, not through a nested tape, whose leaves would take f32 gradients: two casts of
+// a (rows, hidden) tensor each for gate and up in bf16.
 Tensor GatedMlp::forward(const Tensor& x) const {
   const Tensor gate = gate_proj.forward(x), up = up_proj.forward(x);
   const Tensor w = to_compute(*down_proj.weight);  // cast once (bf16), used by both paths
@@ -84,24 +96,25 @@ Tensor GatedMlp::forward(const Tensor& x) const {
     out = down(activation(kind, gate, up));
   }
   record("gated_mlp_down", {gate, up, w}, {&out},
-         [gate = gate.detach(), up = up.detach(), w = w.detach(), kind = kind](BackwardContext& g) {
+         [gate = gate.contiguous().detach(), up = up.contiguous().detach(), w = w.detach(),
+          op = glu_op(kind)](BackwardContext& g) {
+           NoGradGuard no_grad;
            const std::int64_t hidden = gate.shape().back(), dim = w.size(0);
            const Tensor dy = reshape(g.out_grad(), {g.out_grad().numel() / dim, dim});
-           TapeScope own_tape;
-           Tensor gate_leaf = gate.detach(), up_leaf = up.detach();
-           if (g.needs_grad(0)) gate_leaf.set_requires_grad(true);
-           if (g.needs_grad(1)) up_leaf.set_requires_grad(true);
-           Tensor h;
-           {
-             EnableGradGuard recording;
-             h = activation(kind, gate_leaf, up_leaf);
+           const DeviceType device = gate.device().type;
+           if (g.needs_grad(2)) {
+             Tensor h = Tensor::empty(gate.shape(), gate.dtype(), gate.device());
+             kernels::glu_forward().get(device, gate.dtype())(op, gate, up, h);
+             g.set_input_grad(2, matmul(dy, reshape(h, {h.numel() / hidden, hidden}), true, false));
            }
-           const Tensor h2 = reshape(h.detach(), {h.numel() / hidden, hidden});
-           if (g.needs_grad(2)) g.set_input_grad(2, matmul(dy, h2, true, false));
            if (g.needs_grad(0) || g.needs_grad(1)) {
-             backward(h, reshape(matmul(dy, w), h.shape()));
-             if (g.needs_grad(0)) g.set_input_grad(0, gate_leaf.grad());
-             if (g.needs_grad(1)) g.set_input_grad(1, up_leaf.grad());
+             const Tensor dh = reshape(matmul(dy, w), gate.shape()).contiguous();
+             Tensor dgate, dup;
+             if (g.needs_grad(0)) dgate = Tensor::empty(gate.shape(), gate.dtype(), gate.device());
+             if (g.needs_grad(1)) dup = Tensor::empty(up.shape(), up.dtype(), up.device());
+             kernels::glu_backward().get(device, gate.dtype())(op, gate, up, dh, dgate, dup);
+             if (dgate.defined()) g.set_input_grad(0, dgate);
+             if (dup.defined()) g.set_input_grad(1, dup);
            }
          });
   return out;
