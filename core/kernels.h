@@ -162,12 +162,14 @@ DARK_DECLARE_KERNEL(cross_entropy_backward, void(const Tensor& logits, const Ten
 // lse[r] = log(sum_j exp(x[r, j])), max subtracted first, for x: (R, C) contiguous; lse: (R)
 // in x's dtype. The per-row part of cross_entropy_forward (linear_cross_entropy's chunks).
 DARK_DECLARE_KERNEL(row_logsumexp, void(const Tensor& x, Tensor& lse))
-// The gradient of one vocabulary chunk [v0, v0 + C) of the logits (linear_cross_entropy), in
-// place: x[n, j] = (exp(x[n, j] - lse[n]) - [targets[n] == v0 + j]) * scale[n]. x: (N, C)
+// The gradient of one vocabulary chunk [v0, v0 + C) of the logits (linear_cross_entropy):
+// dx[n, j] = (exp(x[n, j] - lse[n]) - [targets[n] == v0 + j]) * scale[n]. x: (N, C)
 // contiguous, lse and scale: (N) of x's dtype (scale is 0 on ignored rows), targets: (N) i32 /
-// i64 (any values: only equality with v0 + j is read).
-DARK_DECLARE_KERNEL(cross_entropy_chunk_backward, void(Tensor& logits, const Tensor& lse, const Tensor& scale,
-                                                       const Tensor& targets, std::int64_t v0))
+// i64 (any values: only equality with v0 + j is read). dx: (N, C) contiguous, x itself (in
+// place) or, on CUDA for f32 x, a bf16 tensor: the operand of the bf16 gradient products,
+// written rounded once, as a cast of the f32 result would be, without that extra pass.
+DARK_DECLARE_KERNEL(cross_entropy_chunk_backward, void(const Tensor& logits, const Tensor& lse, const Tensor& scale,
+                                                       const Tensor& targets, std::int64_t v0, Tensor& dlogits))
 
 // Gated activations of the feed-forward block: out = act(gate) * up, elementwise on
 // same-shape contiguous tensors (swiglu: act = silu; geglu: act = exact gelu; geglu_tanh:

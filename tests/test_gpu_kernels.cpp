@@ -372,5 +372,27 @@ TEST(GpuOptimizer, ChunkSquareNormsEqualTheComposedSumOnTheGpuAndTheCpu) {
   }
 }
 
+// The LM head's chunk gradient written straight as bf16 is the f32 gradient cast, bit for
+// bit (one rounding either way); the f32 one in place matches the CPU's. Row 1 targets a
+// class outside the chunk, row 2 the chunk's first column, row 0 its last.
+TEST(GpuCrossEntropy, ChunkGradientAsBf16IsTheCastOfTheF32One) {
+  DARK_REQUIRE_GPU();
+  const std::int64_t rows = 3, cols = 257, v0 = 100;
+  const Tensor logits = mul_scalar(Tensor::randn({rows, cols}, 12, 0), 3.0);
+  const Tensor lse = Tensor::from_vector<float>({4.0f, 5.5f, 3.25f}, {rows});
+  const Tensor scale = Tensor::from_vector<float>({0.5f, 0.25f, 0.0f}, {rows});
+  const Tensor targets = Tensor::from_vector<std::int64_t>({v0 + cols - 1, 7, v0}, {rows});
+  const Device gpu = Device::cuda(0);
+  Tensor cpu = logits.clone(), f32 = logits.to(gpu), bf16 = Tensor::empty({rows, cols}, DType::bf16, gpu);
+  kernels::cross_entropy_chunk_backward().get(DeviceType::cpu, DType::f32)(cpu, lse, scale, targets, v0, cpu);
+  kernels::cross_entropy_chunk_backward().get(DeviceType::cuda, DType::f32)(f32, lse.to(gpu), scale.to(gpu),
+                                                                            targets.to(gpu), v0, f32);
+  kernels::cross_entropy_chunk_backward().get(DeviceType::cuda, DType::f32)(logits.to(gpu), lse.to(gpu), scale.to(gpu),
+                                                                            targets.to(gpu), v0, bf16);
+  EXPECT_EQ(compare(f32, cpu, {1e-6, 1e-7}), "");
+  EXPECT_EQ(bf16.to(DType::f32).to_vector<float>(), f32.to(DType::bf16).to(DType::f32).to_vector<float>());
+  EXPECT_LT(cpu.to_vector<float>()[cols - 1], 0.0f);  // the target's column got -scale
+}
+
 }  // namespace
 }  // namespace dark::testing

@@ -4,9 +4,10 @@
 // f32 directly), their row logsumexp merged into the running one; the target logits are
 // gathered rows of W dotted with hidden. Backward: per chunk the logits (kept from the
 // forward when the whole vocabulary is one chunk: then nothing is recomputed and the memory is
-// what a separate head and cross_entropy would keep; recomputed otherwise), turned in place
-// into P = (softmax - onehot) * scale (scale = dloss / count on counted rows, 0 on ignored
-// ones; cross_entropy_chunk_backward), then dhidden += P W_c and dW_c = P^T hidden.
+// what a separate head and cross_entropy would keep; recomputed otherwise), turned into
+// P = (softmax - onehot) * scale (scale = dloss / count on counted rows, 0 on ignored ones;
+// cross_entropy_chunk_backward: in place, or written as bf16 for bf16 products), then
+// dhidden += P W_c and dW_c = P^T hidden.
 #include <algorithm>
 
 #include "autograd/grad_mode.h"
@@ -104,10 +105,11 @@ Tensor linear_cross_entropy(const Tensor& hidden_in, const Tensor& weight_in, co
            Tensor dw = g.needs_grad(1) ? Tensor::empty({v, d}, acc, hidden.device()) : Tensor();
            for (std::int64_t v0 = 0; v0 < v; v0 += step) {
              const std::int64_t v1 = std::min(v, v0 + step);
-             Tensor p = kept_logits.defined() ? kept_logits : logits_chunk(hidden, weight, v0, v1, acc);
-             kept_logits = Tensor();  // p is overwritten in place
-             kernels::cross_entropy_chunk_backward().get(p.device().type, p.dtype())(p, lse, scale, targets, v0);
-             const Tensor pm = p.to(hidden.dtype());
+             const Tensor logits = kept_logits.defined() ? kept_logits : logits_chunk(hidden, weight, v0, v1, acc);
+             kept_logits = Tensor();
+             // P in the products' dtype: over the logits in place (f32, f64), or written as bf16.
+             Tensor pm = hidden.dtype() == acc ? logits : Tensor::empty(logits.shape(), hidden.dtype(), logits.device());
+             kernels::cross_entropy_chunk_backward().get(logits.device().type, acc)(logits, lse, scale, targets, v0, pm);
              if (dh.defined()) gemm_into(pm, false, core::slice(weight, 0, v0, v1), false, dh, 1.0f);
              if (dw.defined()) {
                Tensor rows_of_dw = core::slice(dw, 0, v0, v1);

@@ -149,30 +149,35 @@ DARK_REGISTER_KERNEL(row_logsumexp, cpu, f32, row_logsumexp_kernel<float>);
 DARK_REGISTER_KERNEL(row_logsumexp, cpu, f64, row_logsumexp_kernel<double>);
 
 template <class T, class I>
-void chunk_backward_typed(Tensor& logits, const Tensor& lse, const Tensor& scale, const Tensor& targets,
-                          std::int64_t v0) {
+void chunk_backward_typed(const Tensor& logits, const Tensor& lse, const Tensor& scale, const Tensor& targets,
+                          std::int64_t v0, Tensor& dlogits) {
   const std::int64_t rows = logits.shape()[0], cols = logits.shape()[1];
-  T* px = logits.data<T>();
+  const T* px = logits.data<T>();
+  T* pd = dlogits.data<T>();
   const T* plse = lse.data<T>();
   const T* ps = scale.data<T>();
   const I* pt = targets.data<I>();
   parallel_for(rows, std::max<std::int64_t>(1, kGrainHeavy / std::max<std::int64_t>(cols, 1)),
                [&](std::int64_t begin, std::int64_t end) {
                  for (std::int64_t r = begin; r < end; ++r) {
-                   T* xr = px + r * cols;
-                   if constexpr (std::is_same_v<T, float>) row_softmax_scaled_f32(xr, xr, cols, plse[r], ps[r]);
-                   else row_softmax_scaled(xr, xr, cols, plse[r], ps[r]);
+                   const T* xr = px + r * cols;
+                   T* dr = pd + r * cols;
+                   if constexpr (std::is_same_v<T, float>) row_softmax_scaled_f32(xr, dr, cols, plse[r], ps[r]);
+                   else row_softmax_scaled(xr, dr, cols, plse[r], ps[r]);
                    const std::int64_t j = static_cast<std::int64_t>(pt[r]) - v0;
-                   if (j >= 0 && j < cols) xr[j] -= ps[r];
+                   if (j >= 0 && j < cols) dr[j] -= ps[r];
                  }
                });
 }
 
 template <class T>
-void cross_entropy_chunk_backward_kernel(Tensor& logits, const Tensor& lse, const Tensor& scale, const Tensor& targets,
-                                         std::int64_t v0) {
-  if (targets.dtype() == DType::i32) return chunk_backward_typed<T, std::int32_t>(logits, lse, scale, targets, v0);
-  chunk_backward_typed<T, std::int64_t>(logits, lse, scale, targets, v0);
+void cross_entropy_chunk_backward_kernel(const Tensor& logits, const Tensor& lse, const Tensor& scale,
+                                         const Tensor& targets, std::int64_t v0, Tensor& dlogits) {
+  DARK_CHECK(dlogits.dtype() == logits.dtype() && dlogits.shape() == logits.shape(),
+             "cross_entropy_chunk_backward: dlogits ", dlogits.describe(), " must be like logits ", logits.describe(),
+             " on the CPU");
+  if (targets.dtype() == DType::i32) return chunk_backward_typed<T, std::int32_t>(logits, lse, scale, targets, v0, dlogits);
+  chunk_backward_typed<T, std::int64_t>(logits, lse, scale, targets, v0, dlogits);
 }
 
 DARK_REGISTER_KERNEL(cross_entropy_chunk_backward, cpu, f32, cross_entropy_chunk_backward_kernel<float>);

@@ -126,33 +126,51 @@ __global__ void cross_entropy_backward_kernel(const T* x, const I* targets, cons
   }
 }
 
-template <class T, class I>
-__global__ void cross_entropy_chunk_backward_kernel(T* x, const T* lse, const T* scale, const I* targets,
+// One row per block iteration, threads across its columns: no per-element division to find
+// the row (64-bit, dozens of instructions per element). O is T, or bf16 for f32 T.
+template <class T, class O, class I>
+__global__ void cross_entropy_chunk_backward_kernel(const T* x, O* dx, const T* lse, const T* scale, const I* targets,
                                                     std::int64_t rows, std::int64_t cols, std::int64_t v0) {
   using A = acc_t<T>;
-  const std::int64_t total = rows * cols;
-  for (std::int64_t e = global_thread(); e < total; e += grid_threads()) {
-    const std::int64_t r = e / cols, j = e % cols;
-    const A s = load(scale, r);
-    A v = dmath::exp(load(x, e) - load(lse, r)) * s;
-    if (static_cast<std::int64_t>(targets[r]) == v0 + j) v -= s;
-    store(x, e, v);
+  for (std::int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const A s = load(scale, r), l = load(lse, r);
+    const std::int64_t target = static_cast<std::int64_t>(targets[r]) - v0;
+    const T* xr = x + r * cols;
+    O* dr = dx + r * cols;
+    for (std::int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
+      A v = dmath::exp(load(xr, j) - l) * s;
+      if (j == target) v -= s;
+      dr[j] = convert<O>(v);
+    }
   }
 }
 
-template <class T>
-void cross_entropy_chunk_backward(Tensor& logits, const Tensor& lse, const Tensor& scale, const Tensor& targets,
-                                  std::int64_t v0) {
-  check_dtype<T>("cross_entropy_chunk_backward", {{"logits", &logits}, {"lse", &lse}, {"scale", &scale}});
+template <class T, class O>
+void chunk_backward_typed(const Tensor& logits, const Tensor& lse, const Tensor& scale, const Tensor& targets,
+                          std::int64_t v0, Tensor& dlogits) {
   const std::int64_t rows = logits.shape()[0], cols = logits.shape()[1];
-  if (rows * cols == 0) return;
-  DeviceGuard guard(logits);
+  const LaunchShape shape{grid_for(rows, 1), kThreads};
   if (targets.dtype() == DType::i32)
-    launch(cross_entropy_chunk_backward_kernel<T, std::int32_t>, {grid_for(rows * cols), kThreads}, logits.data<T>(),
+    launch(cross_entropy_chunk_backward_kernel<T, O, std::int32_t>, shape, logits.data<T>(), dlogits.data<O>(),
            lse.data<T>(), scale.data<T>(), targets.data<std::int32_t>(), rows, cols, v0);
   else
-    launch(cross_entropy_chunk_backward_kernel<T, std::int64_t>, {grid_for(rows * cols), kThreads}, logits.data<T>(),
+    launch(cross_entropy_chunk_backward_kernel<T, O, std::int64_t>, shape, logits.data<T>(), dlogits.data<O>(),
            lse.data<T>(), scale.data<T>(), targets.data<std::int64_t>(), rows, cols, v0);
+}
+
+template <class T>
+void cross_entropy_chunk_backward(const Tensor& logits, const Tensor& lse, const Tensor& scale, const Tensor& targets,
+                                  std::int64_t v0, Tensor& dlogits) {
+  check_dtype<T>("cross_entropy_chunk_backward", {{"logits", &logits}, {"lse", &lse}, {"scale", &scale}});
+  const bool to_bf16 = std::is_same_v<T, float> && dlogits.dtype() == DType::bf16;
+  DARK_CHECK((dlogits.dtype() == logits.dtype() || to_bf16) && dlogits.shape() == logits.shape(),
+             "cross_entropy_chunk_backward: dlogits ", dlogits.describe(), " must be like logits ", logits.describe(),
+             " (or bf16 for f32 logits)");
+  if (logits.numel() == 0) return;
+  DeviceGuard guard(logits);
+  if (to_bf16) chunk_backward_typed<T, BFloat16>(logits, lse, scale, targets, v0, dlogits);
+  else chunk_backward_typed<T, T>(logits, lse, scale, targets, v0, dlogits);
+  DARK_CUDA_CHECK_LAUNCH();
 }
 
 void check_targets(const Tensor& logits, const Tensor& targets) {
