@@ -162,24 +162,30 @@ dark::Tensor random_batch(std::int64_t B, std::int64_t T1, std::int64_t vocab, s
   return dark::Tensor::from_vector(ids, {B, T1});
 }
 
-// The profile as JSON rows (ms and calls per step), and as a table on stderr: device time
-// per step by phase and kernel, and how much of the step's wall time the kernels fill (on a
-// GPU the rest is host work and launch gaps the device waits through).
+// The profile as JSON rows (ms, calls, tensor bytes and matmul FLOPs per step), and as a
+// table on stderr: device time per step by phase and kernel, how much of the step's wall time
+// the kernels fill (on a GPU the rest is host work and launch gaps the device waits through),
+// and each kernel's rates: GB/s of the tensors it is handed (a one-pass kernel's bandwidth;
+// a lower bound for tiled ones) and TFLOP/s for matmul.
 json profile_json(const std::vector<dark::KernelProfile::Row>& rows, int steps, double median_step_s) {
   double kernels_ms = 0;
   for (const auto& r : rows) kernels_ms += r.ms / steps;
   const double step_ms = median_step_s * 1e3;
   std::fprintf(stderr, "  kernel profile over %d steps (median step %.2f ms; kernels %.2f ms = %.0f%% of it):\n", steps,
                step_ms, kernels_ms, 100 * kernels_ms / step_ms);
-  std::fprintf(stderr, "    %-15s %-36s %10s %10s %7s\n", "phase", "kernel", "calls/step", "ms/step", "% step");
+  std::fprintf(stderr, "    %-15s %-36s %10s %10s %7s %9s %9s %8s\n", "phase", "kernel", "calls/step", "ms/step", "% step",
+               "GB/step", "GB/s", "TFLOP/s");
   json out = json::array();
   for (const auto& r : rows) {
-    const double ms = r.ms / steps;
-    const double calls = static_cast<double>(r.calls) / steps;
-    std::fprintf(stderr, "    %-15s %-36s %10.1f %10.3f %6.1f%%\n", r.pass.empty() ? "(none)" : r.pass.c_str(),
-                 r.kernel.c_str(), calls, ms, 100 * ms / step_ms);
+    const double ms = r.ms / steps, calls = static_cast<double>(r.calls) / steps;
+    const double gb = r.bytes / steps / 1e9, tflop = r.flops / steps / 1e12;
+    const double gb_per_s = ms > 0 ? gb / (ms / 1e3) : 0, tflop_per_s = ms > 0 ? tflop / (ms / 1e3) : 0;
+    std::fprintf(stderr, "    %-15s %-36s %10.1f %10.3f %6.1f%% %9.3f %9.1f", r.pass.empty() ? "(none)" : r.pass.c_str(),
+                 r.kernel.c_str(), calls, ms, 100 * ms / step_ms, gb, gb_per_s);
+    if (r.flops > 0) std::fprintf(stderr, " %8.1f", tflop_per_s);
+    std::fprintf(stderr, "\n");
     out.push_back({{"phase", r.pass}, {"kernel", r.kernel}, {"device", dark::device_type_name(r.device)},
-                   {"calls_per_step", calls}, {"ms_per_step", ms}});
+                   {"calls_per_step", calls}, {"ms_per_step", ms}, {"gb_per_step", gb}, {"tflop_per_step", tflop}});
   }
   return {{"steps", steps}, {"median_step_ms", step_ms}, {"kernels_ms_per_step", kernels_ms}, {"rows", out}};
 }

@@ -22,7 +22,9 @@ class KernelCall<R(Args...)> {
   KernelCall(R (*fn)(Args...), const char* name, DeviceType device) : fn_(fn), name_(name), device_(device) {}
   R operator()(Args... args) const {
     if (!KernelProfile::active()) return fn_(std::forward<Args>(args)...);
-    const profile_detail::KernelTimer timer(name_, device_);
+    profile_detail::Work work;
+    (profile_detail::count(work, args), ...);
+    const profile_detail::KernelTimer timer(name_, device_, work);
     return fn_(std::forward<Args>(args)...);
   }
 

@@ -16,6 +16,7 @@ struct Timed {
   const char* pass;
   const char* kernel;
   DeviceType device;
+  profile_detail::Work work;
   void* start;
   void* end;
 };
@@ -62,6 +63,8 @@ std::vector<KernelProfile::Row> KernelProfile::finish() {
     row.pass = t.pass, row.kernel = t.kernel, row.device = t.device;
     ++row.calls;
     row.ms += ms;
+    row.bytes += t.work.bytes;
+    row.flops += t.work.flops;
   }
   std::vector<Row> rows;
   for (auto& [key, row] : sums) rows.push_back(std::move(row));
@@ -74,7 +77,8 @@ ProfilePass::~ProfilePass() { current_pass = previous_; }
 
 namespace profile_detail {
 
-KernelTimer::KernelTimer(const char* kernel, DeviceType device) : kernel_(kernel), device_(device) {
+KernelTimer::KernelTimer(const char* kernel, DeviceType device, const Work& work)
+    : kernel_(kernel), device_(device), work_(work) {
   if (dispatch_depth++ > 0) return;
   start_ = backend_for(device).record_timing_event();
 }
@@ -90,7 +94,7 @@ KernelTimer::~KernelTimer() {
     backend.release_timing_event(end);
     return;
   }
-  timed().push_back({current_pass, kernel_, device_, start_, end});
+  timed().push_back({current_pass, kernel_, device_, work_, start_, end});
 }
 
 }  // namespace profile_detail

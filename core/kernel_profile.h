@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/device.h"
+#include "core/dtype.h"
 
 namespace dark {
 
@@ -25,6 +26,11 @@ class KernelProfile {
     DeviceType device = DeviceType::cpu;
     std::int64_t calls = 0;
     double ms = 0;  // summed device time
+    // Summed over the calls: the sizes of the tensors each was handed (inputs and outputs
+    // once each: a lower bound on its memory traffic, exact for one-pass kernels; a tiled
+    // kernel such as flash attention reads some many times) and, for matmul, 2 m n k per
+    // product. bytes / ms is the "effective bandwidth" of the kernel.
+    double bytes = 0, flops = 0;
   };
 
   KernelProfile();  // one at a time per process; throws when another is alive
@@ -57,10 +63,25 @@ class ProfilePass {
 };
 
 namespace profile_detail {
+// What one kernel call moves and computes, counted from its arguments (see Row).
+struct Work {
+  double bytes = 0, flops = 0;
+};
+// Tensors and GemmShapes are recognised by their members (this header comes before both).
+template <class Arg>
+void count(Work& work, const Arg& arg) {
+  if constexpr (requires { arg.numel(); arg.dtype(); arg.defined(); }) {
+    if (arg.defined()) work.bytes += static_cast<double>(arg.numel()) * static_cast<double>(dtype_size(arg.dtype()));
+  } else if constexpr (requires { arg.batch; arg.m; arg.n; arg.k; }) {
+    work.flops += 2.0 * static_cast<double>(arg.batch) * static_cast<double>(arg.m) * static_cast<double>(arg.n) *
+                  static_cast<double>(arg.k);
+  }
+}
+
 // Brackets one kernel call while a profile is active (used by KernelTable's dispatch).
 class KernelTimer {
  public:
-  KernelTimer(const char* kernel, DeviceType device);
+  KernelTimer(const char* kernel, DeviceType device, const Work& work);
   ~KernelTimer();
   KernelTimer(const KernelTimer&) = delete;
   KernelTimer& operator=(const KernelTimer&) = delete;
@@ -68,6 +89,7 @@ class KernelTimer {
  private:
   const char* kernel_;
   DeviceType device_;
+  Work work_;
   void* start_ = nullptr;  // null: not timed (nested, or the profile ended meanwhile)
 };
 }  // namespace profile_detail

@@ -21,6 +21,16 @@ import sys
 LIMIT = 6000
 
 
+
+def rate(row):
+    """ ' (N GB/s)' or ' (N TFLOP/s)' for a profile row: tensor bytes or matmul FLOPs over its time."""
+    seconds = row["ms_per_step"] / 1e3
+    if seconds <= 0:
+        return ""
+    if row.get("tflop_per_step"):
+        return f" ({row['tflop_per_step'] / seconds:.0f} TFLOP/s)"
+    return f" ({row.get('gb_per_step', 0) / seconds:.0f} GB/s)" if row.get("gb_per_step") else ""
+
 def metrics(run):
     """(step lines {step: (loss, grad_norm)}, eval losses in order) of a run folder."""
     steps, evals = {}, []
@@ -213,7 +223,7 @@ def summary(out):
             prof = r.get("profile")
             if prof:  # bench_train --profile: where the step's device time goes
                 lines.append(f"  kernels {prof['kernels_ms_per_step']:.1f} ms of a {prof['median_step_ms']:.1f} ms step; top: " +
-                             ", ".join(f"{p['phase']}/{p['kernel']} {p['ms_per_step']:.1f}" for p in prof["rows"][:8]))
+                             ", ".join(f"{p['phase']}/{p['kernel']} {p['ms_per_step']:.1f}{rate(p)}" for p in prof["rows"][:10]))
         lines += fmt_attention(bench["attention"])
         targets = bench.get("targets") or []
         if targets:

@@ -57,6 +57,12 @@ TEST(KernelProfile, CountsEachDispatchInItsPassAndTimesIt) {
   EXPECT_GT(mm->ms, 0);  // 33 MFLOP
   EXPECT_LE(sum, wall_ms);
   for (std::size_t i = 1; i < rows.size(); ++i) EXPECT_GE(rows[i - 1].ms, rows[i].ms) << "largest first";
+  // What the calls were handed: three 256 x 256 f32 tensors each; the product's 2 n^3 FLOPs.
+  const double tensor_bytes = 256.0 * 256 * 4;
+  EXPECT_EQ(mm->bytes, 3 * tensor_bytes);
+  EXPECT_EQ(mm->flops, 2.0 * 256 * 256 * 256);
+  EXPECT_EQ(fwd_binary->bytes, 2 * 3 * tensor_bytes);
+  EXPECT_EQ(fwd_binary->flops, 0);
 }
 
 TEST(KernelProfile, OneAtATimeAndOffOnceFinished) {
