@@ -40,13 +40,35 @@ bool needs_grad(const Tensor& t) { return t.defined() && t.requires_grad(); }
 // accumulation bit for bit on two ranks.
 using PendingGrads = std::unordered_map<AutogradMeta*, Tensor>;
 
-// a + b in acc, a new tensor. bf16 terms of an f32 sum are read by grad_sum directly rather
-// than cast first (one kernel instead of three, same bits).
-Tensor sum_of(const Tensor& a, const Tensor& b, DType acc) {
+// A non-leaf's gradient contributions still to come in this backward (one per input slot of
+// an entry that feeds root and reads it), and its dtype: the last of several is summed
+// straight into that dtype (bf16), not into an f32 tensor that its producer's replay would
+// cast. An entry that gives the input no gradient leaves the count above 0, and then the sum
+// stays f32 and is cast there, as before.
+struct Expected {
+  std::int64_t remaining = 0;
+  DType dtype = DType::f32;
+};
+
+// What one backward() tracks besides the gradients.
+struct ReplayState {
+  PendingGrads pending;
+  std::unordered_map<const AutogradMeta*, Expected> expected;
+  // For each leaf with hooks or a bound gradient: the index of the entry after whose replay
+  // its gradient is final (see plan_replay).
+  std::unordered_map<const AutogradMeta*, std::int64_t> final_entry;
+};
+
+// a + b summed in acc and rounded to out (acc, or bf16 for the last term of a bf16 tensor's
+// gradient), a new tensor. bf16 terms of an f32 sum are read by grad_sum directly rather than
+// cast first: one kernel instead of three, same bits (the casts are exact, and the f32 sum is
+// rounded to bf16 as a cast of it would be).
+Tensor sum_of(const Tensor& a, const Tensor& b, DType acc, DType out_dtype) {
   const bool mixed = acc == DType::f32 && (a.dtype() == DType::bf16 || b.dtype() == DType::bf16);
-  if (!mixed || !a.is_contiguous() || !b.is_contiguous() || a.device() != b.device()) return add(a.to(acc), b.to(acc));
-  Tensor out = Tensor::empty(a.shape(), acc, a.device());
-  kernels::grad_sum().get(out.device().type, acc)(a, b, out);
+  if (!mixed || !a.is_contiguous() || !b.is_contiguous() || a.device() != b.device())
+    return add(a.to(acc), b.to(acc)).to(out_dtype);
+  Tensor out = Tensor::empty(a.shape(), out_dtype, a.device());
+  kernels::grad_sum().get(out.device().type, out_dtype)(a, b, out);
   return out;
 }
 
@@ -57,16 +79,18 @@ Tensor sum_of(const Tensor& a, const Tensor& b, DType acc) {
 // output's dtype, so a bf16 gradient makes no round trip through f32 on its way (two cast
 // kernels and 12 bytes of traffic per element, at every edge of the graph). The bits are the
 // same: bf16 -> f32 -> bf16 is exact, and second contributions are still summed in f32.
-void accumulate(AutogradMeta& meta, const Tensor& g, bool leaf, PendingGrads& pending) {
+void accumulate(AutogradMeta& meta, const Tensor& g, bool leaf, ReplayState& state) {
   const DType acc = grad_dtype(g.dtype());
   if (meta.grad_in_buffer) {  // a parameter whose gradient lives in a flat buffer
     const Tensor g_acc = g.to(acc);
     DARK_CHECK(meta.grad->shape() == g_acc.shape(), "backward: gradient of shape ", shape_str(g_acc.shape()),
                " for a parameter of shape ", shape_str(meta.grad->shape()));
-    const auto [it, first] = pending.try_emplace(&meta, g_acc);
+    const auto [it, first] = state.pending.try_emplace(&meta, g_acc);
     if (!first) it->second = add(it->second, g_acc);
     return;
   }
+  const auto expected = state.expected.find(&meta);
+  const bool last = expected != state.expected.end() && --expected->second.remaining == 0;
   if (!meta.grad) {
     if (!leaf) {
       meta.grad = std::make_shared<Tensor>(g);
@@ -79,7 +103,7 @@ void accumulate(AutogradMeta& meta, const Tensor& g, bool leaf, PendingGrads& pe
   } else {
     DARK_CHECK(meta.grad->shape() == g.shape(), "backward: gradient of shape ", shape_str(g.shape()),
                " cannot accumulate into gradient of shape ", shape_str(meta.grad->shape()));
-    meta.grad = std::make_shared<Tensor>(sum_of(*meta.grad, g, acc));
+    meta.grad = std::make_shared<Tensor>(sum_of(*meta.grad, g, acc, last ? expected->second.dtype : acc));
   }
 }
 
@@ -94,7 +118,7 @@ void flush(AutogradMeta& meta, PendingGrads& pending) {
 
 // Runs the entry's backward and accumulates the input gradients it returns. Skips the
 // entry when none of its outputs received a gradient.
-void replay(TapeEntry& entry, PendingGrads& pending) {
+void replay(TapeEntry& entry, ReplayState& state) {
   BackwardContext ctx;
   bool any = false;
   for (std::size_t o = 0; o < entry.outputs.size(); ++o) {
@@ -118,7 +142,7 @@ void replay(TapeEntry& entry, PendingGrads& pending) {
     const Tensor& g = ctx.in_grads_[j];
     DARK_CHECK(g.shape() == entry.input_shapes[j], entry.op, " backward: gradient for input ", j, " has shape ",
                shape_str(g.shape()), " but the input has shape ", shape_str(entry.input_shapes[j]));
-    accumulate(*entry.inputs[j], g, entry.inputs[j]->producer < 0, pending);
+    accumulate(*entry.inputs[j], g, entry.inputs[j]->producer < 0, state);
   }
 }
 
@@ -127,44 +151,44 @@ void run_grad_ready_hooks(const AutogradMeta& leaf) {
   for (const auto& [id, hook] : hooks) hook();
 }
 
-// Pre-scan for on_grad_ready (grad_binding.h) and the buffer-bound parameters: for each leaf
-// with hooks or a bound gradient that the graph of root (produced by entry `start`) reaches,
-// the index of the entry after whose replay its gradient is final. The replay runs from
-// `start` down to 0, so that is the lowest index of an entry that feeds root and reads the
-// leaf. "Feeds root" is structural (some output is root or an input of an entry that feeds
-// root), not whether a gradient will flow, so the hooks that fire depend only on the graph's
-// shape.
-std::unordered_map<const AutogradMeta*, std::int64_t> final_entries_of_leaves(const AutogradMeta& root,
-                                                                              std::int64_t start) {
-  std::unordered_map<const AutogradMeta*, std::int64_t> final_entry;
-  const auto hooked = [](const auto& in) { return in && (!in->grad_ready_hooks.empty() || in->grad_in_buffer); };
-  if (std::none_of(tape.entries.begin(), tape.entries.begin() + start + 1,
-                   [&](const TapeEntry& e) { return std::any_of(e.inputs.begin(), e.inputs.end(), hooked); }))
-    return final_entry;  // nothing to do: backward without them costs one pass over the inputs
+// Pre-scan of the entries that feed root (produced by entry `start`), in replay order: "feeds
+// root" is structural (some output is root or an input of an entry that feeds root), not
+// whether a gradient will flow, so what it plans depends only on the graph's shape.
+//  - final_entry: for each leaf with on_grad_ready hooks (grad_binding.h) or a buffer-bound
+//    gradient, the index of the entry after whose replay its gradient is final: the lowest
+//    index of an entry that reads it, since the replay runs from `start` down to 0;
+//  - expected: each non-leaf's gradient contributions and dtype (see Expected).
+void plan_replay(const AutogradMeta& root, std::int64_t start, ReplayState& state) {
+  const auto hooked = [](const auto& in) { return !in->grad_ready_hooks.empty() || in->grad_in_buffer; };
   std::unordered_set<const AutogradMeta*> reached = {&root};
   for (std::int64_t i = start; i >= 0; --i) {
     const TapeEntry& entry = tape.entries[i];
-    if (std::none_of(entry.outputs.begin(), entry.outputs.end(), [&](const auto& out) { return reached.contains(out.get()); }))
-      continue;
+    bool feeds_root = false;
+    for (std::size_t o = 0; o < entry.outputs.size(); ++o) {
+      if (!reached.contains(entry.outputs[o].get())) continue;
+      feeds_root = true;
+      const auto it = state.expected.find(entry.outputs[o].get());
+      if (it != state.expected.end()) it->second.dtype = entry.output_templates[o].dtype();
+    }
+    if (!feeds_root) continue;
     for (const auto& in : entry.inputs) {
       if (!in) continue;
       reached.insert(in.get());
-      if (in->producer < 0 && hooked(in)) final_entry[in.get()] = i;
+      if (in->producer >= 0) ++state.expected[in.get()].remaining;
+      else if (hooked(in)) state.final_entry[in.get()] = i;
     }
   }
-  return final_entry;
 }
 
 // Adds the gradients that became final with entry i (its inputs, in order) to their buffers
 // and fires their hooks, and forgets those leaves, so a leaf read twice by the entry fires once.
-void finish_ready_leaves(const TapeEntry& entry, std::int64_t i,
-                         std::unordered_map<const AutogradMeta*, std::int64_t>& final_entry, PendingGrads& pending) {
+void finish_ready_leaves(const TapeEntry& entry, std::int64_t i, ReplayState& state) {
   for (const auto& in : entry.inputs) {
     if (!in) continue;
-    const auto it = final_entry.find(in.get());
-    if (it == final_entry.end() || it->second != i) continue;
-    final_entry.erase(it);
-    flush(*in, pending);
+    const auto it = state.final_entry.find(in.get());
+    if (it == state.final_entry.end() || it->second != i) continue;
+    state.final_entry.erase(it);
+    flush(*in, state.pending);
     run_grad_ready_hooks(*in);
   }
 }
@@ -234,10 +258,10 @@ void backward(const Tensor& output, const Tensor& grad) {
 
   NoGradGuard no_grad;
   AutogradMeta& root = *output.autograd_meta();
-  PendingGrads pending;
+  ReplayState state;
   if (root.producer < 0) {  // backward from a leaf: its gradient is the seed
-    accumulate(root, seed, true, pending);
-    flush(root, pending);
+    accumulate(root, seed, true, state);
+    flush(root, state.pending);
     run_grad_ready_hooks(root);
     return;
   }
@@ -246,16 +270,17 @@ void backward(const Tensor& output, const Tensor& grad) {
     if (tape.entries[i].id == root.producer) start = i;
   DARK_CHECK(start >= 0, "backward: the ops that produced this tensor are no longer on the tape (an "
                          "earlier backward consumed them, or clear_tape() was called); recompute the forward pass");
-  auto final_entry = final_entries_of_leaves(root, start);
-  accumulate(root, seed, false, pending);
+  plan_replay(root, start, state);
+  accumulate(root, seed, false, state);
 
   for (std::int64_t i = start; i >= 0; --i) {
     TapeEntry entry = std::move(tape.entries[i]);  // freed (with what it saved) at the end of this iteration
-    replay(entry, pending);
+    replay(entry, state);
     // Also after a skipped entry: the leaves whose last contribution it was get nothing more.
-    if (!final_entry.empty()) finish_ready_leaves(entry, i, final_entry, pending);
+    if (!state.final_entry.empty()) finish_ready_leaves(entry, i, state);
   }
-  DARK_CHECK(pending.empty(), "backward: ", pending.size(), " bound gradient(s) were never added to their buffer");
+  DARK_CHECK(state.pending.empty(), "backward: ", state.pending.size(),
+             " bound gradient(s) were never added to their buffer");
   tape.entries.clear();
 }
 

@@ -178,8 +178,8 @@ TEST(Gpu, KernelProfileTimesCudaKernelsWithEvents) {
 
 // bf16 gradients cross the graph in bf16 (autograd/tape.cpp, accumulate): a chain of ops
 // casts nothing but the leaf's gradient to f32, and a tensor read twice sums its two bf16
-// gradients into f32 with grad_sum and casts once, back down for its producer. Before, every
-// edge cast up and back down, and a sum cast both terms first.
+// gradients in f32 straight into bf16 with grad_sum. Before, every edge cast up and back
+// down, and a sum cast both terms up first and the result back down.
 TEST(Gpu, Bf16GradientsCastOnlyAtLeavesAndSums) {
   DARK_REQUIRE_GPU();
   auto casts_in_backward = [](bool branch) {
@@ -195,24 +195,27 @@ TEST(Gpu, Bf16GradientsCastOnlyAtLeavesAndSums) {
     return casts;
   };
   EXPECT_EQ(casts_in_backward(false), 1);
-  EXPECT_EQ(casts_in_backward(true), 2);
+  EXPECT_EQ(casts_in_backward(true), 1);
 }
 
-// grad_sum's f32 sums of bf16 / f32 terms are the bits of casting the terms and adding in f32,
-// on both devices, for every mix of dtypes (odd length: no even-sized fast path assumed).
+// grad_sum's sums of bf16 / f32 terms are the bits of casting the terms, adding in f32 and
+// casting the sum to the output's dtype, on both devices, for every mix of dtypes (odd length:
+// no even-sized fast path assumed).
 TEST(Gpu, GradSumOfMixedDtypesEqualsCastThenAdd) {
   DARK_REQUIRE_GPU();
   const Tensor x = Tensor::randn({1001}, 5, 0), y = mul_scalar(Tensor::randn({1001}, 5, 1), 1e-3);
   for (const DType da : {DType::bf16, DType::f32})
-    for (const DType db : {DType::bf16, DType::f32}) {
-      const Tensor a = x.to(da), b = y.to(db);
-      const std::vector<float> want = add(a.to(DType::f32), b.to(DType::f32)).to_vector<float>();
-      for (const Device device : {Device::cpu(), Device::cuda(0)}) {
-        Tensor out = Tensor::empty({1001}, DType::f32, device);
-        kernels::grad_sum().get(device.type, DType::f32)(a.to(device), b.to(device), out);
-        EXPECT_EQ(out.to_vector<float>(), want) << dtype_name(da) << " + " << dtype_name(db) << " on " << device.to_string();
+    for (const DType db : {DType::bf16, DType::f32})
+      for (const DType dout : {DType::f32, DType::bf16}) {
+        const Tensor a = x.to(da), b = y.to(db);
+        const Tensor want = add(a.to(DType::f32), b.to(DType::f32)).to(dout).to(DType::f32);
+        for (const Device device : {Device::cpu(), Device::cuda(0)}) {
+          Tensor out = Tensor::empty({1001}, dout, device);
+          kernels::grad_sum().get(device.type, dout)(a.to(device), b.to(device), out);
+          EXPECT_EQ(out.to(DType::f32).to_vector<float>(), want.to_vector<float>())
+              << dtype_name(da) << " + " << dtype_name(db) << " -> " << dtype_name(dout) << " on " << device.to_string();
+        }
       }
-    }
 }
 
 TEST(Gpu, NoDeviceIsReportedAsUnavailableNotAsACrash) {

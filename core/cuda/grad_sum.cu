@@ -1,4 +1,5 @@
-// grad_sum on CUDA (core/kernels.h): float32 sums of f32 / bf16 gradients in one pass.
+// grad_sum on CUDA (core/kernels.h): f32 sums of f32 / bf16 gradients in one pass, rounded to
+// f32 or bf16.
 #include <cstdint>
 
 #include "core/cuda/launch.cuh"
@@ -7,30 +8,32 @@
 namespace dark::cuda {
 namespace {
 
-template <class A, class B>
-__global__ void grad_sum_kernel(const A* a, const B* b, float* out, std::int64_t n) {
+template <class O, class A, class B>
+__global__ void grad_sum_kernel(const A* a, const B* b, O* out, std::int64_t n) {
   for (std::int64_t i = global_thread(); i < n; i += grid_threads())
-    out[i] = convert<float>(a[i]) + convert<float>(b[i]);
+    out[i] = convert<O>(convert<float>(a[i]) + convert<float>(b[i]));
 }
 
-template <class A, class B>
+template <class O, class A, class B>
 void launch_sum(const Tensor& a, const Tensor& b, Tensor& out) {
   const std::int64_t n = out.numel();
-  launch(grad_sum_kernel<A, B>, {grid_for(n), kThreads}, a.data<A>(), b.data<B>(), out.data<float>(), n);
+  launch(grad_sum_kernel<O, A, B>, {grid_for(n), kThreads}, a.data<A>(), b.data<B>(), out.data<O>(), n);
   DARK_CUDA_CHECK_LAUNCH();
 }
 
+template <class O>
 void grad_sum(const Tensor& a, const Tensor& b, Tensor& out) {
   if (out.numel() == 0) return;
   DeviceGuard guard(out);
   const bool a_bf16 = a.dtype() == DType::bf16, b_bf16 = b.dtype() == DType::bf16;
-  if (a_bf16 && b_bf16) return launch_sum<BFloat16, BFloat16>(a, b, out);
-  if (a_bf16) return launch_sum<BFloat16, float>(a, b, out);
-  if (b_bf16) return launch_sum<float, BFloat16>(a, b, out);
-  launch_sum<float, float>(a, b, out);
+  if (a_bf16 && b_bf16) return launch_sum<O, BFloat16, BFloat16>(a, b, out);
+  if (a_bf16) return launch_sum<O, BFloat16, float>(a, b, out);
+  if (b_bf16) return launch_sum<O, float, BFloat16>(a, b, out);
+  launch_sum<O, float, float>(a, b, out);
 }
 
-DARK_REGISTER_KERNEL(grad_sum, cuda, f32, &grad_sum);
+DARK_REGISTER_KERNEL(grad_sum, cuda, f32, &grad_sum<float>);
+DARK_REGISTER_KERNEL(grad_sum, cuda, bf16, &grad_sum<BFloat16>);
 
 }  // namespace
 }  // namespace dark::cuda
