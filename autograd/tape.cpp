@@ -81,12 +81,11 @@ Tensor sum_of(const Tensor& a, const Tensor& b, DType acc, DType out_dtype) {
 // same: bf16 -> f32 -> bf16 is exact, and second contributions are still summed in f32.
 void accumulate(AutogradMeta& meta, const Tensor& g, bool leaf, ReplayState& state) {
   const DType acc = grad_dtype(g.dtype());
-  if (meta.grad_in_buffer) {  // a parameter whose gradient lives in a flat buffer
-    const Tensor g_acc = g.to(acc);
-    DARK_CHECK(meta.grad->shape() == g_acc.shape(), "backward: gradient of shape ", shape_str(g_acc.shape()),
+  if (meta.grad_in_buffer) {  // a parameter whose gradient lives in a flat buffer (kept bf16 until flush)
+    DARK_CHECK(meta.grad->shape() == g.shape(), "backward: gradient of shape ", shape_str(g.shape()),
                " for a parameter of shape ", shape_str(meta.grad->shape()));
-    const auto [it, first] = state.pending.try_emplace(&meta, g_acc);
-    if (!first) it->second = add(it->second, g_acc);
+    const auto [it, first] = state.pending.try_emplace(&meta, g);
+    if (!first) it->second = sum_of(it->second, g, acc, acc);
     return;
   }
   const auto expected = state.expected.find(&meta);
@@ -112,7 +111,11 @@ void flush(AutogradMeta& meta, PendingGrads& pending) {
   const auto it = pending.find(&meta);
   if (it == pending.end()) return;
   Tensor& buffer = *meta.grad;
-  kernels::binary().get(buffer.device().type, buffer.dtype())(BinaryOp::add, buffer, it->second, buffer);
+  const Tensor& g = it->second;
+  if (g.dtype() != buffer.dtype() && g.is_contiguous() && buffer.is_contiguous() && buffer.dtype() == DType::f32)
+    kernels::grad_sum().get(buffer.device().type, buffer.dtype())(buffer, g, buffer);  // reads the bf16 terms
+  else
+    kernels::binary().get(buffer.device().type, buffer.dtype())(BinaryOp::add, buffer, g.to(buffer.dtype()), buffer);
   pending.erase(it);
 }
 

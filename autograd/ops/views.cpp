@@ -86,7 +86,14 @@ Tensor to_dtype(const Tensor& x, DType dtype) {
   Tensor out = x.to(dtype);
   if (should_record({&x})) {
     DARK_CHECK(is_floating(dtype), "to_dtype: cannot differentiate a cast of ", x.describe(), " to ", dtype_name(dtype));
-    record("to_dtype", {x}, {&out}, [from = x.dtype()](BackwardContext& g) { g.set_input_grad(0, g.out_grad().to(from)); });
+    // The bf16 gradient of an f32 tensor cast to bf16 (mixed precision's weights) is passed on
+    // as it is: the tape sums gradients of bf16 in f32 (grad_dtype) and widens it exactly where
+    // it sums, so a weight's gradient goes into the f32 buffer in one pass with no f32 copy
+    // first. Other casts give the input's dtype here.
+    const bool bf16_of_f32 = x.dtype() == DType::f32 && dtype == DType::bf16;
+    record("to_dtype", {x}, {&out}, [from = x.dtype(), bf16_of_f32](BackwardContext& g) {
+      g.set_input_grad(0, bf16_of_f32 ? g.out_grad() : g.out_grad().to(from));
+    });
   }
   return out;
 }
