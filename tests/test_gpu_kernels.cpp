@@ -7,11 +7,18 @@
 // odd sizes, grouped-query heads, padded head dimensions, key masks (right, left, holes),
 // cached prefixes (T < S) and strided views. Runs on a GPU when there is one, and always in
 // test_gpu_kernels_emulated on the CUDA emulator (with 2 multiprocessors, so that the
-// linear-attention kernels cut sequences into several segments of several chunks).
+// linear-attention kernels cut sequences into several segments of several chunks). The packed
+// loops of the elementwise, copy, cast and gated-activation kernels are held to exact bits at
+// every alignment of their operands.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
+#include <functional>
 #include <limits>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -46,6 +53,8 @@ std::vector<OpCase> fused_cases() {
   add("rms_norm[300,20]", {{{300, 20}}, {{20}, S::positive}}, [](auto& x) { return rms_norm(x[0], x[1], 1e-5); });
   add("rope[2,9,3,16]", {{{2, 9, 3, 16}}}, [](auto& x) { return rope(x[0], 10000.0); });
   add("rope[1,5,2,64]+7", {{{1, 5, 2, 64}}}, [](auto& x) { return rope(x[0], 500000.0, 7); });
+  // more pairs per position (9 x 35) than a block's 256 threads, an odd half
+  add("rope[2,3,9,70]", {{{2, 3, 9, 70}}}, [](auto& x) { return rope(x[0], 10000.0); });
   add("swiglu[7,33]", {{{7, 33}}, {{7, 33}}}, [](auto& x) { return swiglu(x[0], x[1]); });
   add("geglu[4,65]", {{{4, 65}}, {{4, 65}}}, [](auto& x) { return geglu(x[0], x[1]); });
   add("geglu_tanh[4,65]", {{{4, 65}}, {{4, 65}}}, [](auto& x) { return geglu_tanh(x[0], x[1]); });
@@ -392,6 +401,205 @@ TEST(GpuCrossEntropy, ChunkGradientAsBf16IsTheCastOfTheF32One) {
   EXPECT_EQ(compare(f32, cpu, {1e-6, 1e-7}), "");
   EXPECT_EQ(bf16.to(DType::f32).to_vector<float>(), f32.to(DType::bf16).to(DType::f32).to_vector<float>());
   EXPECT_LT(cpu.to_vector<float>()[cols - 1], 0.0f);  // the target's column got -scale
+}
+
+// ---- contiguous elementwise kernels: 16-byte packs between scalar heads and tails
+// (core/cuda/vector_access.cuh). Each operand is a view of n elements `offset` elements into
+// its own 16-byte aligned buffer of n + 8: operands that share a misalignment take packs after
+// a head of 0..7 elements, others (views one element apart) the scalar loop. Sizes around a
+// pack (1, 7, 8, 9) and a larger odd one over many blocks leave tails of every length. Results
+// are compared bit for bit, and the buffers around the views must be untouched.
+
+// One kernel call over views in `dtypes`, outputs among them. With cpu_in_f32 the CPU, which
+// has no bf16 arithmetic kernels, runs bf16 operands as f32: inputs widened exactly, outputs
+// rounded to bf16 once afterwards, as the GPU rounds its float result.
+struct PackCase {
+  std::string name;
+  std::vector<DType> dtypes;
+  std::function<void(std::vector<Tensor>&)> call;
+  bool cpu_in_f32 = false;
+};
+
+// The kernel of `table` for t's device and dtype.
+template <class Table>
+auto kernel_for(Table& table, const Tensor& t) { return table.get(t.device().type, t.dtype()); }
+
+std::vector<std::uint64_t> bits_of(const Tensor& t) {
+  const Tensor h = t.to(Device::cpu());
+  std::vector<std::uint64_t> bits;
+  if (h.dtype() == DType::bf16)
+    for (BFloat16 v : h.to_vector<BFloat16>()) bits.push_back(v.bits);
+  else if (h.dtype() == DType::f32)
+    for (float v : h.to_vector<float>()) bits.push_back(std::bit_cast<std::uint32_t>(v));
+  else
+    for (double v : h.to_vector<double>()) bits.push_back(std::bit_cast<std::uint64_t>(v));
+  return bits;
+}
+
+// Operand k's buffer of n + 8: its view's values (the same at every offset) at `offset`, 1e6
+// around them. Operand 0 (where's cond) is 0 at every third element.
+Tensor pack_buffer(std::size_t k, std::int64_t n, int offset, DType dtype) {
+  std::vector<double> v(n + 8, 1e6);
+  for (std::int64_t i = 0; i < n; ++i)
+    v[offset + i] = k == 0 && i % 3 == 0 ? 0.0 : 4 * std::sin(12.9898 * static_cast<double>(i) + 78.233 * k);
+  return Tensor::from_vector(v, {n + 8}).to(dtype);
+}
+
+// Runs c on `device` with operand k at offsets[k]; returns the bits of each view in c's dtypes.
+std::vector<std::vector<std::uint64_t>> run_views(const PackCase& c, Device device, std::int64_t n,
+                                                  const std::vector<int>& offsets) {
+  std::vector<Tensor> initial, buffers, views;
+  for (std::size_t k = 0; k < c.dtypes.size(); ++k) {
+    initial.push_back(pack_buffer(k, n, offsets[k], c.dtypes[k]));
+    const bool widen = c.cpu_in_f32 && device.is_cpu() && c.dtypes[k] == DType::bf16;
+    buffers.push_back(initial.back().to(widen ? DType::f32 : c.dtypes[k]).to(device));
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(buffers.back().raw_data()) % 16, 0u) << "buffers must be aligned";
+    views.push_back(core::slice(buffers.back(), 0, offsets[k], offsets[k] + n));
+  }
+  c.call(views);
+  std::vector<std::vector<std::uint64_t>> results;
+  for (std::size_t k = 0; k < buffers.size(); ++k) {
+    const auto before = bits_of(initial[k]), after = bits_of(buffers[k].to(Device::cpu()).to(c.dtypes[k]));
+    for (std::int64_t i = 0; i < n + 8; ++i)
+      if (i < offsets[k] || i >= offsets[k] + n)
+        EXPECT_EQ(after[i], before[i]) << c.name << " on " << device.to_string() << ": operand " << k
+                                       << "'s buffer changed at " << i << " outside its view at " << offsets[k]
+                                       << " of n = " << n;
+    results.emplace_back(after.begin() + offsets[k], after.begin() + offsets[k] + n);
+  }
+  return results;
+}
+
+// Offsets of the views of operands in `dtypes`. A pack of W elements is 16 bytes of the
+// narrowest dtype; operand j at k + j W (mod 8) for each k < W shares one misalignment, at
+// different offsets where W < 8, with heads of every length. Then operand j at k + j for k =
+// 0, 1: no common alignment. The large size takes one layout: a head, packs, a tail. (The
+// emulator protects all device memory in use at every kernel and copy, so a size of 10^6 made
+// this file's single-process run 45 s slower.)
+std::vector<std::vector<int>> pack_layouts(const std::vector<DType>& dtypes, std::int64_t n) {
+  const int operands = static_cast<int>(dtypes.size());
+  if (n > 1000) return {std::vector<int>(operands, 3)};
+  std::size_t narrowest = 8;
+  for (const DType t : dtypes) narrowest = std::min(narrowest, dtype_size(t));
+  const int width = static_cast<int>(16 / narrowest);
+  std::vector<std::vector<int>> layouts;
+  auto add = [&](int first, int step) {
+    layouts.emplace_back();
+    for (int j = 0; j < operands; ++j) layouts.back().push_back((first + j * step) % 8);
+  };
+  for (int k = 0; k < width; ++k) add(k, width);
+  if (operands > 1)
+    for (int k = 0; k < 2; ++k) add(k, 1);
+  return layouts;
+}
+
+constexpr std::int64_t kPackSizes[] = {1, 7, 8, 9, 100003};
+
+// Each case on CUDA at every layout and size equals the CPU's bits or, for kernels whose math
+// functions round differently on the two devices, the bits of CUDA's scalar loop (operand k
+// at offset k: no common alignment).
+void expect_packs_match(const std::vector<PackCase>& cases, bool reference_on_cpu = true) {
+  for (const std::int64_t n : kPackSizes)  // the small sizes first: the emulator is faster with less memory in use
+    for (const PackCase& c : cases) {
+      std::vector<int> scalar_offsets(c.dtypes.size());
+      std::iota(scalar_offsets.begin(), scalar_offsets.end(), 0);
+      const auto scalar = reference_on_cpu ? std::vector<std::vector<std::uint64_t>>()
+                                           : run_views(c, Device::cuda(0), n, scalar_offsets);
+      for (const std::vector<int>& offsets : pack_layouts(c.dtypes, n)) {
+        const std::string layout =
+            str(c.name, " n = ", n, " offsets ", shape_str(Shape(offsets.begin(), offsets.end())));
+        const auto want = reference_on_cpu ? run_views(c, Device::cpu(), n, offsets) : scalar;
+        const auto got = run_views(c, Device::cuda(0), n, offsets);
+        for (std::size_t k = 0; k < want.size(); ++k) {
+          std::size_t i = 0;
+          while (i < want[k].size() && got[k][i] == want[k][i]) ++i;
+          EXPECT_EQ(i, want[k].size()) << layout << ": operand " << k << " differs first at element " << i;
+        }
+      }
+    }
+}
+
+class GpuPackedElementwise : public ::testing::TestWithParam<DType> {};
+
+// binary, where and the unary kernels (ops exact on both devices), in place too.
+TEST_P(GpuPackedElementwise, EqualsTheCpuBitsAtEverySizeAndAlignment) {
+  DARK_REQUIRE_GPU();
+  const DType t = GetParam();
+  auto binary = [](BinaryOp op) {
+    return [op](std::vector<Tensor>& v) { kernel_for(kernels::binary(), v[0])(op, v[0], v[1], v.back()); };
+  };
+  auto unary = [](UnaryOp op, double alpha) {
+    return [op, alpha](std::vector<Tensor>& v) {
+      kernel_for(kernels::unary_forward(), v[0])(op, v[0], v.back(), alpha);
+    };
+  };
+  expect_packs_match({
+      {"add", {t, t, t}, binary(BinaryOp::add), true},
+      {"div", {t, t, t}, binary(BinaryOp::div), true},
+      {"maximum in place", {t, t}, binary(BinaryOp::maximum), true},
+      {"where", {t, t, t, t},
+       [](std::vector<Tensor>& v) { kernel_for(kernels::where(), v[0])(v[0], v[1], v[2], v[3]); }, true},
+      {"mul_scalar", {t, t}, unary(UnaryOp::mul_scalar, 0.7), true},
+      {"square in place", {t}, unary(UnaryOp::square, 0), true},
+      {"exp backward (reads y)", {t, t, t, t},
+       [](std::vector<Tensor>& v) {
+         kernel_for(kernels::unary_backward(), v[0])(UnaryOp::exp, v[0], v[1], v[2], v[3], 0);
+       },
+       true},
+      // On CUDA without y (recomputed where needed; square's derivative reads x only); the CPU
+      // always takes a y.
+      {"square backward without y", {t, t, t},
+       [](std::vector<Tensor>& v) {
+         kernel_for(kernels::unary_backward(), v[0])(UnaryOp::square, v[0], v[0].device().is_cpu() ? v[0] : Tensor(),
+                                                     v[1], v[2], 0);
+       },
+       true},
+      {"fill", {t}, [](std::vector<Tensor>& v) { kernel_for(kernels::fill(), v[0])(v[0], 0.3); }},
+      {"strided_copy", {t, t}, [](std::vector<Tensor>& v) { kernel_for(kernels::strided_copy(), v[0])(v[0], v[1]); }},
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, GpuPackedElementwise, ::testing::Values(DType::bf16, DType::f32, DType::f64),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+// Casts between sizes move packs by element count (8 f32 in two 16-byte loads, one store of 8 bf16).
+TEST(GpuPackedElementwise, CastsEqualTheCpuBitsAtEverySizeAndAlignment) {
+  DARK_REQUIRE_GPU();
+  auto cast = [](DType from, DType to) {
+    return PackCase{str("cast ", dtype_name(from), " -> ", dtype_name(to)), {from, to},
+                    [](std::vector<Tensor>& v) { kernel_for(kernels::cast(), v[0])(v[0], v[1]); }};
+  };
+  expect_packs_match({cast(DType::f32, DType::bf16), cast(DType::bf16, DType::f32), cast(DType::f64, DType::bf16),
+                      cast(DType::f32, DType::f64)});
+}
+
+// The gated activations call exp / erfc, whose last bits differ between the devices (the
+// fused-op cases above hold them to the CPU within a tolerance): here the packed loop gives
+// the bits of CUDA's scalar loop, for each set of requested gradients and in place.
+TEST(GpuPackedElementwise, GluEqualsItsScalarLoopBitsAtEverySizeAndAlignment) {
+  DARK_REQUIRE_GPU();
+  std::vector<PackCase> cases;
+  for (const DType t : {DType::bf16, DType::f32, DType::f64}) {
+    const std::string type = dtype_name(t);
+    cases.push_back({"swiglu forward " + type, {t, t, t}, [](std::vector<Tensor>& v) {
+                       kernel_for(kernels::glu_forward(), v[0])(GluOp::swiglu, v[0], v[1], v[2]);
+                     }});
+    cases.push_back({"geglu forward in place " + type, {t, t}, [](std::vector<Tensor>& v) {
+                       kernel_for(kernels::glu_forward(), v[0])(GluOp::geglu, v[0], v[1], v[0]);
+                     }});
+    cases.push_back({"geglu_tanh backward " + type, {t, t, t, t, t}, [](std::vector<Tensor>& v) {
+                       kernel_for(kernels::glu_backward(), v[0])(GluOp::geglu_tanh, v[0], v[1], v[2], v[3], v[4]);
+                     }});
+    cases.push_back({"swiglu backward, dgate only " + type, {t, t, t, t}, [](std::vector<Tensor>& v) {
+                       Tensor none;
+                       kernel_for(kernels::glu_backward(), v[0])(GluOp::swiglu, v[0], v[1], v[2], v[3], none);
+                     }});
+    cases.push_back({"swiglu backward, dup only " + type, {t, t, t, t}, [](std::vector<Tensor>& v) {
+                       Tensor none;
+                       kernel_for(kernels::glu_backward(), v[0])(GluOp::swiglu, v[0], v[1], v[2], none, v[3]);
+                     }});
+  }
+  expect_packs_match(cases, /*reference_on_cpu=*/false);
 }
 
 }  // namespace

@@ -3,12 +3,14 @@
 //   strided_copy  dst[i] = src[i]; src and dst: same shape, same dtype, any strides
 //   cast          dst[i] = convert(src[i]); dispatched on src's dtype, dst any dtype;
 //                 float -> integer saturates (NaN -> 0), as on the CPU
-// Strided operands go through StridedIndexer; fully contiguous layouts take a flat loop.
+// Strided operands go through StridedIndexer; fully contiguous layouts take a flat loop that
+// moves 16-byte packs (core/cuda/vector_access.cuh).
 #include <array>
 #include <cstdint>
 
 #include "core/cuda/indexing.cuh"
 #include "core/cuda/launch.cuh"
+#include "core/cuda/vector_access.cuh"
 #include "core/kernels.h"
 
 namespace dark::cuda {
@@ -16,7 +18,7 @@ namespace {
 
 template <class T>
 __global__ void fill_kernel(T* out, std::int64_t n, T value) {
-  for (std::int64_t i = global_thread(); i < n; i += grid_threads()) out[i] = value;
+  for_each_contiguous(n, [value](T& y) { y = value; }, out);
 }
 
 template <class T>
@@ -36,7 +38,7 @@ void fill(Tensor& out, double value) {
   const T v = convert<T>(value);
   const auto ix = make_indexer<1>("fill", out.shape(), {&out.strides()});
   if (ix.contiguous()) {
-    launch(fill_kernel<T>, {grid_for(n), kThreads}, out.data<T>(), n, v);
+    launch(fill_kernel<T>, {grid_for_packs<T>(n), kThreads}, out.data<T>(), n, v);
   } else {
     launch(fill_strided_kernel<T>, {grid_for(n), kThreads}, out.data<T>(), n, v, ix);
   }
@@ -46,10 +48,10 @@ void fill(Tensor& out, double value) {
 // Operand 0 is the destination, operand 1 the source.
 template <class To, class From, bool kContiguous>
 __global__ void convert_kernel(const From* src, To* dst, std::int64_t n, StridedIndexer<2> ix) {
-  for (std::int64_t i = global_thread(); i < n; i += grid_threads()) {
-    if constexpr (kContiguous) {
-      dst[i] = convert<To>(src[i]);
-    } else {
+  if constexpr (kContiguous) {
+    for_each_contiguous(n, [](From x, To& y) { y = convert<To>(x); }, src, dst);
+  } else {
+    for (std::int64_t i = global_thread(); i < n; i += grid_threads()) {
       std::int64_t off[2];
       ix.offsets(i, off);
       dst[off[0]] = convert<To>(src[off[1]]);
@@ -68,7 +70,8 @@ void launch_convert(const char* kernel, const Tensor& src, Tensor& dst) {
   DeviceGuard guard(dst);
   const auto ix = make_indexer<2>(kernel, dst.shape(), {&dst.strides(), &src.strides()});
   if (ix.contiguous()) {
-    launch(convert_kernel<To, From, true>, {grid_for(n), kThreads}, src.data<From>(), dst.data<To>(), n, ix);
+    launch(convert_kernel<To, From, true>, {grid_for_packs<To, From>(n), kThreads}, src.data<From>(), dst.data<To>(), n,
+           ix);
   } else {
     launch(convert_kernel<To, From, false>, {grid_for(n), kThreads}, src.data<From>(), dst.data<To>(), n, ix);
   }

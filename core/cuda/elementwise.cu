@@ -8,7 +8,8 @@
 //   unary_backward dx = dy * f'(x), contiguous; derivatives that need f(x) read y
 // Same formulas as core/cpu/scalar_ops.h. Conventions: relu'(0) = 0, abs'(0) = 0;
 // maximum / minimum are a > b ? a : b (a NaN in b propagates, one in a does not);
-// d/dx x^alpha is 0 for alpha = 0.
+// d/dx x^alpha is 0 for alpha = 0. Contiguous operands move in 16-byte packs
+// (core/cuda/vector_access.cuh).
 #include <array>
 #include <cstdint>
 #include <type_traits>
@@ -16,6 +17,7 @@
 #include "core/cuda/device_math.cuh"
 #include "core/cuda/indexing.cuh"
 #include "core/cuda/launch.cuh"
+#include "core/cuda/vector_access.cuh"
 #include "core/kernels.h"
 
 namespace dark::cuda {
@@ -49,10 +51,12 @@ __device__ __forceinline__ C apply_binary(BinaryOp op, C a, C b) {
 template <class T, bool kContiguous>
 __global__ void binary_kernel(BinaryOp op, const T* a, const T* b, T* out, std::int64_t n,
                               StridedIndexer<3> ix) {
-  for (std::int64_t i = global_thread(); i < n; i += grid_threads()) {
-    if constexpr (kContiguous) {
-      store(out, i, apply_binary(op, load(a, i), load(b, i)));
-    } else {
+  if constexpr (kContiguous) {
+    using C = acc_t<T>;
+    const auto f = [op](T x, T y, T& z) { z = convert<T>(apply_binary(op, convert<C>(x), convert<C>(y))); };
+    for_each_contiguous(n, f, a, b, out);
+  } else {
+    for (std::int64_t i = global_thread(); i < n; i += grid_threads()) {
       std::int64_t off[3];
       ix.offsets(i, off);
       store(out, off[0], apply_binary(op, load(a, off[1]), load(b, off[2])));
@@ -71,7 +75,8 @@ void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
   DeviceGuard guard(out);
   const auto ix = make_indexer<3>("binary", out.shape(), {&out.strides(), &a.strides(), &b.strides()});
   if (ix.contiguous()) {
-    launch(binary_kernel<T, true>, {grid_for(n), kThreads}, op, a.data<T>(), b.data<T>(), out.data<T>(), n, ix);
+    launch(binary_kernel<T, true>, {grid_for_packs<T>(n), kThreads}, op, a.data<T>(), b.data<T>(), out.data<T>(), n,
+           ix);
   } else {
     launch(binary_kernel<T, false>, {grid_for(n), kThreads}, op, a.data<T>(), b.data<T>(), out.data<T>(), n, ix);
   }
@@ -84,10 +89,12 @@ void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
 template <class T, bool kContiguous>
 __global__ void where_kernel(const T* cond, const T* a, const T* b, T* out, std::int64_t n,
                              StridedIndexer<4> ix) {
-  for (std::int64_t i = global_thread(); i < n; i += grid_threads()) {
-    if constexpr (kContiguous) {
-      out[i] = load(cond, i) != acc_t<T>(0) ? a[i] : b[i];
-    } else {
+  if constexpr (kContiguous) {
+    // Packs load both a and b; the strided loop reads only the chosen one.
+    const auto f = [](T c, T x, T y, T& z) { z = convert<acc_t<T>>(c) != acc_t<T>(0) ? x : y; };
+    for_each_contiguous(n, f, cond, a, b, out);
+  } else {
+    for (std::int64_t i = global_thread(); i < n; i += grid_threads()) {
       std::int64_t off[4];
       ix.offsets(i, off);
       out[off[0]] = load(cond, off[1]) != acc_t<T>(0) ? a[off[2]] : b[off[3]];
@@ -107,7 +114,7 @@ void where(const Tensor& cond, const Tensor& a, const Tensor& b, Tensor& out) {
   const auto ix = make_indexer<4>("where", out.shape(),
                                   {&out.strides(), &cond.strides(), &a.strides(), &b.strides()});
   if (ix.contiguous()) {
-    launch(where_kernel<T, true>, {grid_for(n), kThreads}, cond.data<T>(), a.data<T>(), b.data<T>(),
+    launch(where_kernel<T, true>, {grid_for_packs<T>(n), kThreads}, cond.data<T>(), a.data<T>(), b.data<T>(),
                                                      out.data<T>(), n, ix);
   } else {
     launch(where_kernel<T, false>, {grid_for(n), kThreads}, cond.data<T>(), a.data<T>(), b.data<T>(),
@@ -193,19 +200,26 @@ __device__ __forceinline__ C unary_derivative(UnaryOp op, C x, C y, C alpha) {
 
 template <class T>
 __global__ void unary_forward_kernel(UnaryOp op, const T* x, T* y, std::int64_t n, acc_t<T> alpha) {
-  for (std::int64_t i = global_thread(); i < n; i += grid_threads())
-    store(y, i, apply_unary(op, load(x, i), alpha));
+  using C = acc_t<T>;
+  for_each_contiguous(n, [op, alpha](T xv, T& yv) { yv = convert<T>(apply_unary(op, convert<C>(xv), alpha)); }, x, y);
 }
 
-// y may be null: then f(x) is recomputed where the derivative needs it.
+// y may be null: then f(x) is recomputed where the derivative needs it (and y is not read).
 template <class T>
 __global__ void unary_backward_kernel(UnaryOp op, const T* x, const T* y, const T* dy, T* dx,
                                       std::int64_t n, acc_t<T> alpha) {
   using C = acc_t<T>;
-  for (std::int64_t i = global_thread(); i < n; i += grid_threads()) {
-    const C xv = load(x, i);
-    const C yv = y != nullptr ? load(y, i) : apply_unary(op, xv, alpha);
-    store(dx, i, load(dy, i) * unary_derivative(op, xv, yv, alpha));
+  const auto dx_of = [op, alpha](C xv, C yv, T dyv) {
+    return convert<T>(convert<C>(dyv) * unary_derivative(op, xv, yv, alpha));
+  };
+  if (y != nullptr) {
+    const auto f = [&](T xv, T yv, T dyv, T& dxv) { dxv = dx_of(convert<C>(xv), convert<C>(yv), dyv); };
+    for_each_contiguous(n, f, x, y, dy, dx);
+  } else {
+    const auto f = [&](T xv, T dyv, T& dxv) {
+      dxv = dx_of(convert<C>(xv), apply_unary(op, convert<C>(xv), alpha), dyv);
+    };
+    for_each_contiguous(n, f, x, dy, dx);
   }
 }
 
@@ -224,7 +238,7 @@ void unary_forward(UnaryOp op, const Tensor& x, Tensor& y, double alpha) {
   const std::int64_t n = y.numel();
   if (n == 0) return;
   DeviceGuard guard(y);
-  launch(unary_forward_kernel<T>, {grid_for(n), kThreads}, op, x.data<T>(), y.data<T>(), n,
+  launch(unary_forward_kernel<T>, {grid_for_packs<T>(n), kThreads}, op, x.data<T>(), y.data<T>(), n,
                                                      static_cast<acc_t<T>>(alpha));
   DARK_CUDA_CHECK_LAUNCH();
 }
@@ -239,7 +253,7 @@ void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& 
   const std::int64_t n = dx.numel();
   if (n == 0) return;
   DeviceGuard guard(dx);
-  launch(unary_backward_kernel<T>, {grid_for(n), kThreads}, op, x.data<T>(),
+  launch(unary_backward_kernel<T>, {grid_for_packs<T>(n), kThreads}, op, x.data<T>(),
                                                       y.defined() ? y.data<T>() : nullptr,
                                                       dy.data<T>(), dx.data<T>(), n,
                                                       static_cast<acc_t<T>>(alpha));

@@ -5,11 +5,12 @@
 //   geglu_tanh: act = g s,  act' = s + g c (1 + 3 a g^2) 2 s (1 - s),  s = sigmoid(2 c (g + a g^3))
 //           = 0.5 (1 + tanh(c (g + a g^3))), c = sqrt(2/pi), a = 0.044715 (tanh-approximated gelu)
 // forward out = act(gate) up; backward dgate = dout up act'(gate), dup = dout act(gate),
-// either skipped when undefined.
+// either skipped when undefined. The operands move in 16-byte packs (core/cuda/vector_access.cuh).
 #include <cstdint>
 
 #include "core/cuda/device_math.cuh"
 #include "core/cuda/launch.cuh"
+#include "core/cuda/vector_access.cuh"
 #include "core/kernels.h"
 
 namespace dark::cuda {
@@ -37,23 +38,32 @@ __device__ __forceinline__ void act_and_slope(GluOp op, A g, A& act, A& slope) {
 template <class T>
 __global__ void glu_forward_kernel(GluOp op, const T* gate, const T* up, T* out, std::int64_t n) {
   using A = acc_t<T>;
-  for (std::int64_t i = global_thread(); i < n; i += grid_threads()) {
+  const auto f = [op](T g, T u, T& o) {
     A act, slope;
-    act_and_slope(op, load(gate, i), act, slope);
-    store(out, i, act * load(up, i));
-  }
+    act_and_slope(op, convert<A>(g), act, slope);
+    o = convert<T>(act * convert<A>(u));
+  };
+  for_each_contiguous(n, f, gate, up, out);
 }
 
+// One loop per set of wanted gradients, so that the packs of undefined ones (and of up, which
+// only dgate reads) are neither loaded nor stored.
 template <class T>
 __global__ void glu_backward_kernel(GluOp op, const T* gate, const T* up, const T* dout, T* dgate, T* dup,
                                     std::int64_t n) {
   using A = acc_t<T>;
-  for (std::int64_t i = global_thread(); i < n; i += grid_threads()) {
+  const auto grads = [op](T g, T u, T d, T* dg, T* du) {
     A act, slope;
-    act_and_slope(op, load(gate, i), act, slope);
-    const A d = load(dout, i);
-    if (dgate) store(dgate, i, d * load(up, i) * slope);
-    if (dup) store(dup, i, d * act);
+    act_and_slope(op, convert<A>(g), act, slope);
+    if (dg) *dg = convert<T>(convert<A>(d) * convert<A>(u) * slope);
+    if (du) *du = convert<T>(convert<A>(d) * act);
+  };
+  if (dgate && dup) {
+    for_each_contiguous(n, [&](T g, T u, T d, T& dg, T& du) { grads(g, u, d, &dg, &du); }, gate, up, dout, dgate, dup);
+  } else if (dgate) {
+    for_each_contiguous(n, [&](T g, T u, T d, T& dg) { grads(g, u, d, &dg, nullptr); }, gate, up, dout, dgate);
+  } else {
+    for_each_contiguous(n, [&](T g, T d, T& du) { grads(g, T(), d, nullptr, &du); }, gate, dout, dup);
   }
 }
 
@@ -63,7 +73,7 @@ void glu_forward(GluOp op, const Tensor& gate, const Tensor& up, Tensor& out) {
   const std::int64_t n = out.numel();
   if (n == 0) return;
   DeviceGuard guard(out);
-  launch(glu_forward_kernel<T>, {grid_for(n), kThreads}, op, gate.data<T>(), up.data<T>(), out.data<T>(), n);
+  launch(glu_forward_kernel<T>, {grid_for_packs<T>(n), kThreads}, op, gate.data<T>(), up.data<T>(), out.data<T>(), n);
 }
 
 template <class T>
@@ -72,7 +82,7 @@ void glu_backward(GluOp op, const Tensor& gate, const Tensor& up, const Tensor& 
   const std::int64_t n = gate.numel();
   if (n == 0 || (!dgate.defined() && !dup.defined())) return;
   DeviceGuard guard(gate);
-  launch(glu_backward_kernel<T>, {grid_for(n), kThreads}, op, gate.data<T>(), up.data<T>(), dout.data<T>(),
+  launch(glu_backward_kernel<T>, {grid_for_packs<T>(n), kThreads}, op, gate.data<T>(), up.data<T>(), dout.data<T>(),
          dgate.defined() ? dgate.data<T>() : nullptr, dup.defined() ? dup.data<T>() : nullptr, n);
 }
 

@@ -1,8 +1,9 @@
 // grad_sum on CUDA (core/kernels.h): f32 sums of f32 / bf16 gradients in one pass, rounded to
-// f32 or bf16.
+// f32 or bf16, in 16-byte accesses (core/cuda/vector_access.cuh).
 #include <cstdint>
 
 #include "core/cuda/launch.cuh"
+#include "core/cuda/vector_access.cuh"
 #include "core/kernels.h"
 
 namespace dark::cuda {
@@ -10,14 +11,13 @@ namespace {
 
 template <class O, class A, class B>
 __global__ void grad_sum_kernel(const A* a, const B* b, O* out, std::int64_t n) {
-  for (std::int64_t i = global_thread(); i < n; i += grid_threads())
-    out[i] = convert<O>(convert<float>(a[i]) + convert<float>(b[i]));
+  for_each_contiguous(n, [](A x, B y, O& z) { z = convert<O>(convert<float>(x) + convert<float>(y)); }, a, b, out);
 }
 
 template <class O, class A, class B>
 void launch_sum(const Tensor& a, const Tensor& b, Tensor& out) {
   const std::int64_t n = out.numel();
-  launch(grad_sum_kernel<O, A, B>, {grid_for(n), kThreads}, a.data<A>(), b.data<B>(), out.data<O>(), n);
+  launch(grad_sum_kernel<O, A, B>, {grid_for_packs<A, B, O>(n), kThreads}, a.data<A>(), b.data<B>(), out.data<O>(), n);
   DARK_CUDA_CHECK_LAUNCH();
 }
 

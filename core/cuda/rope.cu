@@ -1,7 +1,10 @@
 // Rotary embedding for f32, f64 and bf16 (core/kernels.h): x, y: (B, T, H, D) contiguous,
 // cos / sin tables (T, D/2) in acc_t<T>; pairs (i, i + D/2) of each row rotate by the angle
-// of position t (inverse: by minus it). One thread per pair, the CPU's formulas:
+// of position t (inverse: by minus it). The CPU's formulas:
 //   y[i] = a cos - b s,  y[i + D/2] = b cos + a s,  s = +-sin.
+// One block per (b, t) slice of H D elements (its position found once), threads over the
+// slice's H D/2 pairs: 32-bit index arithmetic per pair where a flat 64-bit index took four
+// 64-bit divisions, dozens of instructions each.
 #include <cstdint>
 
 #include "core/cuda/launch.cuh"
@@ -11,17 +14,24 @@ namespace dark::cuda {
 namespace {
 
 template <class T>
-__global__ void rope_kernel(const T* x, const acc_t<T>* cos, const acc_t<T>* sin, T* y, std::int64_t pairs,
-                            std::int64_t t_len, std::int64_t heads, std::int64_t half, acc_t<T> sign) {
+__global__ void rope_kernel(const T* x, const acc_t<T>* cos, const acc_t<T>* sin, T* y, std::int64_t slices,
+                            std::int64_t t_len, int heads, int half, acc_t<T> sign) {
   using A = acc_t<T>;
-  for (std::int64_t e = global_thread(); e < pairs; e += grid_threads()) {
-    const std::int64_t i = e % half, row = e / half;
-    const std::int64_t t = (row / heads) % t_len;
-    const std::int64_t base = row * 2 * half;
-    const A a = load(x, base + i), b = load(x, base + i + half);
-    const A c = cos[t * half + i], s = sign * sin[t * half + i];
-    store(y, base + i, a * c - b * s);
-    store(y, base + i + half, b * c + a * s);
+  const int pairs = heads * half;
+  for (std::int64_t slice = blockIdx.x; slice < slices; slice += gridDim.x) {
+    const std::int64_t t = slice % t_len;
+    const T* xs = x + slice * 2 * pairs;
+    T* ys = y + slice * 2 * pairs;
+    const A* cos_t = cos + t * half;
+    const A* sin_t = sin + t * half;
+    for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
+      const int h = p / half, i = p - h * half;
+      const int base = h * 2 * half;
+      const A a = load(xs, base + i), b = load(xs, base + i + half);
+      const A c = cos_t[i], s = sign * sin_t[i];
+      store(ys, base + i, a * c - b * s);
+      store(ys, base + i + half, b * c + a * s);
+    }
   }
 }
 
@@ -31,11 +41,14 @@ void rope(const Tensor& x, const Tensor& cos, const Tensor& sin, Tensor& y, bool
   DARK_CHECK(cos.dtype() == dtype_of<acc_t<T>>::value && sin.dtype() == cos.dtype(), "rope: tables ", cos.describe(),
              " must be ", dtype_name(dtype_of<acc_t<T>>::value));
   const std::int64_t t_len = x.shape()[1], heads = x.shape()[2], half = x.shape()[3] / 2;
-  const std::int64_t pairs = x.numel() / 2;
-  if (pairs == 0) return;
+  const std::int64_t slices = x.shape()[0] * t_len;
+  if (slices * heads * half == 0) return;
+  DARK_CHECK(heads * half <= (std::int64_t{1} << 30), "rope: ", heads, " heads of ", 2 * half,
+             " dimensions are more than one position's 32-bit indexing allows");
   DeviceGuard guard(x);
-  launch(rope_kernel<T>, {grid_for(pairs), kThreads}, x.data<T>(), cos.data<acc_t<T>>(), sin.data<acc_t<T>>(),
-         y.data<T>(), pairs, t_len, heads, half, static_cast<acc_t<T>>(inverse ? -1 : 1));
+  launch(rope_kernel<T>, {grid_for(slices, 1), kThreads}, x.data<T>(), cos.data<acc_t<T>>(), sin.data<acc_t<T>>(),
+         y.data<T>(), slices, t_len, static_cast<int>(heads), static_cast<int>(half),
+         static_cast<acc_t<T>>(inverse ? -1 : 1));
 }
 
 DARK_REGISTER_KERNEL(rope, cuda, f32, &rope<float>);
