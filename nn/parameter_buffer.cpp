@@ -1,7 +1,6 @@
 // Flat parameter / gradient buffers (see parameter_buffer.h).
 #include "nn/parameter_buffer.h"
 
-#include <algorithm>
 #include <cmath>
 
 #include "autograd/grad_binding.h"
