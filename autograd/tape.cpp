@@ -63,10 +63,14 @@ struct ReplayState {
 // gradient), a new tensor. bf16 terms of an f32 sum are read by grad_sum directly rather than
 // cast first: one kernel instead of three, same bits (the casts are exact, and the f32 sum is
 // rounded to bf16 as a cast of it would be).
+// Whether grad_sum adds a and b: an f32 sum with a bf16 term, both contiguous on one device.
+bool sums_bf16_directly(const Tensor& a, const Tensor& b, DType acc) {
+  return acc == DType::f32 && (a.dtype() == DType::bf16 || b.dtype() == DType::bf16) && a.is_contiguous() &&
+         b.is_contiguous() && a.device() == b.device();
+}
+
 Tensor sum_of(const Tensor& a, const Tensor& b, DType acc, DType out_dtype) {
-  const bool mixed = acc == DType::f32 && (a.dtype() == DType::bf16 || b.dtype() == DType::bf16);
-  if (!mixed || !a.is_contiguous() || !b.is_contiguous() || a.device() != b.device())
-    return add(a.to(acc), b.to(acc)).to(out_dtype);
+  if (!sums_bf16_directly(a, b, acc)) return add(a.to(acc), b.to(acc)).to(out_dtype);
   Tensor out = Tensor::empty(a.shape(), out_dtype, a.device());
   kernels::grad_sum().get(out.device().type, out_dtype)(a, b, out);
   return out;
@@ -112,8 +116,8 @@ void flush(AutogradMeta& meta, PendingGrads& pending) {
   if (it == pending.end()) return;
   Tensor& buffer = *meta.grad;
   const Tensor& g = it->second;
-  if (g.dtype() != buffer.dtype() && g.is_contiguous() && buffer.is_contiguous() && buffer.dtype() == DType::f32)
-    kernels::grad_sum().get(buffer.device().type, buffer.dtype())(buffer, g, buffer);  // reads the bf16 terms
+  if (sums_bf16_directly(buffer, g, buffer.dtype()))
+    kernels::grad_sum().get(buffer.device().type, buffer.dtype())(buffer, g, buffer);  // in place
   else
     kernels::binary().get(buffer.device().type, buffer.dtype())(BinaryOp::add, buffer, g.to(buffer.dtype()), buffer);
   pending.erase(it);

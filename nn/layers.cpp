@@ -5,7 +5,6 @@
 #include "core/hash.h"
 #include "autograd/ops.h"
 #include "autograd/tape.h"
-#include "core/kernels.h"
 
 namespace dark::nn {
 
@@ -77,10 +76,10 @@ Tensor activation(MlpKind kind, const Tensor& gate, const Tensor& up) {
 // down(act(gate, up)) as one tape entry that keeps gate and up (which act's backward needs
 // anyway) but not the (rows, hidden) activation, which down_proj's weight gradient would
 // otherwise keep: backward recomputes it (one elementwise pass) and then runs the products
-// and act's backward kernel as the separate ops would, so the gradients are the same bits.
-// Saves one (rows, hidden) tensor per layer of training memory. The kernels are called
-// directly, not through a nested tape, whose leaves would take f32 gradients: two casts of
-// a (rows, hidden) tensor each for gate and up in bf16.
+// and act's backward (glu_backward) as the separate ops would, so the gradients are the same
+// bits. Saves one (rows, hidden) tensor per layer of training memory. No nested tape: its
+// leaves would take f32 gradients, two casts of a (rows, hidden) tensor each for gate and up
+// in bf16.
 Tensor GatedMlp::forward(const Tensor& x) const {
   const Tensor gate = gate_proj.forward(x), up = up_proj.forward(x);
   const Tensor w = to_compute(*down_proj.weight);  // cast once (bf16), used by both paths
@@ -97,24 +96,19 @@ Tensor GatedMlp::forward(const Tensor& x) const {
   }
   record("gated_mlp_down", {gate, up, w}, {&out},
          [gate = gate.contiguous().detach(), up = up.contiguous().detach(), w = w.detach(),
-          op = glu_op(kind)](BackwardContext& g) {
+          kind = kind](BackwardContext& g) {
            NoGradGuard no_grad;
            const std::int64_t hidden = gate.shape().back(), dim = w.size(0);
            const Tensor dy = reshape(g.out_grad(), {g.out_grad().numel() / dim, dim});
-           const DeviceType device = gate.device().type;
            if (g.needs_grad(2)) {
-             Tensor h = Tensor::empty(gate.shape(), gate.dtype(), gate.device());
-             kernels::glu_forward().get(device, gate.dtype())(op, gate, up, h);
+             const Tensor h = activation(kind, gate, up);  // recomputed, unrecorded
              g.set_input_grad(2, matmul(dy, reshape(h, {h.numel() / hidden, hidden}), true, false));
            }
            if (g.needs_grad(0) || g.needs_grad(1)) {
-             const Tensor dh = reshape(matmul(dy, w), gate.shape()).contiguous();
-             Tensor dgate, dup;
-             if (g.needs_grad(0)) dgate = Tensor::empty(gate.shape(), gate.dtype(), gate.device());
-             if (g.needs_grad(1)) dup = Tensor::empty(up.shape(), up.dtype(), up.device());
-             kernels::glu_backward().get(device, gate.dtype())(op, gate, up, dh, dgate, dup);
-             if (dgate.defined()) g.set_input_grad(0, dgate);
-             if (dup.defined()) g.set_input_grad(1, dup);
+             const Tensor dh = reshape(matmul(dy, w), gate.shape());
+             const GluGrads d = glu_backward(glu_op(kind), gate, up, dh, g.needs_grad(0), g.needs_grad(1));
+             if (d.dgate.defined()) g.set_input_grad(0, d.dgate);
+             if (d.dup.defined()) g.set_input_grad(1, d.dup);
            }
          });
   return out;

@@ -19,19 +19,25 @@ Tensor glu(GluOp op, const char* name, const Tensor& gate_in, const Tensor& up_i
   kernels::glu_forward().get(gate.device().type, gate.dtype())(op, gate, up, out);
   if (should_record({&gate_in, &up_in})) {
     record(name, {gate_in, up_in}, {&out}, [op, gate = gate.detach(), up = up.detach()](BackwardContext& g) {
-      const Tensor dout = g.out_grad().contiguous();
-      Tensor dgate, dup;
-      if (g.needs_grad(0)) dgate = Tensor::empty(gate.shape(), gate.dtype(), gate.device());
-      if (g.needs_grad(1)) dup = Tensor::empty(up.shape(), up.dtype(), up.device());
-      kernels::glu_backward().get(gate.device().type, gate.dtype())(op, gate, up, dout, dgate, dup);
-      if (dgate.defined()) g.set_input_grad(0, dgate);
-      if (dup.defined()) g.set_input_grad(1, dup);
+      const GluGrads d = glu_backward(op, gate, up, g.out_grad(), g.needs_grad(0), g.needs_grad(1));
+      if (d.dgate.defined()) g.set_input_grad(0, d.dgate);
+      if (d.dup.defined()) g.set_input_grad(1, d.dup);
     });
   }
   return out;
 }
 
 }  // namespace
+
+GluGrads glu_backward(GluOp op, const Tensor& gate, const Tensor& up, const Tensor& dout_in, bool want_gate,
+                      bool want_up) {
+  const Tensor dout = dout_in.contiguous();
+  GluGrads d;
+  if (want_gate) d.dgate = Tensor::empty(gate.shape(), gate.dtype(), gate.device());
+  if (want_up) d.dup = Tensor::empty(up.shape(), up.dtype(), up.device());
+  kernels::glu_backward().get(gate.device().type, gate.dtype())(op, gate, up, dout, d.dgate, d.dup);
+  return d;
+}
 
 Tensor swiglu(const Tensor& gate, const Tensor& up) { return glu(GluOp::swiglu, "swiglu", gate, up); }
 Tensor geglu(const Tensor& gate, const Tensor& up) { return glu(GluOp::geglu, "geglu", gate, up); }
