@@ -134,12 +134,17 @@ Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool c
 // from the saved per-row logsumexp.
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, std::int64_t ignore_index = -100);
 // cross_entropy(hidden weight^T, targets) without the (N, V) logits: the LM head and the loss
-// fused over chunks of `chunk` vocabulary rows (0 = about 2^26 logits at a time). hidden:
-// (N, D), weight: (V, D) of one dtype; the loss is in grad_dtype of it (f32 for f32 and
-// bf16, whose logits are accumulated and kept in f32). Gradients reach hidden and weight; a
-// target that is not a class nor ignore_index is an error.
+// fused over chunks of `chunk` rows of hidden (0 = linear_cross_entropy_chunk_rows's choice).
+// hidden: (N, D), weight: (V, D) of one dtype; the loss is in grad_dtype of it (f32 for f32
+// and bf16, whose logits are accumulated in f32). Gradients reach hidden and weight; when the
+// op is recorded they are computed in the forward, chunk by chunk (no logits are kept or
+// recomputed), and backward only scales them by the loss's gradient. A target that is not a
+// class nor ignore_index is an error.
 Tensor linear_cross_entropy(const Tensor& hidden, const Tensor& weight, const Tensor& targets,
                             std::int64_t ignore_index = -100, std::int64_t chunk = 0);
+// Rows of hidden per chunk of linear_cross_entropy: `requested` when > 0, else about 2^27
+// logits (512 MiB in f32) at a time; at most `rows`.
+std::int64_t linear_cross_entropy_chunk_rows(std::int64_t requested, std::int64_t rows, std::int64_t vocab);
 // silu(gate) * up, gelu(gate) * up (exact gelu) and gelu_tanh(gate) * up (the tanh
 // approximation 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), Hugging Face's
 // gelu_pytorch_tanh), elementwise on same-shape tensors.

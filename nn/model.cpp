@@ -193,7 +193,7 @@ Tensor CausalLM::loss(const Tensor& tokens, std::uint64_t step, const Tensor& pa
     const Tensor real = core::reshape(core::slice(padding, 1, 1, T + 1).contiguous(), {B * T});
     targets = where(real, targets, Tensor::full({}, -100, targets.dtype(), targets.device()));
   }
-  // The head and the loss in vocabulary chunks: the (B T, V) logits never exist at once.
+  // The head and the loss in chunks of tokens: the (B T, V) logits never exist at once.
   const Tensor normed = reshape(model.norm.forward(hidden_states(inputs, step, key_mask)), {B * T, config_.d_model});
   const Tensor head = to_compute(lm_head ? *lm_head->weight : *model.embed_tokens.weight);
   return linear_cross_entropy(normed, head, targets);

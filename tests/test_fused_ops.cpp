@@ -906,13 +906,14 @@ TEST(FusedCrossEntropy, OutOfRangeTargetNamesRowAndValue) {
   EXPECT_THROW(cross_entropy(logits, targets_tensor({0, 1, 2}, DType::i32)), Error);  // wrong N
 }
 
-// linear_cross_entropy: the LM head and the loss over vocabulary chunks, against
-// cross_entropy of the full logits.
+// linear_cross_entropy: the LM head and the loss over chunks of rows, its gradients computed
+// in the forward, against cross_entropy of the full logits (a random loss gradient, so the
+// backward's scaling is checked too).
 
 TEST(FusedLinearCrossEntropy, EqualsCrossEntropyOfTheFullLogits) {
   for (DType dt : {DType::f64, DType::f32})
     for (const auto& [n, d, v, chunk] : std::vector<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t>>{
-             {37, 9, 101, 0}, {37, 9, 101, 16}, {16, 24, 3000, 700}, {5, 4, 7, 1}}) {
+             {37, 9, 101, 0}, {37, 9, 101, 16}, {16, 24, 3000, 5}, {16, 24, 3000, 700}, {5, 4, 7, 1}}) {
       const std::vector<std::int64_t> t = draw_targets(n, v, 4, -100);
       const Tensor targets = targets_tensor(t, DType::i64);
       expect_matches_naive(
@@ -924,8 +925,32 @@ TEST(FusedLinearCrossEntropy, EqualsCrossEntropyOfTheFullLogits) {
     }
 }
 
+TEST(FusedLinearCrossEntropy, GradientOfOneInputOnlyAndNoneWithoutGrad) {
+  const Tensor targets = targets_tensor(draw_targets(23, 50, 5, -100), DType::i64);
+  const Fn fused = [&](const std::vector<Tensor>& in) { return linear_cross_entropy(in[0], in[1], targets, -100, 7); };
+  const Fn naive = [&](const std::vector<Tensor>& in) {
+    return cross_entropy(matmul(in[0], in[1], false, true), targets);
+  };
+  const std::vector<Tensor> inputs = {randn({23, 6}, 5, DType::f64), randn({50, 6}, 6, DType::f64)};
+  expect_matches_naive(fused, naive, inputs, {true, false}, "linear_cross_entropy, hidden only");
+  expect_matches_naive(fused, naive, inputs, {false, true}, "linear_cross_entropy, weight only");
+  // Not recorded: the same loss, and nothing on the tape.
+  Tensor h = inputs[0].detach(), w = inputs[1].detach();
+  h.set_requires_grad(true);
+  double recorded = 0.0, unrecorded = 0.0;
+  {
+    NoGradGuard no_grad;
+    unrecorded = fused({h, w}).item();
+  }
+  recorded = fused({h, w}).item();
+  EXPECT_EQ(recorded, unrecorded);
+  EXPECT_EQ(tape_size(), 1u);
+  clear_tape();
+}
+
 TEST(FusedLinearCrossEntropy, Gradcheck) {
   const Tensor targets = targets_tensor(draw_targets(6, 13, 3, -100), DType::i32);
+  // Two chunks of rows (5 and 1).
   expect_gradcheck([&](const std::vector<Tensor>& in) { return linear_cross_entropy(in[0], in[1], targets, -100, 5); },
                    {randn({6, 4}, 1, DType::f64), randn({13, 4}, 2, DType::f64)}, {true, true},
                    "linear_cross_entropy[6,4,13]");

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "autograd/ops.h"
 #include "core/allocator.h"
 #include "nn/optim.h"
 #include "nn/parameter_buffer.h"
@@ -92,11 +93,6 @@ BlockMemory block_memory(const RunConfig& config, int layer, const Dims& s) {
   const std::int64_t mlp = blocks(2, Nd, kF32) + blocks(3, Nf, kF32) + blocks(1, s.f * s.d, kF32);
   b.backward = std::max(mlp, blocks(2, Nd, kF32) + a.backward + blocks(1, s.d * s.d, kF32));
   return b;
-}
-
-// Rows per vocabulary chunk of linear_cross_entropy (autograd/ops/linear_cross_entropy.cpp).
-std::int64_t vocab_chunk(std::int64_t rows, std::int64_t vocab) {
-  return std::min(vocab, std::max<std::int64_t>(256, (std::int64_t{1} << 26) / std::max<std::int64_t>(rows, 1)));
 }
 
 // Elements of the flat parameter buffer: 64-byte aligned segments, padded to a multiple of
@@ -201,13 +197,14 @@ MemoryEstimate estimate_memory(const RunConfig& config, const EstimateContext& c
   const std::int64_t Nd = s.N * s.d;
   // Token ids and targets, the embedding output, the final norm, the loss's per-row vectors.
   std::int64_t outside = blocks(2, s.N, kIndex) + blocks(2, Nd, s.act) + blocks(4, s.N, kF32);
-  const std::int64_t chunk = vocab_chunk(s.N, s.V);
-  const bool one_chunk = chunk >= s.V;
-  if (one_chunk) outside += blocks(1, s.N * s.V, kF32);  // linear_cross_entropy keeps the only chunk's logits
-  // The head's backward: dhidden, the weight's gradient, a recomputed chunk (and its bf16 copy).
-  const std::int64_t head_backward = blocks(1, Nd, kF32) + blocks(1, s.V * s.d, kF32) +
-                                     (one_chunk ? 0 : blocks(1, s.N * chunk, kF32)) +
-                                     (bf16 ? blocks(1, s.N * chunk, 2) : 0);
+  // The head (linear_cross_entropy) computes its gradients in the forward, a chunk of rows at
+  // a time: dhidden and the weight's gradient in f32 beside one chunk's f32 logits (and their
+  // bf16 copy); its backward scales the two and casts them (bf16: one more copy of each).
+  const std::int64_t rows = linear_cross_entropy_chunk_rows(0, s.N, s.V);
+  const std::int64_t head_gradients = blocks(1, Nd, kF32) + blocks(1, s.V * s.d, kF32);
+  const std::int64_t head_backward =
+      head_gradients + std::max(blocks(1, rows * s.V, kF32) + (bf16 ? blocks(1, rows * s.V, 2) : 0),
+                                bf16 ? blocks(1, Nd, 2) + blocks(1, s.V * s.d, 2) : 0);
   if (t.activation_checkpointing) {
     // Only the block inputs stay; backward recomputes one block at a time.
     e.activations = blocks(m.n_layers, Nd, s.act) + outside;

@@ -17,10 +17,11 @@
 //   performer / lfk / darkformer: the transformed queries and keys, the output and the
 //   denominator of the chunked random-feature op) and the gated MLP; with
 //   training.activation_checkpointing only the block inputs plus one block recomputed in
-//   backward; the head keeps at most one vocabulary chunk of logits (~2^26);
-// - backward: the largest set of temporaries alive at once in backward (the head's chunk of
-//   logits and weight gradient, or a block's input and weight gradients, the random-feature
-//   logits recomputed there);
+//   backward;
+// - backward: the largest set of temporaries alive at once at the end of the forward or in
+//   backward (the head's chunk of logits and its two gradients, which it computes in the
+//   forward; or a block's input and weight gradients, the random-feature logits recomputed
+//   there);
 // - data: the token shards (memory-mapped: their pages count once read) and the batches;
 // - overhead: what the process already holds (code, libraries, the tokenizer, a loaded
 //   checkpoint; measured as its resident set when the estimate is made) plus a fixed

@@ -1,13 +1,17 @@
-// The LM head and its cross entropy, fused over vocabulary chunks: the (N, V) logits of a
-// batch never exist at once. Forward: per chunk of `chunk` rows of the weight, logits
-// (N, Vc) = hidden W_c^T in the accumulation dtype (f32 for f32 and bf16, whose gemm writes
-// f32 directly), their row logsumexp merged into the running one; the target logits are
-// gathered rows of W dotted with hidden. Backward: per chunk the logits (kept from the
-// forward when the whole vocabulary is one chunk: then nothing is recomputed and the memory is
-// what a separate head and cross_entropy would keep; recomputed otherwise), turned into
-// P = (softmax - onehot) * scale (scale = dloss / count on counted rows, 0 on ignored ones;
-// cross_entropy_chunk_backward: in place, or written as bf16 for bf16 products), then
-// dhidden += P W_c and dW_c = P^T hidden.
+// The LM head and its cross entropy, fused over chunks of tokens: the (N, V) logits of a
+// batch never exist at once, and nothing is computed twice.
+//
+// Per chunk of `chunk` rows of hidden: logits (R, V) = hidden_r W^T in the accumulation
+// dtype (f32 for f32 and bf16, whose gemm writes f32 directly), each row's logsumexp over the
+// whole vocabulary (row_logsumexp), and, when the op is recorded, the gradient right away:
+// P = (softmax - onehot) * scale (cross_entropy_chunk_backward; scale = 1 / count on counted
+// rows, 0 on ignored ones; in place, or written as bf16 for bf16 products), then
+// dhidden_r = P W and dW += P^T hidden_r. The loss's gradient g is only known in backward,
+// which scales the two by it (the loss is linear in nothing else). Vocabulary chunks, the
+// other way round, need every row's logsumexp before any P, so their backward recomputed
+// the logits: a quarter more products than the head's forward and backward.
+//
+// The target logits are gathered rows of W dotted with hidden.
 #include <algorithm>
 
 #include "autograd/grad_mode.h"
@@ -17,7 +21,8 @@
 namespace dark {
 namespace {
 
-// out = op(a) op(b) (+ beta out) for contiguous 2-D a, b and out (out may be f32 for bf16 a, b).
+// out = op(a) op(b) (+ beta out) for 2-D a, b and out with unit column stride (out may be f32
+// for bf16 a, b).
 void gemm_into(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& out, float beta) {
   GemmShape s;
   s.m = out.size(0);
@@ -25,32 +30,25 @@ void gemm_into(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Ten
   s.k = trans_a ? a.size(0) : a.size(1);
   s.trans_a = trans_a;
   s.trans_b = trans_b;
-  s.lda = a.size(1);
-  s.ldb = b.size(1);
-  s.ldc = out.size(1);
+  s.lda = a.stride(0);
+  s.ldb = b.stride(0);
+  s.ldc = out.stride(0);
   s.beta = beta;
   kernels::matmul().get(a.device().type, a.dtype())(a, b, out, s);
 }
 
-// Rows per vocabulary chunk: about 2^26 logits (256 MiB in f32) at a time.
-std::int64_t chunk_rows(std::int64_t requested, std::int64_t rows, std::int64_t vocab) {
-  if (requested > 0) return std::min(requested, vocab);
-  return std::min(vocab, std::max<std::int64_t>(256, (std::int64_t{1} << 26) / std::max<std::int64_t>(rows, 1)));
-}
-
-Tensor logits_chunk(const Tensor& hidden, const Tensor& weight, std::int64_t v0, std::int64_t v1, DType acc) {
-  Tensor logits = Tensor::empty({hidden.size(0), v1 - v0}, acc, hidden.device());
-  gemm_into(hidden, false, core::slice(weight, 0, v0, v1), true, logits, 0.0f);
-  return logits;
-}
-
-// log(exp(a) + exp(b)), elementwise.
-Tensor logaddexp(const Tensor& a, const Tensor& b) {
-  const Tensor m = maximum(a, b);
-  return add(m, log(add(exp(sub(a, m)), exp(sub(b, m)))));
-}
-
 }  // namespace
+
+std::int64_t linear_cross_entropy_chunk_rows(std::int64_t requested, std::int64_t rows, std::int64_t vocab) {
+  const std::int64_t all = std::max<std::int64_t>(rows, 1);
+  if (requested > 0) return std::min(requested, all);
+  // At most about 2^27 logits (512 MiB in f32) at a time: fewer chunks mean fewer
+  // read-modify-write passes over the (V, D) f32 weight gradient, one per chunk. Chunks of
+  // equal size, so the memory is no more than the pass count needs.
+  const std::int64_t most = std::max<std::int64_t>((std::int64_t{1} << 27) / std::max<std::int64_t>(vocab, 1), 1);
+  const std::int64_t chunks = (all + most - 1) / most;
+  return (all + chunks - 1) / chunks;
+}
 
 Tensor linear_cross_entropy(const Tensor& hidden_in, const Tensor& weight_in, const Tensor& targets_in,
                             std::int64_t ignore_index, std::int64_t chunk) {
@@ -66,58 +64,61 @@ Tensor linear_cross_entropy(const Tensor& hidden_in, const Tensor& weight_in, co
   DARK_CHECK(weight_in.size(0) > 0, name, ": the weight has no classes: ", weight_in.describe());
   DARK_CHECK(chunk >= 0, name, ": chunk must be >= 0 (0 = automatic), got ", chunk);
   const Tensor hidden = hidden_in.contiguous(), weight = weight_in.contiguous(), targets = targets_in.contiguous();
-  const std::int64_t rows = hidden.size(0), vocab = weight.size(0);
+  const std::int64_t rows = hidden.size(0), vocab = weight.size(0), dim = hidden.size(1);
   const DType acc = grad_dtype(hidden.dtype());
-  const std::int64_t step = chunk_rows(chunk, rows, vocab);
+  const std::int64_t step = linear_cross_entropy_chunk_rows(chunk, rows, vocab);
+  const bool want_hidden = should_record({&hidden_in}), want_weight = should_record({&weight_in});
 
-  Tensor loss, lse, counted, count, safe, kept_logits;
-  const bool one_chunk = step >= vocab;
-  {
-    NoGradGuard no_grad;
-    const Tensor real = ne(targets, Tensor::full({}, static_cast<double>(ignore_index), targets.dtype(), targets.device()));
-    counted = real.to(acc);
-    count = maximum(sum(counted), Tensor::scalar(1.0, acc, hidden.device()));
-    safe = where(real, targets, Tensor::zeros({}, targets.dtype(), targets.device()));
-    for (std::int64_t v0 = 0; v0 < vocab; v0 += step) {
-      const Tensor logits = logits_chunk(hidden, weight, v0, std::min(vocab, v0 + step), acc);
-      Tensor lse_c = Tensor::empty({rows}, acc, hidden.device());
-      kernels::row_logsumexp().get(logits.device().type, acc)(logits, lse_c);
-      lse = v0 == 0 ? lse_c : logaddexp(lse, lse_c);
-      if (one_chunk) kept_logits = logits;
+  NoGradGuard no_grad;
+  const Device device = hidden.device();
+  const Tensor real = ne(targets, Tensor::full({}, static_cast<double>(ignore_index), targets.dtype(), device));
+  const Tensor counted = real.to(acc);
+  const Tensor count = maximum(sum(counted), Tensor::scalar(1.0, acc, device));
+  const Tensor safe = where(real, targets, Tensor::zeros({}, targets.dtype(), device));
+  // The gradient for a loss gradient of 1; backward multiplies by the real one.
+  const Tensor scale = want_hidden || want_weight ? div(counted, count) : Tensor();
+  Tensor dhidden = want_hidden ? Tensor::empty({rows, dim}, acc, device) : Tensor();
+  Tensor dweight;  // the first chunk's product writes it; no chunk, no gradient
+  if (want_weight) dweight = rows > 0 ? Tensor::empty({vocab, dim}, acc, device) : Tensor::zeros({vocab, dim}, acc, device);
+  Tensor lse = Tensor::empty({rows}, acc, device);
+  for (std::int64_t r0 = 0; r0 < rows; r0 += step) {
+    const std::int64_t r1 = std::min(rows, r0 + step);
+    const Tensor hidden_r = core::slice(hidden, 0, r0, r1);
+    Tensor logits = Tensor::empty({r1 - r0, vocab}, acc, device);
+    gemm_into(hidden_r, false, weight, true, logits, 0.0f);
+    Tensor lse_r = core::slice(lse, 0, r0, r1);
+    kernels::row_logsumexp().get(device.type, acc)(logits, lse_r);
+    if (!scale.defined()) continue;
+    // P in the products' dtype: over the logits in place (f32, f64), or written as bf16.
+    Tensor p = hidden.dtype() == acc ? logits : Tensor::empty(logits.shape(), hidden.dtype(), device);
+    kernels::cross_entropy_chunk_backward().get(device.type, acc)(logits, lse_r, core::slice(scale, 0, r0, r1),
+                                                                  core::slice(targets, 0, r0, r1), 0, p);
+    logits = Tensor();  // freed before the products when p is a copy
+    if (want_hidden) {
+      Tensor dhidden_r = core::slice(dhidden, 0, r0, r1);
+      gemm_into(p, false, weight, false, dhidden_r, 0.0f);
     }
-    Tensor target_rows;
-    try {
-      target_rows = embedding(weight, safe);
-    } catch (const Error& e) {
-      throw Error(str(name, ": a target is not a class of the ", vocab, "-row weight nor ignore_index (", ignore_index,
-                      "): ", e.what()));
-    }
-    const Tensor target_logit = sum(mul(hidden.to(acc), target_rows.to(acc)), {1});
-    loss = div(sum(mul(sub(lse, target_logit), counted)), count);
+    if (want_weight) gemm_into(p, true, hidden_r, false, dweight, r0 == 0 ? 0.0f : 1.0f);
   }
-  if (!should_record({&hidden_in, &weight_in})) return loss;
+  Tensor target_rows;
+  try {
+    target_rows = embedding(weight, safe);
+  } catch (const Error& e) {
+    throw Error(str(name, ": a target is not a class of the ", vocab, "-row weight nor ignore_index (", ignore_index,
+                    "): ", e.what()));
+  }
+  const Tensor target_logit = sum(mul(hidden.to(acc), target_rows.to(acc)), {1});
+  Tensor loss = div(sum(mul(sub(lse, target_logit), counted)), count);
+  if (!scale.defined()) return loss;
   record(name, {hidden_in, weight_in}, {&loss},
-         [hidden = hidden.detach(), weight = weight.detach(), targets, counted, count, lse, kept_logits, acc,
-          step](BackwardContext& g) mutable {
-           const std::int64_t n = hidden.size(0), v = weight.size(0), d = hidden.size(1);
-           const Tensor scale = mul(counted, div(g.out_grad().to(acc), count));  // (N)
-           Tensor dh = g.needs_grad(0) ? Tensor::zeros({n, d}, acc, hidden.device()) : Tensor();
-           Tensor dw = g.needs_grad(1) ? Tensor::empty({v, d}, acc, hidden.device()) : Tensor();
-           for (std::int64_t v0 = 0; v0 < v; v0 += step) {
-             const std::int64_t v1 = std::min(v, v0 + step);
-             const Tensor logits = kept_logits.defined() ? kept_logits : logits_chunk(hidden, weight, v0, v1, acc);
-             kept_logits = Tensor();
-             // P in the products' dtype: over the logits in place (f32, f64), or written as bf16.
-             Tensor pm = hidden.dtype() == acc ? logits : Tensor::empty(logits.shape(), hidden.dtype(), logits.device());
-             kernels::cross_entropy_chunk_backward().get(logits.device().type, acc)(logits, lse, scale, targets, v0, pm);
-             if (dh.defined()) gemm_into(pm, false, core::slice(weight, 0, v0, v1), false, dh, 1.0f);
-             if (dw.defined()) {
-               Tensor rows_of_dw = core::slice(dw, 0, v0, v1);
-               gemm_into(pm, true, hidden, false, rows_of_dw, 0.0f);
-             }
-           }
-           if (dh.defined()) g.set_input_grad(0, dh.to(hidden.dtype()));
-           if (dw.defined()) g.set_input_grad(1, dw.to(weight.dtype()));
+         [dhidden, dweight, hidden_dtype = hidden.dtype(), weight_dtype = weight.dtype()](BackwardContext& g) mutable {
+           // Scaled in place (the two are this entry's own), then cast to the inputs' dtypes.
+           const auto scaled = [&g](Tensor& d, DType dtype) {
+             kernels::binary().get(d.device().type, d.dtype())(BinaryOp::mul, d, core::expand(g.out_grad(), d.shape()), d);
+             return d.to(dtype);
+           };
+           if (g.needs_grad(0)) g.set_input_grad(0, scaled(dhidden, hidden_dtype));
+           if (g.needs_grad(1)) g.set_input_grad(1, scaled(dweight, weight_dtype));
          });
   return loss;
 }
