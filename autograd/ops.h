@@ -152,13 +152,14 @@ Tensor swiglu(const Tensor& gate, const Tensor& up);
 Tensor geglu(const Tensor& gate, const Tensor& up);
 Tensor geglu_tanh(const Tensor& gate, const Tensor& up);
 // The gradients of those ops without the tape: dgate = dout * up * act'(gate) and dup =
-// dout * act(gate) for contiguous same-shape tensors, each computed only when wanted
-// (undefined otherwise). For a layer that fuses the activation into a larger tape entry.
+// dout * act(gate) for contiguous same-shape tensors, and out = act(gate) * up, the forward's
+// output with its bits, in the same pass; each computed only when wanted (undefined
+// otherwise). For a layer that fuses the activation into a larger tape entry.
 struct GluGrads {
-  Tensor dgate, dup;
+  Tensor dgate, dup, out;
 };
 GluGrads glu_backward(GluOp op, const Tensor& gate, const Tensor& up, const Tensor& dout, bool want_gate,
-                      bool want_up);
+                      bool want_up, bool want_out = false);
 // Linear attention of the random-feature kinds (Performer / LFK / DARKFormer) on feature
 // LOGITS, one tape entry. q_logits: (B, T, Hq, m), k_logits: (B, T, Hkv, m), v: (B, T, Hkv, Dv)
 // with Hq % Hkv == 0 (query head h uses kv head h / (Hq / Hkv)) -> (B, T, Hq, Dv).

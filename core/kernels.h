@@ -178,9 +178,12 @@ DARK_DECLARE_KERNEL(cross_entropy_chunk_backward, void(const Tensor& logits, con
 // Face's gelu_pytorch_tanh, Gemma's).
 enum class GluOp : std::uint8_t { swiglu, geglu, geglu_tanh };
 DARK_DECLARE_KERNEL(glu_forward, void(GluOp op, const Tensor& gate, const Tensor& up, Tensor& out))
-// dgate = dout * up * act'(gate), dup = dout * act(gate); either may be undefined (skipped).
+// dgate = dout * up * act'(gate), dup = dout * act(gate), and out = act(gate) * up, the
+// forward's output with glu_forward's bits (recomputed here, where a layer needs it again,
+// instead of by a second pass over gate and up); each may be undefined (skipped). dout may be
+// undefined when only out is wanted.
 DARK_DECLARE_KERNEL(glu_backward, void(GluOp op, const Tensor& gate, const Tensor& up, const Tensor& dout,
-                                       Tensor& dgate, Tensor& dup))
+                                       Tensor& dgate, Tensor& dup, Tensor& out))
 
 // Linear attention on feature logits (autograd/ops/linear_attention.cpp; semantics in
 // autograd/ops.h). q: (B, T, Hq, m), k: (B, T, Hkv, m), v: (B, T, Hkv, Dv), out: (B, T, Hq, Dv)

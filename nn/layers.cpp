@@ -75,11 +75,11 @@ Tensor activation(MlpKind kind, const Tensor& gate, const Tensor& up) {
 
 // down(act(gate, up)) as one tape entry that keeps gate and up (which act's backward needs
 // anyway) but not the (rows, hidden) activation, which down_proj's weight gradient would
-// otherwise keep: backward recomputes it (one elementwise pass) and then runs the products
-// and act's backward (glu_backward) as the separate ops would, so the gradients are the same
-// bits. Saves one (rows, hidden) tensor per layer of training memory. No nested tape: its
-// leaves would take f32 gradients, two casts of a (rows, hidden) tensor each for gate and up
-// in bf16.
+// otherwise keep: backward recomputes it inside act's backward (glu_backward writes it with
+// the forward's bits beside dgate and dup, so gate and up are read once) and runs the products
+// as the separate ops would: the gradients are the same bits. Saves one (rows, hidden) tensor
+// per layer of training memory. No nested tape: its leaves would take f32 gradients, two
+// casts of a (rows, hidden) tensor each for gate and up in bf16.
 Tensor GatedMlp::forward(const Tensor& x) const {
   const Tensor gate = gate_proj.forward(x), up = up_proj.forward(x);
   const Tensor w = to_compute(*down_proj.weight);  // cast once (bf16), used by both paths
@@ -100,16 +100,18 @@ Tensor GatedMlp::forward(const Tensor& x) const {
            NoGradGuard no_grad;
            const std::int64_t hidden = gate.shape().back(), dim = w.size(0);
            const Tensor dy = reshape(g.out_grad(), {g.out_grad().numel() / dim, dim});
-           if (g.needs_grad(2)) {
-             const Tensor h = activation(kind, gate, up);  // recomputed, unrecorded
-             g.set_input_grad(2, matmul(dy, reshape(h, {h.numel() / hidden, hidden}), true, false));
-           }
+           Tensor h;  // the activation, recomputed (unrecorded)
            if (g.needs_grad(0) || g.needs_grad(1)) {
              const Tensor dh = reshape(matmul(dy, w), gate.shape());
-             const GluGrads d = glu_backward(glu_op(kind), gate, up, dh, g.needs_grad(0), g.needs_grad(1));
+             const GluGrads d =
+                 glu_backward(glu_op(kind), gate, up, dh, g.needs_grad(0), g.needs_grad(1), g.needs_grad(2));
              if (d.dgate.defined()) g.set_input_grad(0, d.dgate);
              if (d.dup.defined()) g.set_input_grad(1, d.dup);
+             h = d.out;
+           } else if (g.needs_grad(2)) {
+             h = activation(kind, gate, up);
            }
+           if (g.needs_grad(2)) g.set_input_grad(2, matmul(dy, reshape(h, {h.numel() / hidden, hidden}), true, false));
          });
   return out;
 }

@@ -999,6 +999,29 @@ TEST(FusedGlu, MatchesNaive) {
   EXPECT_THROW(swiglu(randn({3, 4}, 1, DType::f32), randn({4}, 2, DType::f32)), Error);
 }
 
+// glu_backward's recomputed output is the forward's, bit for bit (the gated MLP's down
+// projection takes its weight gradient from it), and asking for it changes no gradient bit.
+// Gates from -20 to 20: geglu's cdf is subnormal in f32 below about -13.
+TEST(FusedGlu, BackwardRecomputesTheForwardOutputBitForBit) {
+  for (DType dt : {DType::f32, DType::f64}) {
+    const Tensor sweep = add_scalar(mul_scalar(Tensor::arange(1001, dt), 0.04), -20.0);  // -20 ... 20
+    const Tensor gate = concat({mul_scalar(randn({1000}, 1, dt), 3.0), sweep}, 0);
+    const Tensor up = randn({2001}, 2, dt), dout = randn({2001}, 3, dt);
+    for (const GluOp op : {GluOp::swiglu, GluOp::geglu, GluOp::geglu_tanh}) {
+      const Tensor forward = op == GluOp::swiglu ? swiglu(gate, up) : op == GluOp::geglu ? geglu(gate, up)
+                                                                                         : geglu_tanh(gate, up);
+      const std::string what = str(static_cast<int>(op), " ", dtype_name(dt));
+      const GluGrads without = glu_backward(op, gate, up, dout, true, true, false);
+      for (const auto& [want_gate, want_up] : {std::pair{true, true}, {true, false}, {false, true}, {false, false}}) {
+        const GluGrads with = glu_backward(op, gate, up, dout, want_gate, want_up, true);
+        EXPECT_EQ(with.out.to(DType::f64).to_vector<double>(), forward.to(DType::f64).to_vector<double>()) << what;
+        if (want_gate) EXPECT_EQ(with.dgate.to(DType::f64).to_vector<double>(), without.dgate.to(DType::f64).to_vector<double>()) << what;
+        if (want_up) EXPECT_EQ(with.dup.to(DType::f64).to_vector<double>(), without.dup.to(DType::f64).to_vector<double>()) << what;
+      }
+    }
+  }
+}
+
 // gelu_tanh(gate) * up written with small ops: 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) up.
 Tensor naive_geglu_tanh(const Tensor& g, const Tensor& up) {
   const Tensor u = mul_scalar(add(g, mul_scalar(mul(mul(g, g), g), 0.044715)), std::sqrt(2.0 / std::numbers::pi));

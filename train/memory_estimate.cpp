@@ -88,9 +88,10 @@ BlockMemory block_memory(const RunConfig& config, int layer, const Dims& s) {
   if (config.model.dropout > 0) b.kept += blocks(4, Nd, s.act);  // mask and output at both sites
   const AttentionMemory a = attention_memory(attention_for_layer(config, layer), s);
   b.kept += a.kept;
-  // Backward of the MLP: the incoming gradient, d(glu), d(gate), d(up), an input gradient and
-  // a weight gradient before it is added into the flat buffer; the attention's likewise.
-  const std::int64_t mlp = blocks(2, Nd, kF32) + blocks(3, Nf, kF32) + blocks(1, s.f * s.d, kF32);
+  // Backward of the MLP: the incoming gradient, d(glu), d(gate), d(up), the recomputed GLU
+  // (written beside them), an input gradient and a weight gradient before it is added into the
+  // flat buffer; the attention's likewise.
+  const std::int64_t mlp = blocks(2, Nd, kF32) + blocks(4, Nf, kF32) + blocks(1, s.f * s.d, kF32);
   b.backward = std::max(mlp, blocks(2, Nd, kF32) + a.backward + blocks(1, s.d * s.d, kF32));
   return b;
 }

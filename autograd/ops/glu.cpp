@@ -30,12 +30,16 @@ Tensor glu(GluOp op, const char* name, const Tensor& gate_in, const Tensor& up_i
 }  // namespace
 
 GluGrads glu_backward(GluOp op, const Tensor& gate, const Tensor& up, const Tensor& dout_in, bool want_gate,
-                      bool want_up) {
+                      bool want_up, bool want_out) {
   const Tensor dout = dout_in.contiguous();
   GluGrads d;
-  if (want_gate) d.dgate = Tensor::empty(gate.shape(), gate.dtype(), gate.device());
-  if (want_up) d.dup = Tensor::empty(up.shape(), up.dtype(), up.device());
-  kernels::glu_backward().get(gate.device().type, gate.dtype())(op, gate, up, dout, d.dgate, d.dup);
+  const auto like_gate = [&gate](bool wanted) {
+    return wanted ? Tensor::empty(gate.shape(), gate.dtype(), gate.device()) : Tensor();
+  };
+  d.dgate = like_gate(want_gate);
+  d.dup = like_gate(want_up);
+  d.out = like_gate(want_out);
+  kernels::glu_backward().get(gate.device().type, gate.dtype())(op, gate, up, dout, d.dgate, d.dup, d.out);
   return d;
 }
 

@@ -45,9 +45,10 @@ DARK_INLINE void glu_act_and_slope(C g, C& act, C& slope) {
     act = g * s;
     slope = s + g * (C(2 * kSqrt2OverPi) * (C(1) + C(3 * kGeluTanhCubic) * g2)) * (s * (C(1) - s));
   } else {
-    const C cdf = C(0.5) * vmath::erfc(-g * C(kSqrtHalf));
+    const C e = vmath::erfc(-g * C(kSqrtHalf));
+    const C cdf = C(0.5) * e;
     const C pdf = C(kInvSqrt2Pi) * vmath::exp(C(-0.5) * g * g);
-    act = g * cdf;
+    act = C(0.5) * g * e;  // glu_act's roundings (g cdf differs where cdf is subnormal)
     slope = cdf + g * pdf;
   }
 }
@@ -58,27 +59,35 @@ DARK_INLINE void glu_forward_loop(const C* gate, const C* up, C* out, std::int64
   for (std::int64_t i = 0; i < n; ++i) out[i] = glu_act<Op>(gate[i]) * up[i];
 }
 
-// dgate and dup may be null (not needed); the loops are specialised so that none branches.
+// The wanted outputs (dgate, dup, and out: the forward's output again, same bits) as template
+// flags, so that no loop branches and none computes act' without dgate.
+template <GluOp Op, bool kGate, bool kUp, bool kOut, class C>
+DARK_INLINE void glu_backward_loop(const C* gate, const C* up, const C* dout, C* dgate, C* dup, C* out,
+                                   std::int64_t n) {
+#pragma omp simd
+  for (std::int64_t i = 0; i < n; ++i) {
+    C act, slope;
+    if constexpr (kGate) glu_act_and_slope<Op>(gate[i], act, slope);
+    else act = glu_act<Op>(gate[i]);
+    if constexpr (kGate) dgate[i] = dout[i] * up[i] * slope;
+    if constexpr (kUp) dup[i] = dout[i] * act;
+    if constexpr (kOut) out[i] = act * up[i];
+  }
+}
+
 template <GluOp Op, class C>
-DARK_INLINE void glu_backward_loop(const C* gate, const C* up, const C* dout, C* dgate, C* dup, std::int64_t n) {
-  if (dgate && dup) {
-#pragma omp simd
-    for (std::int64_t i = 0; i < n; ++i) {
-      C act, slope;
-      glu_act_and_slope<Op>(gate[i], act, slope);
-      dgate[i] = dout[i] * up[i] * slope;
-      dup[i] = dout[i] * act;
-    }
-  } else if (dgate) {
-#pragma omp simd
-    for (std::int64_t i = 0; i < n; ++i) {
-      C act, slope;
-      glu_act_and_slope<Op>(gate[i], act, slope);
-      dgate[i] = dout[i] * up[i] * slope;
-    }
-  } else if (dup) {
-#pragma omp simd
-    for (std::int64_t i = 0; i < n; ++i) dup[i] = dout[i] * glu_act<Op>(gate[i]);
+DARK_INLINE void glu_backward_op(const C* gate, const C* up, const C* dout, C* dgate, C* dup, C* out,
+                                 std::int64_t n) {
+  const int wanted = (dgate ? 4 : 0) | (dup ? 2 : 0) | (out ? 1 : 0);
+  switch (wanted) {
+    case 7: return glu_backward_loop<Op, true, true, true>(gate, up, dout, dgate, dup, out, n);
+    case 6: return glu_backward_loop<Op, true, true, false>(gate, up, dout, dgate, dup, out, n);
+    case 5: return glu_backward_loop<Op, true, false, true>(gate, up, dout, dgate, dup, out, n);
+    case 4: return glu_backward_loop<Op, true, false, false>(gate, up, dout, dgate, dup, out, n);
+    case 3: return glu_backward_loop<Op, false, true, true>(gate, up, dout, dgate, dup, out, n);
+    case 2: return glu_backward_loop<Op, false, true, false>(gate, up, dout, dgate, dup, out, n);
+    case 1: return glu_backward_loop<Op, false, false, true>(gate, up, dout, dgate, dup, out, n);
+    default: return;
   }
 }
 
@@ -92,12 +101,12 @@ DARK_INLINE void glu_forward_any(GluOp op, const C* gate, const C* up, C* out, s
   }
 }
 template <class C>
-DARK_INLINE void glu_backward_any(GluOp op, const C* gate, const C* up, const C* dout, C* dgate, C* dup,
+DARK_INLINE void glu_backward_any(GluOp op, const C* gate, const C* up, const C* dout, C* dgate, C* dup, C* out,
                                   std::int64_t n) {
   switch (op) {
-    case GluOp::swiglu: return glu_backward_loop<GluOp::swiglu>(gate, up, dout, dgate, dup, n);
-    case GluOp::geglu: return glu_backward_loop<GluOp::geglu>(gate, up, dout, dgate, dup, n);
-    case GluOp::geglu_tanh: return glu_backward_loop<GluOp::geglu_tanh>(gate, up, dout, dgate, dup, n);
+    case GluOp::swiglu: return glu_backward_op<GluOp::swiglu>(gate, up, dout, dgate, dup, out, n);
+    case GluOp::geglu: return glu_backward_op<GluOp::geglu>(gate, up, dout, dgate, dup, out, n);
+    case GluOp::geglu_tanh: return glu_backward_op<GluOp::geglu_tanh>(gate, up, dout, dgate, dup, out, n);
   }
 }
 
@@ -106,8 +115,8 @@ DARK_CPU_CLONES void glu_forward_f32(GluOp op, const float* gate, const float* u
 }
 
 DARK_CPU_CLONES void glu_backward_f32(GluOp op, const float* gate, const float* up, const float* dout, float* dgate,
-                                      float* dup, std::int64_t n) {
-  glu_backward_any(op, gate, up, dout, dgate, dup, n);
+                                      float* dup, float* out, std::int64_t n) {
+  glu_backward_any(op, gate, up, dout, dgate, dup, out, n);
 }
 
 void check_op(const char* name, GluOp op) {
@@ -129,20 +138,20 @@ void glu_forward_kernel(GluOp op, const Tensor& gate, const Tensor& up, Tensor& 
 
 template <class T>
 void glu_backward_kernel(GluOp op, const Tensor& gate, const Tensor& up, const Tensor& dout, Tensor& dgate,
-                         Tensor& dup) {
+                         Tensor& dup, Tensor& out) {
   const T* pg = gate.data<T>();
   const T* pu = up.data<T>();
-  const T* pd = dout.data<T>();
+  const T* pd = dout.defined() ? dout.data<T>() : nullptr;
   T* pdg = dgate.defined() ? dgate.data<T>() : nullptr;
   T* pdu = dup.defined() ? dup.data<T>() : nullptr;
+  T* po = out.defined() ? out.data<T>() : nullptr;
   check_op("glu_backward", op);
   parallel_for(gate.numel(), kGrainHeavy, [&](std::int64_t begin, std::int64_t end) {
-    T* dg = pdg ? pdg + begin : nullptr;
-    T* du = pdu ? pdu + begin : nullptr;
+    const auto at = [begin](auto* p) { return p ? p + begin : nullptr; };
     if constexpr (std::is_same_v<T, float>)
-      glu_backward_f32(op, pg + begin, pu + begin, pd + begin, dg, du, end - begin);
+      glu_backward_f32(op, pg + begin, pu + begin, at(pd), at(pdg), at(pdu), at(po), end - begin);
     else
-      glu_backward_any(op, pg + begin, pu + begin, pd + begin, dg, du, end - begin);
+      glu_backward_any(op, pg + begin, pu + begin, at(pd), at(pdg), at(pdu), at(po), end - begin);
   });
 }
 

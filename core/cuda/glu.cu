@@ -4,8 +4,8 @@
 //   geglu:  act = g Phi(g) (exact gelu),  act' = Phi(g) + g phi(g)
 //   geglu_tanh: act = g s,  act' = s + g c (1 + 3 a g^2) 2 s (1 - s),  s = sigmoid(2 c (g + a g^3))
 //           = 0.5 (1 + tanh(c (g + a g^3))), c = sqrt(2/pi), a = 0.044715 (tanh-approximated gelu)
-// forward out = act(gate) up; backward dgate = dout up act'(gate), dup = dout act(gate),
-// either skipped when undefined. The operands move in 16-byte packs (core/cuda/vector_access.cuh).
+// forward out = act(gate) up; backward dgate = dout up act'(gate), dup = dout act(gate), and
+// out again, each skipped when undefined. The operands move in 16-byte packs (core/cuda/vector_access.cuh).
 #include <cstdint>
 
 #include "core/cuda/device_math.cuh"
@@ -46,24 +46,38 @@ __global__ void glu_forward_kernel(GluOp op, const T* gate, const T* up, T* out,
   for_each_contiguous(n, f, gate, up, out);
 }
 
-// One loop per set of wanted gradients, so that the packs of undefined ones (and of up, which
-// only dgate reads) are neither loaded nor stored.
+// One loop per set of wanted outputs, so that the packs of undefined ones (and of up, which
+// dup alone does not read) are neither loaded nor stored. out = act * up rounds as
+// glu_forward_kernel does, from the same act: the forward's bits.
 template <class T>
-__global__ void glu_backward_kernel(GluOp op, const T* gate, const T* up, const T* dout, T* dgate, T* dup,
+__global__ void glu_backward_kernel(GluOp op, const T* gate, const T* up, const T* dout, T* dgate, T* dup, T* out,
                                     std::int64_t n) {
   using A = acc_t<T>;
-  const auto grads = [op](T g, T u, T d, T* dg, T* du) {
+  const auto outputs = [op](T g, T u, T d, T* dg, T* du, T* o) {
     A act, slope;
     act_and_slope(op, convert<A>(g), act, slope);
     if (dg) *dg = convert<T>(convert<A>(d) * convert<A>(u) * slope);
     if (du) *du = convert<T>(convert<A>(d) * act);
+    if (o) *o = convert<T>(act * convert<A>(u));
   };
-  if (dgate && dup) {
-    for_each_contiguous(n, [&](T g, T u, T d, T& dg, T& du) { grads(g, u, d, &dg, &du); }, gate, up, dout, dgate, dup);
+  if (dgate && dup && out) {
+    for_each_contiguous(
+        n, [&](T g, T u, T d, T& dg, T& du, T& o) { outputs(g, u, d, &dg, &du, &o); }, gate, up, dout, dgate, dup, out);
+  } else if (dgate && dup) {
+    for_each_contiguous(
+        n, [&](T g, T u, T d, T& dg, T& du) { outputs(g, u, d, &dg, &du, nullptr); }, gate, up, dout, dgate, dup);
+  } else if (dgate && out) {
+    for_each_contiguous(
+        n, [&](T g, T u, T d, T& dg, T& o) { outputs(g, u, d, &dg, nullptr, &o); }, gate, up, dout, dgate, out);
   } else if (dgate) {
-    for_each_contiguous(n, [&](T g, T u, T d, T& dg) { grads(g, u, d, &dg, nullptr); }, gate, up, dout, dgate);
+    for_each_contiguous(n, [&](T g, T u, T d, T& dg) { outputs(g, u, d, &dg, nullptr, nullptr); }, gate, up, dout, dgate);
+  } else if (dup && out) {
+    for_each_contiguous(
+        n, [&](T g, T u, T d, T& du, T& o) { outputs(g, u, d, nullptr, &du, &o); }, gate, up, dout, dup, out);
+  } else if (dup) {
+    for_each_contiguous(n, [&](T g, T d, T& du) { outputs(g, T(), d, nullptr, &du, nullptr); }, gate, dout, dup);
   } else {
-    for_each_contiguous(n, [&](T g, T d, T& du) { grads(g, T(), d, nullptr, &du); }, gate, dout, dup);
+    for_each_contiguous(n, [&](T g, T u, T& o) { outputs(g, u, T(), nullptr, nullptr, &o); }, gate, up, out);
   }
 }
 
@@ -77,13 +91,15 @@ void glu_forward(GluOp op, const Tensor& gate, const Tensor& up, Tensor& out) {
 }
 
 template <class T>
-void glu_backward(GluOp op, const Tensor& gate, const Tensor& up, const Tensor& dout, Tensor& dgate, Tensor& dup) {
-  check_dtype<T>("glu_backward", {{"gate", &gate}, {"up", &up}, {"dout", &dout}});
+void glu_backward(GluOp op, const Tensor& gate, const Tensor& up, const Tensor& dout, Tensor& dgate, Tensor& dup,
+                  Tensor& out) {
+  check_dtype<T>("glu_backward", {{"gate", &gate}, {"up", &up}});
   const std::int64_t n = gate.numel();
-  if (n == 0 || (!dgate.defined() && !dup.defined())) return;
+  if (n == 0 || (!dgate.defined() && !dup.defined() && !out.defined())) return;
+  const auto data = [](const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
   DeviceGuard guard(gate);
-  launch(glu_backward_kernel<T>, {grid_for_packs<T>(n), kThreads}, op, gate.data<T>(), up.data<T>(), dout.data<T>(),
-         dgate.defined() ? dgate.data<T>() : nullptr, dup.defined() ? dup.data<T>() : nullptr, n);
+  launch(glu_backward_kernel<T>, {grid_for_packs<T>(n), kThreads}, op, gate.data<T>(), up.data<T>(), data(dout),
+         data(dgate), data(dup), data(out), n);
 }
 
 DARK_REGISTER_KERNEL(glu_forward, cuda, f32, &glu_forward<float>);
