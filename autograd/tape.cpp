@@ -57,22 +57,44 @@ struct ReplayState {
   // For each leaf with hooks or a bound gradient: the index of the entry after whose replay
   // its gradient is final (see plan_replay).
   std::unordered_map<const AutogradMeta*, std::int64_t> final_entry;
+  // A non-leaf's second contribution, held back while exactly one more is expected, so that
+  // the three are summed in one pass (q, k and v read the same normed input): one kernel
+  // reading three terms and writing the result where two sums wrote and re-read an f32 partial
+  // sum. Folded in by the producer's replay if the third never comes.
+  std::unordered_map<const AutogradMeta*, Tensor> held;
 };
 
 // a + b summed in acc and rounded to out (acc, or bf16 for the last term of a bf16 tensor's
 // gradient), a new tensor. bf16 terms of an f32 sum are read by grad_sum directly rather than
 // cast first: one kernel instead of three, same bits (the casts are exact, and the f32 sum is
 // rounded to bf16 as a cast of it would be).
-// Whether grad_sum adds a and b: an f32 sum with a bf16 term, both contiguous on one device.
+// Whether grad_sum can add the terms: an f32 sum of f32 / bf16 terms, contiguous on one device.
+bool grad_sum_reads(std::initializer_list<const Tensor*> terms, DType acc) {
+  if (acc != DType::f32) return false;
+  for (const Tensor* t : terms)
+    if ((t->dtype() != DType::f32 && t->dtype() != DType::bf16) || !t->is_contiguous() ||
+        t->device() != (*terms.begin())->device())
+      return false;
+  return true;
+}
+
+// Two terms go through grad_sum only when one is bf16 (two f32 terms: the add kernel, the same).
 bool sums_bf16_directly(const Tensor& a, const Tensor& b, DType acc) {
-  return acc == DType::f32 && (a.dtype() == DType::bf16 || b.dtype() == DType::bf16) && a.is_contiguous() &&
-         b.is_contiguous() && a.device() == b.device();
+  return (a.dtype() == DType::bf16 || b.dtype() == DType::bf16) && grad_sum_reads({&a, &b}, acc);
 }
 
 Tensor sum_of(const Tensor& a, const Tensor& b, DType acc, DType out_dtype) {
   if (!sums_bf16_directly(a, b, acc)) return add(a.to(acc), b.to(acc)).to(out_dtype);
   Tensor out = Tensor::empty(a.shape(), out_dtype, a.device());
-  kernels::grad_sum().get(out.device().type, out_dtype)(a, b, out);
+  kernels::grad_sum().get(out.device().type, out_dtype)(a, b, Tensor(), out);
+  return out;
+}
+
+// (a + b) + c with sum_of's bits, in one pass where grad_sum can read all three.
+Tensor sum_of(const Tensor& a, const Tensor& b, const Tensor& c, DType acc, DType out_dtype) {
+  if (!grad_sum_reads({&a, &b, &c}, acc)) return sum_of(sum_of(a, b, acc, acc), c, acc, out_dtype);
+  Tensor out = Tensor::empty(a.shape(), out_dtype, a.device());
+  kernels::grad_sum().get(out.device().type, out_dtype)(a, b, c, out);
   return out;
 }
 
@@ -106,8 +128,28 @@ void accumulate(AutogradMeta& meta, const Tensor& g, bool leaf, ReplayState& sta
   } else {
     DARK_CHECK(meta.grad->shape() == g.shape(), "backward: gradient of shape ", shape_str(g.shape()),
                " cannot accumulate into gradient of shape ", shape_str(meta.grad->shape()));
-    meta.grad = std::make_shared<Tensor>(sum_of(*meta.grad, g, acc, last ? expected->second.dtype : acc));
+    const DType out_dtype = last ? expected->second.dtype : acc;
+    const auto held = state.held.find(&meta);
+    if (held != state.held.end()) {
+      const Tensor second = std::move(held->second);
+      state.held.erase(held);
+      meta.grad = std::make_shared<Tensor>(sum_of(*meta.grad, second, g, acc, out_dtype));
+    } else if (!leaf && expected != state.expected.end() && expected->second.remaining == 1 &&
+               grad_sum_reads({meta.grad.get(), &g}, acc)) {
+      state.held.emplace(&meta, g);
+    } else {
+      meta.grad = std::make_shared<Tensor>(sum_of(*meta.grad, g, acc, out_dtype));
+    }
   }
+}
+
+// Adds a held-back second contribution (ReplayState::held) whose third never came.
+void fold_held(AutogradMeta& meta, ReplayState& state) {
+  const auto held = state.held.find(&meta);
+  if (held == state.held.end()) return;
+  meta.grad = std::make_shared<Tensor>(sum_of(*meta.grad, held->second, grad_dtype(held->second.dtype()),
+                                              grad_dtype(held->second.dtype())));
+  state.held.erase(held);
 }
 
 // Adds this backward's gradient of a buffer-bound parameter to its buffer (see PendingGrads).
@@ -117,7 +159,7 @@ void flush(AutogradMeta& meta, PendingGrads& pending) {
   Tensor& buffer = *meta.grad;
   const Tensor& g = it->second;
   if (sums_bf16_directly(buffer, g, buffer.dtype()))
-    kernels::grad_sum().get(buffer.device().type, buffer.dtype())(buffer, g, buffer);  // in place
+    kernels::grad_sum().get(buffer.device().type, buffer.dtype())(buffer, g, Tensor(), buffer);  // in place
   else
     kernels::binary().get(buffer.device().type, buffer.dtype())(BinaryOp::add, buffer, g.to(buffer.dtype()), buffer);
   pending.erase(it);
@@ -130,6 +172,7 @@ void replay(TapeEntry& entry, ReplayState& state) {
   bool any = false;
   for (std::size_t o = 0; o < entry.outputs.size(); ++o) {
     AutogradMeta& meta = *entry.outputs[o];
+    fold_held(meta, state);
     if (meta.grad) {
       // Sums of gradients are f32 for bf16, but an op's backward works in its output's dtype.
       ctx.out_grads_.push_back(meta.grad->to(entry.output_templates[o].dtype()));
@@ -288,6 +331,7 @@ void backward(const Tensor& output, const Tensor& grad) {
   }
   DARK_CHECK(state.pending.empty(), "backward: ", state.pending.size(),
              " bound gradient(s) were never added to their buffer");
+  DARK_CHECK(state.held.empty(), "backward: ", state.held.size(), " held gradient term(s) were never summed");
   tape.entries.clear();
 }
 

@@ -104,12 +104,14 @@ DARK_DECLARE_KERNEL(fill_normal, void(Tensor& out, std::uint64_t seed, std::uint
 DARK_DECLARE_KERNEL(fill_uniform, void(Tensor& out, std::uint64_t seed, std::uint64_t stream,
                                        std::uint64_t offset, double low, double high))
 
-// A gradient sum of mixed precision (autograd/tape.cpp): out = float(a) + float(b), the f32
-// sum rounded to out's dtype (f32, or bf16 for the last term of a bf16 tensor's gradient);
-// a and b each f32 or bf16, all three contiguous and of one shape (out may be a). One pass
-// where casting the bf16 operands first and the sum after took up to four, with the same bits
-// (the casts to f32 are exact). Dispatched on out's dtype.
-DARK_DECLARE_KERNEL(grad_sum, void(const Tensor& a, const Tensor& b, Tensor& out))
+// A gradient sum of mixed precision (autograd/tape.cpp): out = float(a) + float(b), plus
+// float(c) when c is defined, summed in f32 in that order and rounded to out's dtype (f32, or
+// bf16 for the last term of a bf16 tensor's gradient); a, b and c each f32 or bf16, all
+// contiguous and of one shape (out may be a). One pass where casting the bf16 operands first
+// and the sums after took up to four per term, with the same bits (the casts to f32 are exact,
+// and a three-term sum rounds where two two-term sums into f32 would). Dispatched on out's
+// dtype.
+DARK_DECLARE_KERNEL(grad_sum, void(const Tensor& a, const Tensor& b, const Tensor& c, Tensor& out))
 
 // ---- fused ops (autograd/ops/{rms_norm,rope,flash_attention,cross_entropy,glu}.cpp) ----
 // Per-row statistics (rstd, lse) are held in grad_dtype(x): f32 for f32 and bf16, f64 for f64.

@@ -60,6 +60,33 @@ TEST(Autograd, ExplicitOutputGradientAndSharedSubgraphs) {
   EXPECT_EQ(values(x.grad()), (std::vector<double>{21, 10 * (3 - 36)}));
 }
 
+// A tensor read by three ops gets its three contributions summed in one pass (tape.cpp holds
+// the second back): the bits of adding them in f32 in the replay's order, and the same with a
+// fourth reader, where the sum goes two terms at a time.
+TEST(Autograd, ThreeAndFourContributionsSumInReplayOrder) {
+  const Tensor x0 = mul_scalar(Tensor::randn({7, 33}, 8), 0.7);
+  const auto term = [&x0](Tensor (*branch)(const Tensor&)) {
+    Tensor leaf = x0.detach().set_requires_grad(true);
+    backward(sum(branch(leaf)));
+    return leaf.grad();
+  };
+  Tensor (*const branches[])(const Tensor&) = {[](const Tensor& t) { return tanh(t); },
+                                               [](const Tensor& t) { return sigmoid(t); },
+                                               [](const Tensor& t) { return exp(t); },
+                                               [](const Tensor& t) { return square(t); }};
+  for (const int readers : {3, 4}) {
+    Tensor x = x0.detach().set_requires_grad(true);
+    const Tensor h = mul_scalar(x, 1.0);  // a non-leaf, which tape.cpp's sums are for
+    Tensor y = branches[0](h);
+    for (int r = 1; r < readers; ++r) y = add(y, branches[r](h));
+    backward(sum(y));
+    // The replay meets the readers last to first.
+    Tensor want = term(branches[readers - 1]);
+    for (int r = readers - 2; r >= 0; --r) want = add(want, term(branches[r]));
+    EXPECT_EQ(x.grad().to_vector<float>(), want.to_vector<float>()) << readers << " readers";
+  }
+}
+
 TEST(Autograd, DetachStopsGradients) {
   Tensor x = Tensor::from_vector<double>({2}, {1}).set_requires_grad();
   Tensor y = mul(x, mul(x, x).detach());  // d/dx = x^2 (the detached factor is a constant)

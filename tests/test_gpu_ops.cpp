@@ -198,24 +198,58 @@ TEST(Gpu, Bf16GradientsCastOnlyAtLeavesAndSums) {
   EXPECT_EQ(casts_in_backward(true), 1);
 }
 
+// A bf16 tensor read by three ops (as q, k and v read the normed input) gets its gradient in
+// one three-term grad_sum, straight to bf16, with the bits of summing the terms in f32 in
+// arrival order.
+TEST(Gpu, ThreeGradientContributionsAreSummedInOnePass) {
+  DARK_REQUIRE_GPU();
+  Tensor x = Tensor::randn({64, 32}, 3).to(Device::cuda(0)).to(DType::bf16).set_requires_grad(true);
+  const Tensor h = mul_scalar(x, 0.5);
+  const Tensor loss = sum(add(add(mul_scalar(tanh(h), 0.25), sigmoid(h)), exp(h)));
+  KernelProfile profile;
+  backward(loss);
+  std::int64_t sums = 0;
+  for (const auto& r : profile.finish()) sums += r.kernel == "grad_sum" ? r.calls : 0;
+  EXPECT_EQ(sums, 1);
+  // The same terms, each from a backward of its own branch (a bf16 leaf's gradient is the exact
+  // f32 cast of its term), summed in f32 in the replay's order (exp's, sigmoid's, tanh's), rounded
+  // to bf16 and scaled by mul_scalar's backward (by 0.5: exact).
+  const auto term = [&h](const std::function<Tensor(const Tensor&)>& branch) {
+    Tensor leaf = h.detach().set_requires_grad(true);
+    backward(sum(branch(leaf)));
+    return leaf.grad();
+  };
+  const Tensor de = term([](const Tensor& t) { return exp(t); });
+  const Tensor ds = term([](const Tensor& t) { return sigmoid(t); });
+  const Tensor dt = term([](const Tensor& t) { return mul_scalar(tanh(t), 0.25); });
+  const Tensor want = mul_scalar(add(add(de, ds), dt).to(DType::bf16).to(DType::f32), 0.5);
+  EXPECT_EQ(x.grad().to_vector<float>(), want.to_vector<float>());
+}
+
 // grad_sum's sums of bf16 / f32 terms are the bits of casting the terms, adding in f32 and
 // casting the sum to the output's dtype, on both devices, for every mix of dtypes (odd length:
 // no even-sized fast path assumed).
 TEST(Gpu, GradSumOfMixedDtypesEqualsCastThenAdd) {
   DARK_REQUIRE_GPU();
   const Tensor x = Tensor::randn({1001}, 5, 0), y = mul_scalar(Tensor::randn({1001}, 5, 1), 1e-3);
+  const Tensor z = mul_scalar(Tensor::randn({1001}, 5, 2), 3e-4);
   for (const DType da : {DType::bf16, DType::f32})
     for (const DType db : {DType::bf16, DType::f32})
-      for (const DType dout : {DType::f32, DType::bf16}) {
-        const Tensor a = x.to(da), b = y.to(db);
-        const Tensor want = add(a.to(DType::f32), b.to(DType::f32)).to(dout).to(DType::f32);
-        for (const Device device : {Device::cpu(), Device::cuda(0)}) {
-          Tensor out = Tensor::empty({1001}, dout, device);
-          kernels::grad_sum().get(device.type, dout)(a.to(device), b.to(device), out);
-          EXPECT_EQ(out.to(DType::f32).to_vector<float>(), want.to_vector<float>())
-              << dtype_name(da) << " + " << dtype_name(db) << " -> " << dtype_name(dout) << " on " << device.to_string();
+      for (const int dc : {-1, static_cast<int>(DType::bf16), static_cast<int>(DType::f32)})  // -1: two terms
+        for (const DType dout : {DType::f32, DType::bf16}) {
+          const Tensor a = x.to(da), b = y.to(db), c = dc < 0 ? Tensor() : z.to(static_cast<DType>(dc));
+          Tensor sum = add(a.to(DType::f32), b.to(DType::f32));
+          if (c.defined()) sum = add(sum, c.to(DType::f32));
+          const Tensor want = sum.to(dout).to(DType::f32);
+          for (const Device device : {Device::cpu(), Device::cuda(0)}) {
+            Tensor out = Tensor::empty({1001}, dout, device);
+            kernels::grad_sum().get(device.type, dout)(a.to(device), b.to(device),
+                                                        c.defined() ? c.to(device) : Tensor(), out);
+            EXPECT_EQ(out.to(DType::f32).to_vector<float>(), want.to_vector<float>())
+                << dtype_name(da) << " + " << dtype_name(db) << " + " << (c.defined() ? dtype_name(c.dtype()) : "none")
+                << " -> " << dtype_name(dout) << " on " << device.to_string();
+          }
         }
-      }
 }
 
 TEST(Gpu, NoDeviceIsReportedAsUnavailableNotAsACrash) {
