@@ -46,10 +46,12 @@ __global__ void glu_forward_kernel(GluOp op, const T* gate, const T* up, T* out,
   for_each_contiguous(n, f, gate, up, out);
 }
 
-// One loop per set of wanted outputs, so that the packs of undefined ones (and of up, which
-// dup alone does not read) are neither loaded nor stored. out = act * up rounds as
-// glu_forward_kernel does, from the same act: the forward's bits.
-template <class T>
+// One kernel per set of wanted outputs (bit flags: 4 dgate, 2 dup, 1 out), so that the packs
+// of undefined ones (and of up, which dup alone does not read) are neither loaded nor stored,
+// and each set gets the registers it needs (bf16: 32-56, ptxas -v; one kernel with every set
+// as a run-time branch took 71 for all of them, which capped the common sets' occupancy). out = act * up rounds as glu_forward_kernel
+// does, from the same act: the forward's bits.
+template <class T, int kWanted>
 __global__ void glu_backward_kernel(GluOp op, const T* gate, const T* up, const T* dout, T* dgate, T* dup, T* out,
                                     std::int64_t n) {
   using A = acc_t<T>;
@@ -60,23 +62,24 @@ __global__ void glu_backward_kernel(GluOp op, const T* gate, const T* up, const 
     if (du) *du = convert<T>(convert<A>(d) * act);
     if (o) *o = convert<T>(act * convert<A>(u));
   };
-  if (dgate && dup && out) {
+  if constexpr (kWanted == 7) {
     for_each_contiguous(
         n, [&](T g, T u, T d, T& dg, T& du, T& o) { outputs(g, u, d, &dg, &du, &o); }, gate, up, dout, dgate, dup, out);
-  } else if (dgate && dup) {
+  } else if constexpr (kWanted == 6) {
     for_each_contiguous(
         n, [&](T g, T u, T d, T& dg, T& du) { outputs(g, u, d, &dg, &du, nullptr); }, gate, up, dout, dgate, dup);
-  } else if (dgate && out) {
+  } else if constexpr (kWanted == 5) {
     for_each_contiguous(
         n, [&](T g, T u, T d, T& dg, T& o) { outputs(g, u, d, &dg, nullptr, &o); }, gate, up, dout, dgate, out);
-  } else if (dgate) {
+  } else if constexpr (kWanted == 4) {
     for_each_contiguous(n, [&](T g, T u, T d, T& dg) { outputs(g, u, d, &dg, nullptr, nullptr); }, gate, up, dout, dgate);
-  } else if (dup && out) {
+  } else if constexpr (kWanted == 3) {
     for_each_contiguous(
         n, [&](T g, T u, T d, T& du, T& o) { outputs(g, u, d, nullptr, &du, &o); }, gate, up, dout, dup, out);
-  } else if (dup) {
+  } else if constexpr (kWanted == 2) {
     for_each_contiguous(n, [&](T g, T d, T& du) { outputs(g, T(), d, nullptr, &du, nullptr); }, gate, dout, dup);
   } else {
+    static_assert(kWanted == 1);
     for_each_contiguous(n, [&](T g, T u, T& o) { outputs(g, u, T(), nullptr, nullptr, &o); }, gate, up, out);
   }
 }
@@ -97,9 +100,20 @@ void glu_backward(GluOp op, const Tensor& gate, const Tensor& up, const Tensor& 
   const std::int64_t n = gate.numel();
   if (n == 0 || (!dgate.defined() && !dup.defined() && !out.defined())) return;
   const auto data = [](const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
+  const auto run = [&](auto kernel) {
+    launch(kernel, {grid_for_packs<T>(n), kThreads}, op, gate.data<T>(), up.data<T>(), data(dout), data(dgate),
+           data(dup), data(out), n);
+  };
   DeviceGuard guard(gate);
-  launch(glu_backward_kernel<T>, {grid_for_packs<T>(n), kThreads}, op, gate.data<T>(), up.data<T>(), data(dout),
-         data(dgate), data(dup), data(out), n);
+  switch ((dgate.defined() ? 4 : 0) | (dup.defined() ? 2 : 0) | (out.defined() ? 1 : 0)) {
+    case 7: return run(glu_backward_kernel<T, 7>);
+    case 6: return run(glu_backward_kernel<T, 6>);
+    case 5: return run(glu_backward_kernel<T, 5>);
+    case 4: return run(glu_backward_kernel<T, 4>);
+    case 3: return run(glu_backward_kernel<T, 3>);
+    case 2: return run(glu_backward_kernel<T, 2>);
+    default: return run(glu_backward_kernel<T, 1>);
+  }
 }
 
 DARK_REGISTER_KERNEL(glu_forward, cuda, f32, &glu_forward<float>);
