@@ -103,6 +103,14 @@ Tensor cumsum(const Tensor& x, int axis);
 // ---- fused ops (one tape entry each, hand-written backward; Llama-style models) ----
 // RMSNorm over the last axis: x: (..., D), weight: (D) -> x * rsqrt(mean(x^2) + eps) * weight.
 Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps);
+// The residual add and the RMSNorm after it in one pass each way: sum = x + residual (same
+// shapes) and normed = rms_norm(sum, weight, eps), with the bits of add then rms_norm, and
+// in backward the bits of the tape summing sum's two gradients. Saves a read of sum forward
+// and a sum of two gradients backward (a decoder block's MLP input norm).
+struct SumAndNorm {
+  Tensor sum, normed;
+};
+SumAndNorm add_rms_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, double eps);
 // Rotary position embedding, Hugging Face Llama convention (rotate_half): x: (B, T, H, D),
 // D even; pairs (i, i + D/2) rotate by angle (t + position_offset) * theta^(-2i/D):
 // out[i] = x[i] cos - x[i + D/2] sin, out[i + D/2] = x[i + D/2] cos + x[i] sin.

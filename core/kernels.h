@@ -117,13 +117,17 @@ DARK_DECLARE_KERNEL(grad_sum, void(const Tensor& a, const Tensor& b, const Tenso
 // Per-row statistics (rstd, lse) are held in grad_dtype(x): f32 for f32 and bf16, f64 for f64.
 
 // RMSNorm over the last axis: y = x * rstd * weight, rstd = 1 / sqrt(mean(x^2) + eps).
-// x, y: (R, D), weight: (D), rstd: (R); all contiguous.
+// x, y: (R, D), weight: (D), rstd: (R); all contiguous. With residual defined ((R, D), the
+// residual add fused in), the norm is of s = x + residual, rounded to the dtype as the add
+// op rounds it and written to sum (R, D); undefined residual and sum: the plain norm.
 DARK_DECLARE_KERNEL(rms_norm_forward, void(const Tensor& x, const Tensor& weight, Tensor& y, Tensor& rstd,
-                                           double eps))
+                                           double eps, const Tensor& residual, Tensor& sum))
 // dx: (R, D) and dweight: (D) are written (not accumulated); either may be undefined, and
-// is then not computed. dweight is summed over rows in a fixed order (deterministic).
+// is then not computed. dweight is summed over rows in a fixed order (deterministic). dsum:
+// undefined, or the gradient reaching x from elsewhere (the fused residual add's output),
+// added to dx: dx = dtype(dtype(dx of the norm) + dsum), the bits of the tape's sum of the two.
 DARK_DECLARE_KERNEL(rms_norm_backward, void(const Tensor& x, const Tensor& weight, const Tensor& rstd,
-                                            const Tensor& dy, Tensor& dx, Tensor& dweight))
+                                            const Tensor& dy, Tensor& dx, Tensor& dweight, const Tensor& dsum))
 
 // Rotary embedding, rotate-half convention: for each (b, t, h) row of x: (B, T, H, D),
 // pairs (i, i + D/2) rotate by the angle whose cos / sin are cos[t, i], sin[t, i]

@@ -42,6 +42,9 @@ RMSNorm::RMSNorm(std::int64_t dim, double eps_, DType dtype) : eps(eps_) {
 }
 
 Tensor RMSNorm::forward(const Tensor& x) const { return rms_norm(x, to_compute(*weight), eps); }
+SumAndNorm RMSNorm::forward(const Tensor& x, const Tensor& residual) const {
+  return add_rms_norm(x, residual, to_compute(*weight), eps);
+}
 
 GatedMlp::GatedMlp(std::int64_t dim, std::int64_t hidden, MlpKind kind_, const Init& init, const Init& out_init)
     : gate_proj(dim, hidden, init.with_name(init.name + ".gate_proj")),

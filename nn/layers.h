@@ -7,6 +7,7 @@
 #include <string_view>
 #include <utility>
 
+#include "autograd/ops.h"
 #include "core/enum_names.h"
 #include "nn/init.h"
 #include "nn/module.h"
@@ -35,6 +36,8 @@ class RMSNorm : public Module {
  public:
   RMSNorm(std::int64_t dim, double eps, DType dtype = DType::f32);
   Tensor forward(const Tensor& x) const;
+  // {x + residual, forward(x + residual)} in one pass (add_rms_norm).
+  SumAndNorm forward(const Tensor& x, const Tensor& residual) const;
   Tensor* weight;
   double eps;
 };

@@ -96,8 +96,8 @@ Tensor DecoderBlock::forward(const Tensor& x, std::uint64_t dropout_stream, cons
   Tensor h = self_attn.forward(input_layernorm.forward(x), key_mask);
   if (attention_output_norm) h = attention_output_norm->forward(h);
   if (drop) h = dropout(h, dropout_p, seed, dropout_stream);
-  const Tensor x1 = add(x, h);
-  Tensor m = mlp.forward(mlp_input_norm.forward(x1));
+  const auto [x1, normed] = mlp_input_norm.forward(x, h);  // x1 = x + h, and its norm, in one pass
+  Tensor m = mlp.forward(normed);
   if (mlp_output_norm) m = mlp_output_norm->forward(m);
   if (drop) m = dropout(m, dropout_p, seed, dropout_stream + 1);
   return add(x1, m);
@@ -106,8 +106,8 @@ Tensor DecoderBlock::forward(const Tensor& x, std::uint64_t dropout_stream, cons
 Tensor DecoderBlock::decode(const Tensor& x, std::int64_t position, std::unique_ptr<DecodeState>& state) {
   Tensor h = self_attn.decode(input_layernorm.forward(x), position, state);
   if (attention_output_norm) h = attention_output_norm->forward(h);
-  const Tensor x1 = add(x, h);
-  Tensor m = mlp.forward(mlp_input_norm.forward(x1));
+  const auto [x1, normed] = mlp_input_norm.forward(x, h);
+  Tensor m = mlp.forward(normed);
   if (mlp_output_norm) m = mlp_output_norm->forward(m);
   return add(x1, m);
 }

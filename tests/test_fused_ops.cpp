@@ -111,6 +111,43 @@ Tensor naive_rms_norm(const Tensor& x, const Tensor& w, double eps) {
   return mul(mul(x, rsqrt(add_scalar(mean(square(x), {-1}, true), eps))), w);
 }
 
+// add_rms_norm against add then rms_norm: the same bits forward and backward (both outputs
+// given random gradients, so the backward's sum of the two is checked), and a gradcheck.
+TEST(FusedAddRmsNorm, EqualsAddThenRmsNormBitForBit) {
+  const double eps = 1e-5;
+  for (const DType dt : {DType::f32, DType::f64}) {
+    const Tensor x0 = randn({3, 5, 40}, 1, dt), r0 = randn({3, 5, 40}, 2, dt), w0 = randn({40}, 3, dt);
+    const Tensor ds = randn({3, 5, 40}, 4, dt), dn = randn({3, 5, 40}, 5, dt);
+    const auto run = [&](bool fused) {
+      Tensor x = x0.detach().set_requires_grad(true), r = r0.detach().set_requires_grad(true);
+      Tensor w = w0.detach().set_requires_grad(true);
+      Tensor total, normed;
+      if (fused) {
+        const SumAndNorm out = add_rms_norm(x, r, w, eps);
+        total = out.sum, normed = out.normed;
+      } else {
+        total = add(x, r);
+        normed = rms_norm(total, w, eps);
+      }
+      const std::vector<double> values = concat({reshape(total, {-1}), reshape(normed, {-1})}, 0).to(DType::f64).to_vector<double>();
+      backward(add(dark::sum(mul(total, ds)), dark::sum(mul(normed, dn))));
+      return std::vector<std::vector<double>>{values, x.grad().to(DType::f64).to_vector<double>(), r.grad().to(DType::f64).to_vector<double>(),
+                                              w.grad().to(DType::f64).to_vector<double>()};
+    };
+    const auto fused = run(true), plain = run(false);
+    for (std::size_t i = 0; i < fused.size(); ++i) EXPECT_EQ(fused[i], plain[i]) << dtype_name(dt) << " part " << i;
+  }
+  expect_gradcheck(
+      [eps](const std::vector<Tensor>& in) {
+        const SumAndNorm out = add_rms_norm(in[0], in[1], in[2], eps);
+        return add(mul_scalar(out.sum, 0.3), out.normed);
+      },
+      {randn({4, 9}, 6, DType::f64), randn({4, 9}, 7, DType::f64), randn({9}, 8, DType::f64)}, {true, true, true},
+      "add_rms_norm[4,9]");
+  EXPECT_THROW(add_rms_norm(randn({4, 9}, 6, DType::f32), randn({4, 8}, 7, DType::f32), randn({9}, 8, DType::f32), eps),
+               Error);
+}
+
 TEST(FusedRmsNorm, Gradcheck) {
   const double eps = 1e-5;
   const Fn fn = [eps](const std::vector<Tensor>& in) { return rms_norm(in[0], in[1], eps); };

@@ -63,6 +63,10 @@ std::vector<OpCase> fused_cases() {
       [](auto& x) { return geglu_tanh(mul_scalar(x[0], 4.0), x[1]); });
   add("cross_entropy[9,37]", {{{9, 37}}}, [](auto& x) { return cross_entropy(x[0], targets_on(x[0], 9, 37)); });
   add("cross_entropy[3,5000]", {{{3, 5000}}}, [](auto& x) { return cross_entropy(x[0], targets_on(x[0], 3, 5000)); });
+  add("add_rms_norm[5,7,96]", {{{5, 7, 96}}, {{5, 7, 96}}, {{96}}}, [](auto& x) {
+    const SumAndNorm out = add_rms_norm(x[0], x[1], x[2], 1e-5);
+    return dark::add(mul_scalar(out.sum, 0.3), out.normed);
+  });
   add("linear_cross_entropy[33,24,1000]/10", {{{33, 24}}, {{1000, 24}}},  // 4 chunks of rows
       [](auto& x) { return linear_cross_entropy(x[0], x[1], targets_on(x[0], 33, 1000), -100, 10); });
   // flash attention: q (B, T, Hq, D), k, v (B, S, Hkv, D)
@@ -641,6 +645,40 @@ TEST(GpuGlu, BackwardRecomputesTheForwardOutputBitForBit) {
         if (want_up) EXPECT_EQ(with.dup.to(DType::f64).to_vector<double>(), without.dup.to(DType::f64).to_vector<double>()) << what;
       }
     }
+  }
+}
+
+// add_rms_norm on the GPU: the bits of add then rms_norm there, forward and backward, in bf16
+// and f32 (the gradient of the sum is added to the norm's dx after its rounding).
+TEST(GpuAddRmsNorm, EqualsAddThenRmsNormBitForBit) {
+  DARK_REQUIRE_GPU();
+  const Device gpu = Device::cuda(0);
+  for (const DType dt : {DType::bf16, DType::f32}) {
+    const auto on_gpu = [&](const Shape& shape, std::uint64_t seed) {
+      return Tensor::randn(shape, seed, 0, DType::f64).to(dt).to(gpu);
+    };
+    const Tensor x0 = on_gpu({6, 33, 200}, 1), r0 = on_gpu({6, 33, 200}, 2), w0 = on_gpu({200}, 3);
+    const Tensor ds = on_gpu({6, 33, 200}, 4), dn = on_gpu({6, 33, 200}, 5);
+    // Both outputs get gradients from one backward: loss = sum(sum * ds) + sum(normed * dn).
+    const auto grads = [&](bool fused) {
+      Tensor x = x0.detach().set_requires_grad(true), r = r0.detach().set_requires_grad(true);
+      Tensor w = w0.detach().set_requires_grad(true);
+      Tensor total, normed;
+      if (fused) {
+        const SumAndNorm out = add_rms_norm(x, r, w, 1e-6);
+        total = out.sum, normed = out.normed;
+      } else {
+        total = add(x, r);
+        normed = rms_norm(total, w, 1e-6);
+      }
+      std::vector<std::vector<float>> parts = {total.to(DType::f32).to_vector<float>(),
+                                               normed.to(DType::f32).to_vector<float>()};
+      backward(add(dark::sum(mul(total, ds)), dark::sum(mul(normed, dn))));
+      for (const Tensor* t : {&x, &r, &w}) parts.push_back(t->grad().to(DType::f32).to_vector<float>());
+      return parts;
+    };
+    const auto fused = grads(true), plain = grads(false);
+    for (std::size_t i = 0; i < fused.size(); ++i) EXPECT_EQ(fused[i], plain[i]) << dtype_name(dt) << " part " << i;
   }
 }
 

@@ -16,10 +16,20 @@ namespace {
 
 #define DARK_CPU_CLONES __attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4")))
 
+// residual null: the norm of x. Otherwise of s = x + residual (rounded to T, as the add op
+// does), written to sum first and normed from there.
 template <class T>
-DARK_INLINE void rms_norm_rows(const T* x, const T* w, T* y, T* rstd, std::int64_t rows, std::int64_t d, T eps) {
+DARK_INLINE void rms_norm_rows(const T* x, const T* w, T* y, T* rstd, std::int64_t rows, std::int64_t d, T eps,
+                               const T* residual, T* sum) {
   for (std::int64_t r = 0; r < rows; ++r) {
     const T* xr = x + r * d;
+    if (residual) {
+      const T* rr = residual + r * d;
+      T* sr = sum + r * d;
+#pragma omp simd
+      for (std::int64_t j = 0; j < d; ++j) sr[j] = xr[j] + rr[j];
+      xr = sr;
+    }
     T* yr = y + r * d;
     T ss = 0;
 #pragma omp simd reduction(+ : ss)
@@ -35,7 +45,7 @@ DARK_INLINE void rms_norm_rows(const T* x, const T* w, T* y, T* rstd, std::int64
 // dw_part (if dw_part; overwritten).
 template <class T>
 DARK_INLINE void rms_norm_backward_rows(const T* x, const T* w, const T* rstd, const T* dy, T* dx, T* dw_part,
-                                        std::int64_t rows, std::int64_t d) {
+                                        std::int64_t rows, std::int64_t d, const T* dsum) {
   if (dw_part) std::fill(dw_part, dw_part + d, T(0));
   const T inv_d = T(1) / static_cast<T>(d);
   for (std::int64_t r = 0; r < rows; ++r) {
@@ -50,6 +60,11 @@ DARK_INLINE void rms_norm_backward_rows(const T* x, const T* w, const T* rstd, c
       T* dxr = dx + r * d;
 #pragma omp simd
       for (std::int64_t j = 0; j < d; ++j) dxr[j] = rs * w[j] * dyr[j] - xr[j] * c;
+      if (dsum) {  // the fused residual add's output gradient, added after the rounding above
+        const T* dsr = dsum + r * d;
+#pragma omp simd
+        for (std::int64_t j = 0; j < d; ++j) dxr[j] += dsr[j];
+      }
     }
     if (dw_part) {
 #pragma omp simd
@@ -59,30 +74,37 @@ DARK_INLINE void rms_norm_backward_rows(const T* x, const T* w, const T* rstd, c
 }
 
 DARK_CPU_CLONES void rms_norm_rows_f32(const float* x, const float* w, float* y, float* rstd, std::int64_t rows,
-                                       std::int64_t d, float eps) {
-  rms_norm_rows(x, w, y, rstd, rows, d, eps);
+                                       std::int64_t d, float eps, const float* residual, float* sum) {
+  rms_norm_rows(x, w, y, rstd, rows, d, eps, residual, sum);
 }
 
 DARK_CPU_CLONES void rms_norm_backward_rows_f32(const float* x, const float* w, const float* rstd, const float* dy,
-                                                float* dx, float* dw_part, std::int64_t rows, std::int64_t d) {
-  rms_norm_backward_rows(x, w, rstd, dy, dx, dw_part, rows, d);
+                                                float* dx, float* dw_part, std::int64_t rows, std::int64_t d,
+                                                const float* dsum) {
+  rms_norm_backward_rows(x, w, rstd, dy, dx, dw_part, rows, d, dsum);
 }
 
 template <class T>
-void rms_norm_forward_kernel(const Tensor& x, const Tensor& weight, Tensor& y, Tensor& rstd, double eps) {
+void rms_norm_forward_kernel(const Tensor& x, const Tensor& weight, Tensor& y, Tensor& rstd, double eps,
+                             const Tensor& residual, Tensor& sum) {
   const std::int64_t d = x.shape().back();
   const std::int64_t rows = rstd.numel();
   const T* px = x.data<T>();
   const T* pw = weight.data<T>();
   T* py = y.data<T>();
   T* pr = rstd.data<T>();
+  const T* pres = residual.defined() ? residual.data<T>() : nullptr;
+  T* psum = residual.defined() ? sum.data<T>() : nullptr;
   parallel_for(rows, std::max<std::int64_t>(1, kGrainCheap / std::max<std::int64_t>(d, 1)),
                [&](std::int64_t begin, std::int64_t end) {
+                 const T* res = pres ? pres + begin * d : nullptr;
+                 T* s = psum ? psum + begin * d : nullptr;
                  if constexpr (std::is_same_v<T, float>)
                    rms_norm_rows_f32(px + begin * d, pw, py + begin * d, pr + begin, end - begin, d,
-                                     static_cast<float>(eps));
+                                     static_cast<float>(eps), res, s);
                  else
-                   rms_norm_rows(px + begin * d, pw, py + begin * d, pr + begin, end - begin, d, static_cast<T>(eps));
+                   rms_norm_rows(px + begin * d, pw, py + begin * d, pr + begin, end - begin, d, static_cast<T>(eps),
+                                 res, s);
                });
 }
 
@@ -92,7 +114,7 @@ constexpr std::int64_t kMinRowsPerChunk = 8;
 
 template <class T>
 void rms_norm_backward_kernel(const Tensor& x, const Tensor& weight, const Tensor& rstd, const Tensor& dy, Tensor& dx,
-                              Tensor& dweight) {
+                              Tensor& dweight, const Tensor& dsum) {
   const std::int64_t d = x.shape().back();
   const std::int64_t rows = rstd.numel();
   const T* px = x.data<T>();
@@ -100,6 +122,7 @@ void rms_norm_backward_kernel(const Tensor& x, const Tensor& weight, const Tenso
   const T* pr = rstd.data<T>();
   const T* pdy = dy.data<T>();
   T* pdx = dx.defined() ? dx.data<T>() : nullptr;
+  const T* pdsum = dsum.defined() ? dsum.data<T>() : nullptr;
   const bool want_dw = dweight.defined();
   if (!pdx && !want_dw) return;
   const std::int64_t per_chunk =
@@ -111,10 +134,11 @@ void rms_norm_backward_kernel(const Tensor& x, const Tensor& weight, const Tenso
       const std::int64_t r0 = c * per_chunk, n = std::min(rows, r0 + per_chunk) - r0;
       T* dxc = pdx ? pdx + r0 * d : nullptr;
       T* part = want_dw ? partial.data() + c * d : nullptr;
+      const T* dsc = pdsum ? pdsum + r0 * d : nullptr;
       if constexpr (std::is_same_v<T, float>)
-        rms_norm_backward_rows_f32(px + r0 * d, pw, pr + r0, pdy + r0 * d, dxc, part, n, d);
+        rms_norm_backward_rows_f32(px + r0 * d, pw, pr + r0, pdy + r0 * d, dxc, part, n, d, dsc);
       else
-        rms_norm_backward_rows(px + r0 * d, pw, pr + r0, pdy + r0 * d, dxc, part, n, d);
+        rms_norm_backward_rows(px + r0 * d, pw, pr + r0, pdy + r0 * d, dxc, part, n, d, dsc);
     }
   });
   if (want_dw) {
