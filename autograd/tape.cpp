@@ -143,12 +143,12 @@ void accumulate(AutogradMeta& meta, const Tensor& g, bool leaf, ReplayState& sta
   }
 }
 
-// Adds a held-back second contribution (ReplayState::held) whose third never came.
+// Adds a held-back second contribution (ReplayState::held) whose third never came. Only f32
+// sums are held (grad_sum_reads), and the producer's replay casts the sum to its output dtype.
 void fold_held(AutogradMeta& meta, ReplayState& state) {
   const auto held = state.held.find(&meta);
   if (held == state.held.end()) return;
-  meta.grad = std::make_shared<Tensor>(sum_of(*meta.grad, held->second, grad_dtype(held->second.dtype()),
-                                              grad_dtype(held->second.dtype())));
+  meta.grad = std::make_shared<Tensor>(sum_of(*meta.grad, held->second, DType::f32, DType::f32));
   state.held.erase(held);
 }
 

@@ -32,6 +32,7 @@
 #include "autograd/gradcheck.h"
 #include "autograd/ops.h"
 #include "autograd/tape.h"
+#include "tests/fused_op_checks.h"
 #include "tests/test_util.h"
 #include "attention/kv_cache.h"
 #include "attention/softmax_attention.h"
@@ -42,7 +43,9 @@ namespace {
 
 using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
 
+using testing::expect_add_rms_norm_is_add_then_rms_norm;
 using testing::expect_close;
+using testing::expect_glu_backward_output_is_the_forward;
 using testing::values;
 using testing::Padding;
 using testing::kPaddings;
@@ -111,32 +114,12 @@ Tensor naive_rms_norm(const Tensor& x, const Tensor& w, double eps) {
   return mul(mul(x, rsqrt(add_scalar(mean(square(x), {-1}, true), eps))), w);
 }
 
-// add_rms_norm against add then rms_norm: the same bits forward and backward (both outputs
-// given random gradients, so the backward's sum of the two is checked), and a gradcheck.
+// add_rms_norm against add then rms_norm: the same bits forward and backward
+// (tests/fused_op_checks.h), and a gradcheck.
 TEST(FusedAddRmsNorm, EqualsAddThenRmsNormBitForBit) {
   const double eps = 1e-5;
-  for (const DType dt : {DType::f32, DType::f64}) {
-    const Tensor x0 = randn({3, 5, 40}, 1, dt), r0 = randn({3, 5, 40}, 2, dt), w0 = randn({40}, 3, dt);
-    const Tensor ds = randn({3, 5, 40}, 4, dt), dn = randn({3, 5, 40}, 5, dt);
-    const auto run = [&](bool fused) {
-      Tensor x = x0.detach().set_requires_grad(true), r = r0.detach().set_requires_grad(true);
-      Tensor w = w0.detach().set_requires_grad(true);
-      Tensor total, normed;
-      if (fused) {
-        const SumAndNorm out = add_rms_norm(x, r, w, eps);
-        total = out.sum, normed = out.normed;
-      } else {
-        total = add(x, r);
-        normed = rms_norm(total, w, eps);
-      }
-      const std::vector<double> values = concat({reshape(total, {-1}), reshape(normed, {-1})}, 0).to(DType::f64).to_vector<double>();
-      backward(add(dark::sum(mul(total, ds)), dark::sum(mul(normed, dn))));
-      return std::vector<std::vector<double>>{values, x.grad().to(DType::f64).to_vector<double>(), r.grad().to(DType::f64).to_vector<double>(),
-                                              w.grad().to(DType::f64).to_vector<double>()};
-    };
-    const auto fused = run(true), plain = run(false);
-    for (std::size_t i = 0; i < fused.size(); ++i) EXPECT_EQ(fused[i], plain[i]) << dtype_name(dt) << " part " << i;
-  }
+  for (const DType dt : {DType::f32, DType::f64})
+    expect_add_rms_norm_is_add_then_rms_norm(dt, Device::cpu(), {3, 5, 40}, eps);
   expect_gradcheck(
       [eps](const std::vector<Tensor>& in) {
         const SumAndNorm out = add_rms_norm(in[0], in[1], in[2], eps);
@@ -1036,27 +1019,9 @@ TEST(FusedGlu, MatchesNaive) {
   EXPECT_THROW(swiglu(randn({3, 4}, 1, DType::f32), randn({4}, 2, DType::f32)), Error);
 }
 
-// glu_backward's recomputed output is the forward's, bit for bit (the gated MLP's down
-// projection takes its weight gradient from it), and asking for it changes no gradient bit.
-// Gates from -20 to 20: geglu's cdf is subnormal in f32 below about -13.
+// glu_backward's recomputed output is the forward's (tests/fused_op_checks.h).
 TEST(FusedGlu, BackwardRecomputesTheForwardOutputBitForBit) {
-  for (DType dt : {DType::f32, DType::f64}) {
-    const Tensor sweep = add_scalar(mul_scalar(Tensor::arange(1001, dt), 0.04), -20.0);  // -20 ... 20
-    const Tensor gate = concat({mul_scalar(randn({1000}, 1, dt), 3.0), sweep}, 0);
-    const Tensor up = randn({2001}, 2, dt), dout = randn({2001}, 3, dt);
-    for (const GluOp op : {GluOp::swiglu, GluOp::geglu, GluOp::geglu_tanh}) {
-      const Tensor forward = op == GluOp::swiglu ? swiglu(gate, up) : op == GluOp::geglu ? geglu(gate, up)
-                                                                                         : geglu_tanh(gate, up);
-      const std::string what = str(static_cast<int>(op), " ", dtype_name(dt));
-      const GluGrads without = glu_backward(op, gate, up, dout, true, true, false);
-      for (const auto& [want_gate, want_up] : {std::pair{true, true}, {true, false}, {false, true}, {false, false}}) {
-        const GluGrads with = glu_backward(op, gate, up, dout, want_gate, want_up, true);
-        EXPECT_EQ(with.out.to(DType::f64).to_vector<double>(), forward.to(DType::f64).to_vector<double>()) << what;
-        if (want_gate) EXPECT_EQ(with.dgate.to(DType::f64).to_vector<double>(), without.dgate.to(DType::f64).to_vector<double>()) << what;
-        if (want_up) EXPECT_EQ(with.dup.to(DType::f64).to_vector<double>(), without.dup.to(DType::f64).to_vector<double>()) << what;
-      }
-    }
-  }
+  for (DType dt : {DType::f32, DType::f64}) expect_glu_backward_output_is_the_forward(dt, Device::cpu());
 }
 
 // gelu_tanh(gate) * up written with small ops: 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) up.

@@ -26,6 +26,7 @@
 #include "autograd/ops.h"
 #include "core/deferred_checks.h"
 #include "core/kernels.h"
+#include "tests/fused_op_checks.h"
 #include "tests/gpu_compare.h"
 #include "test_util.h"
 
@@ -627,59 +628,15 @@ TEST(GpuPackedElementwise, GluEqualsItsScalarLoopBitsAtEverySizeAndAlignment) {
 // forward's bits, in every dtype and for every combination of wanted gradients.
 TEST(GpuGlu, BackwardRecomputesTheForwardOutputBitForBit) {
   DARK_REQUIRE_GPU();
-  const Device gpu = Device::cuda(0);
-  for (DType dt : {DType::bf16, DType::f32, DType::f64}) {
-    const Tensor sweep = add_scalar(mul_scalar(Tensor::arange(1001, DType::f64), 0.04), -20.0);  // -20 ... 20
-    const Tensor gate = concat({mul_scalar(Tensor::randn({1000}, 1, 0, DType::f64), 3.0), sweep}, 0).to(dt).to(gpu);
-    const Tensor up = Tensor::randn({2001}, 2, 0, DType::f64).to(dt).to(gpu);
-    const Tensor dout = Tensor::randn({2001}, 3, 0, DType::f64).to(dt).to(gpu);
-    for (const GluOp op : {GluOp::swiglu, GluOp::geglu, GluOp::geglu_tanh}) {
-      const Tensor forward = op == GluOp::swiglu ? swiglu(gate, up) : op == GluOp::geglu ? geglu(gate, up)
-                                                                                         : geglu_tanh(gate, up);
-      const std::string what = str(static_cast<int>(op), " ", dtype_name(dt));
-      const GluGrads without = glu_backward(op, gate, up, dout, true, true, false);
-      for (const auto& [want_gate, want_up] : {std::pair{true, true}, {true, false}, {false, true}, {false, false}}) {
-        const GluGrads with = glu_backward(op, gate, up, dout, want_gate, want_up, true);
-        EXPECT_EQ(with.out.to(DType::f64).to_vector<double>(), forward.to(DType::f64).to_vector<double>()) << what;
-        if (want_gate) EXPECT_EQ(with.dgate.to(DType::f64).to_vector<double>(), without.dgate.to(DType::f64).to_vector<double>()) << what;
-        if (want_up) EXPECT_EQ(with.dup.to(DType::f64).to_vector<double>(), without.dup.to(DType::f64).to_vector<double>()) << what;
-      }
-    }
-  }
+  for (DType dt : {DType::bf16, DType::f32, DType::f64}) expect_glu_backward_output_is_the_forward(dt, Device::cuda(0));
 }
 
 // add_rms_norm on the GPU: the bits of add then rms_norm there, forward and backward, in bf16
 // and f32 (the gradient of the sum is added to the norm's dx after its rounding).
 TEST(GpuAddRmsNorm, EqualsAddThenRmsNormBitForBit) {
   DARK_REQUIRE_GPU();
-  const Device gpu = Device::cuda(0);
-  for (const DType dt : {DType::bf16, DType::f32}) {
-    const auto on_gpu = [&](const Shape& shape, std::uint64_t seed) {
-      return Tensor::randn(shape, seed, 0, DType::f64).to(dt).to(gpu);
-    };
-    const Tensor x0 = on_gpu({6, 33, 200}, 1), r0 = on_gpu({6, 33, 200}, 2), w0 = on_gpu({200}, 3);
-    const Tensor ds = on_gpu({6, 33, 200}, 4), dn = on_gpu({6, 33, 200}, 5);
-    // Both outputs get gradients from one backward: loss = sum(sum * ds) + sum(normed * dn).
-    const auto grads = [&](bool fused) {
-      Tensor x = x0.detach().set_requires_grad(true), r = r0.detach().set_requires_grad(true);
-      Tensor w = w0.detach().set_requires_grad(true);
-      Tensor total, normed;
-      if (fused) {
-        const SumAndNorm out = add_rms_norm(x, r, w, 1e-6);
-        total = out.sum, normed = out.normed;
-      } else {
-        total = add(x, r);
-        normed = rms_norm(total, w, 1e-6);
-      }
-      std::vector<std::vector<float>> parts = {total.to(DType::f32).to_vector<float>(),
-                                               normed.to(DType::f32).to_vector<float>()};
-      backward(add(dark::sum(mul(total, ds)), dark::sum(mul(normed, dn))));
-      for (const Tensor* t : {&x, &r, &w}) parts.push_back(t->grad().to(DType::f32).to_vector<float>());
-      return parts;
-    };
-    const auto fused = grads(true), plain = grads(false);
-    for (std::size_t i = 0; i < fused.size(); ++i) EXPECT_EQ(fused[i], plain[i]) << dtype_name(dt) << " part " << i;
-  }
+  for (const DType dt : {DType::bf16, DType::f32})
+    expect_add_rms_norm_is_add_then_rms_norm(dt, Device::cuda(0), {6, 33, 200}, 1e-6);
 }
 
 }  // namespace dark::testing
