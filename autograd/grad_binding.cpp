@@ -33,6 +33,14 @@ void bind_grad(Tensor& param, const Tensor& grad_view) {
   AutogradMeta& meta = *param.autograd_meta();
   meta.grad = std::make_shared<Tensor>(grad_view.detach());
   meta.grad_in_buffer = true;
+  meta.grad_zeroed = false;  // its values are the caller's
+}
+
+void note_grad_zeroed(Tensor& param) {
+  check_parameter("note_grad_zeroed", param);
+  AutogradMeta& meta = *param.autograd_meta();
+  DARK_CHECK(meta.grad_in_buffer, "note_grad_zeroed: ", param.describe(), " has no bound gradient (bind_grad)");
+  meta.grad_zeroed = true;
 }
 
 GradReadyHandle on_grad_ready(Tensor& param, std::function<void()> hook) {

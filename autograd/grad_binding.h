@@ -3,8 +3,8 @@
 // lives and learns when it is final, without touching AutogradMeta.
 //
 // bind_grad: the parameter's gradient becomes a caller-owned view (a segment of a flat
-// buffer). backward adds into that view in place and Tensor::zero_grad() zeroes it; the
-// binding lasts as long as the parameter's autograd state (a detach() or a new leaf starts
+// buffer). backward adds into that view in place and Tensor::zero_grad() zeroes it (or the
+// owner zeroes the buffer and calls note_grad_zeroed); the binding lasts as long as the parameter's autograd state (a detach() or a new leaf starts
 // unbound).
 //
 // on_grad_ready: a hook called during backward() once the parameter's gradient for that
@@ -44,6 +44,12 @@ namespace dark {
 // buffer). Its current values become the gradient (backward adds to them); any gradient
 // param already had is dropped.
 void bind_grad(Tensor& param, const Tensor& grad_view);
+
+// Tells backward that the caller has just filled param's bound gradient with zeros (a flat
+// buffer zeroed at once): until something adds to it, the op that first contributes may
+// write its gradient there directly (BackwardContext::take_zeroed_grad). Anything else that
+// writes the view between this call and that backward must not use it.
+void note_grad_zeroed(Tensor& param);
 
 // Removes the hook it was returned for; does nothing when called again, on a default
 // handle, or after the parameter's autograd state is gone.

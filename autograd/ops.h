@@ -71,6 +71,11 @@ Tensor log_softmax(const Tensor& x, int axis = -1);
 // a: (..., m, k), b: (..., k, n) -> (..., m, n); batch axes broadcast; 1-D operands are
 // not promoted (use reshape). trans_a / trans_b transpose the last two axes first.
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false);
+// x (rows, in) weight^T for weight (out, in) -> (rows, out), in x's dtype. The weight may be
+// the f32 master weight of bf16 x: the op multiplies by a bf16 copy and gives the f32 weight
+// its gradient as the product's f32 accumulation, written into the parameter's zeroed
+// gradient buffer where it can be (see autograd/weights.h).
+Tensor linear(const Tensor& x, const Tensor& weight);
 // x: (..., heads, k), w: (w_heads, n, k) with w_heads dividing heads -> (..., heads, n):
 // out[..., h, :] = x[..., h, :] w[h / (heads / w_heads)]^T, without permuting either side.
 Tensor per_head_matmul(const Tensor& x, const Tensor& w);
@@ -143,8 +148,9 @@ Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool c
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, std::int64_t ignore_index = -100);
 // cross_entropy(hidden weight^T, targets) without the (N, V) logits: the LM head and the loss
 // fused over chunks of `chunk` rows of hidden (0 = linear_cross_entropy_chunk_rows's choice).
-// hidden: (N, D), weight: (V, D) of one dtype; the loss is in grad_dtype of it (f32 for f32
-// and bf16, whose logits are accumulated in f32). Gradients reach hidden and weight; when the
+// hidden: (N, D), weight: (V, D) of hidden's dtype or the f32 master weight of bf16 hidden
+// (autograd/weights.h: its gradient stays f32); the loss is in grad_dtype of hidden (f32 for
+// f32 and bf16, whose logits are accumulated in f32). Gradients reach hidden and weight; when the
 // op is recorded they are computed in the forward, chunk by chunk (no logits are kept or
 // recomputed), and backward only scales them by the loss's gradient. A target that is not a
 // class nor ignore_index is an error.

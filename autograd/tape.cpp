@@ -108,6 +108,7 @@ Tensor sum_of(const Tensor& a, const Tensor& b, const Tensor& c, DType acc, DTyp
 void accumulate(AutogradMeta& meta, const Tensor& g, bool leaf, ReplayState& state) {
   const DType acc = grad_dtype(g.dtype());
   if (meta.grad_in_buffer) {  // a parameter whose gradient lives in a flat buffer (kept bf16 until flush)
+    meta.grad_zeroed = false;  // flush will add to it
     DARK_CHECK(meta.grad->shape() == g.shape(), "backward: gradient of shape ", shape_str(g.shape()),
                " for a parameter of shape ", shape_str(meta.grad->shape()));
     const auto [it, first] = state.pending.try_emplace(&meta, g);
@@ -176,25 +177,54 @@ void replay(TapeEntry& entry, ReplayState& state) {
     if (meta.grad) {
       // Sums of gradients are f32 for bf16, but an op's backward works in its output's dtype.
       ctx.out_grads_.push_back(meta.grad->to(entry.output_templates[o].dtype()));
+      ctx.zero_out_.push_back(false);
       meta.grad.reset();  // a non-leaf's gradient lives only until its producer consumed it
       any = true;
     } else {
-      const Tensor& t = entry.output_templates[o];
-      ctx.out_grads_.push_back(Tensor::zeros(t.shape(), t.dtype(), t.device()));
+      ctx.out_grads_.emplace_back();  // zeros, made by out_grad if the backward asks
+      ctx.zero_out_.push_back(true);
     }
   }
+  ctx.out_templates_ = &entry.output_templates;
   if (!any) return;
-  for (const auto& in : entry.inputs) ctx.needs_.push_back(in != nullptr);
+  for (const auto& in : entry.inputs) {
+    ctx.needs_.push_back(in != nullptr);
+    ctx.inputs_.push_back(in.get());
+  }
   ctx.in_grads_.resize(entry.inputs.size());
+  ctx.taken_.resize(entry.inputs.size());
   entry.backward(ctx);
   for (std::size_t j = 0; j < entry.inputs.size(); ++j) {
     if (!entry.inputs[j] || !ctx.in_grads_[j].defined()) continue;
+    DARK_CHECK(!ctx.taken_[j], entry.op, " backward: input ", j,
+               " got both its gradient buffer (take_zeroed_grad) and a gradient to add to it");
     const Tensor& g = ctx.in_grads_[j];
     DARK_CHECK(g.shape() == entry.input_shapes[j], entry.op, " backward: gradient for input ", j, " has shape ",
                shape_str(g.shape()), " but the input has shape ", shape_str(entry.input_shapes[j]));
     accumulate(*entry.inputs[j], g, entry.inputs[j]->producer < 0, state);
   }
 }
+
+}  // namespace
+
+const Tensor& BackwardContext::out_grad(std::size_t i) const {
+  Tensor& g = out_grads_.at(i);
+  if (!g.defined()) {
+    const Tensor& t = out_templates_->at(i);
+    g = Tensor::zeros(t.shape(), t.dtype(), t.device());
+  }
+  return g;
+}
+
+Tensor BackwardContext::take_zeroed_grad(std::size_t i) {
+  AutogradMeta* meta = inputs_.at(i);
+  if (!meta || meta->producer >= 0 || !meta->grad_in_buffer || !meta->grad_zeroed) return Tensor();
+  meta->grad_zeroed = false;
+  taken_.at(i) = true;
+  return *meta->grad;
+}
+
+namespace {
 
 void run_grad_ready_hooks(const AutogradMeta& leaf) {
   const auto hooks = leaf.grad_ready_hooks;  // a copy: a hook may remove itself

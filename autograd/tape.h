@@ -25,17 +25,32 @@
 
 namespace dark {
 
-// What a backward closure sees: gradients of the op's outputs (same shapes, always
-// defined) and which inputs need a gradient. It sets gradients for the inputs that do.
+// What a backward closure sees: gradients of the op's outputs (same shapes; zeros where
+// none reached an output) and which inputs need a gradient. It sets gradients for the inputs that do.
 class BackwardContext {
  public:
-  const Tensor& out_grad(std::size_t i = 0) const { return out_grads_.at(i); }
+  // The gradient of output i: zeros (made when first asked for) where none reached it.
+  const Tensor& out_grad(std::size_t i = 0) const;
+  // Whether a gradient reached output i; where none did, an op may skip what out_grad(i)'s
+  // zeros would contribute (add_rms_norm's sum when only the norm is used).
+  bool has_out_grad(std::size_t i) const { return !zero_out_.at(i); }
   bool needs_grad(std::size_t i) const { return needs_.at(i); }
   void set_input_grad(std::size_t i, Tensor grad) { in_grads_.at(i) = std::move(grad); }
+  // Where input i's gradient may be written directly: when input i is a parameter whose
+  // bound gradient buffer was zeroed and has received nothing since (note_grad_zeroed in
+  // grad_binding.h), that view (contiguous, in grad_dtype); else an undefined tensor. An op
+  // that gets the view must write its whole gradient for input i into it (over the zeros,
+  // which makes it the gradient accumulated so far) and set none: a weight gradient's product
+  // then writes the buffer itself, with no temporary to add in a second pass. Offered once.
+  Tensor take_zeroed_grad(std::size_t i);
 
-  std::vector<Tensor> out_grads_;
+  mutable std::vector<Tensor> out_grads_;  // undefined until asked for where none reached the output
+  std::vector<bool> zero_out_;             // no gradient reached output i: out_grads_[i] is (or will be) zeros
+  const std::vector<Tensor>* out_templates_ = nullptr;  // shape, dtype and device of each output
   std::vector<bool> needs_;
   std::vector<Tensor> in_grads_;
+  std::vector<AutogradMeta*> inputs_;  // null where no gradient is needed
+  std::vector<bool> taken_;            // take_zeroed_grad gave input i its buffer
 };
 
 using BackwardFn = std::function<void(BackwardContext&)>;

@@ -28,6 +28,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -36,6 +37,7 @@
 #include "core/median.h"
 #include "autograd/ops.h"
 #include "autograd/tape.h"
+#include "autograd/weights.h"
 #include "core/allocator.h"
 #include "core/philox.h"
 #include "nn/optim.h"
@@ -259,6 +261,11 @@ int main(int argc, char** argv) {
       const double lr = nn::learning_rate_at(config.schedule, config.optimizer.lr, step, config.training.steps);
       params.zero_grad();
       double loss_value = 0, fwd = 0, bwd = 0;
+      std::unique_ptr<WeightCopies> weight_copies;  // as train_step: every weight cast once per step
+      if (bf16) {
+        const ProfilePass pass("forward");
+        weight_copies = params.cast_values(DType::bf16);
+      }
       for (int micro = 0; micro < accum; ++micro) {
         const auto f0 = Clock::now();
         Tensor loss;
@@ -277,6 +284,7 @@ int main(int argc, char** argv) {
         fwd += std::chrono::duration<double>(f1 - f0).count();
         bwd += std::chrono::duration<double>(f2 - f1).count();
       }
+      weight_copies.reset();  // before the update changes the values
       const auto n0 = Clock::now();
       double grad_norm = 0;
       {

@@ -178,8 +178,12 @@ Tensor Tensor::grad() const {
 
 void Tensor::zero_grad() {
   if (!autograd_) return;
-  if (autograd_->grad_in_buffer) autograd_->grad->fill_(0.0);
-  else autograd_->grad.reset();
+  if (autograd_->grad_in_buffer) {
+    autograd_->grad->fill_(0.0);
+    autograd_->grad_zeroed = true;
+  } else {
+    autograd_->grad.reset();
+  }
 }
 
 Tensor Tensor::detach() const { return Tensor(storage_, shape_, strides_, offset_, dtype_); }

@@ -39,6 +39,10 @@ struct AutogradMeta {
   // Set by bind_grad when `grad` is a view into a flat gradient buffer: backward then adds
   // into it in place and zero_grad() fills it with zeros instead of dropping it.
   bool grad_in_buffer = false;
+  // Set when that buffer view was just zeroed (zero_grad) and backward has added nothing to it
+  // since: the op that first contributes may then write its gradient there directly rather
+  // than into a temporary that is added after (BackwardContext::take_zeroed_grad).
+  bool grad_zeroed = false;
   // on_grad_ready hooks of a leaf, each with the id its handle removes it by.
   std::vector<std::pair<std::uint64_t, std::function<void()>>> grad_ready_hooks;
 };

@@ -5,6 +5,7 @@
 #include "core/hash.h"
 #include "autograd/ops.h"
 #include "autograd/tape.h"
+#include "autograd/weights.h"
 
 namespace dark::nn {
 
@@ -21,9 +22,10 @@ Linear::Linear(std::int64_t in_features, std::int64_t out_features, const Init& 
 }
 
 Tensor Linear::forward(const Tensor& x) const {
-  // (..., in) x (out, in)^T: one gemm over all leading axes.
+  // (..., in) x (out, in)^T: one gemm over all leading axes. The master weight itself goes
+  // in (linear casts it for bf16 x and keeps its gradient f32).
   Shape flat_shape = {x.numel() / x.shape().back(), x.shape().back()};
-  Tensor y = matmul(reshape(x, flat_shape), to_compute(*weight), false, true);
+  Tensor y = linear(reshape(x, flat_shape), *weight);
   if (bias) y = add(y, to_compute(*bias));
   Shape out_shape = x.shape();
   out_shape.back() = weight->shape()[0];
@@ -85,21 +87,24 @@ Tensor activation(MlpKind kind, const Tensor& gate, const Tensor& up) {
 // casts of a (rows, hidden) tensor each for gate and up in bf16.
 Tensor GatedMlp::forward(const Tensor& x) const {
   const Tensor gate = gate_proj.forward(x), up = up_proj.forward(x);
-  const Tensor w = to_compute(*down_proj.weight);  // cast once (bf16), used by both paths
-  auto down = [&w](const Tensor& h) {  // down_proj.forward on the cast weight (no bias: see the constructor)
+  const Tensor& weight = *down_proj.weight;
+  auto down = [](const Tensor& h, const Tensor& w) {  // down_proj.forward (no bias: see the constructor)
     Shape out_shape = h.shape();
     out_shape.back() = w.size(0);
-    return reshape(matmul(reshape(h, {h.numel() / h.shape().back(), h.shape().back()}), w, false, true), out_shape);
+    return reshape(linear(reshape(h, {h.numel() / h.shape().back(), h.shape().back()}), w), out_shape);
   };
-  if (!should_record({&gate, &up, &w})) return down(activation(kind, gate, up));
+  if (!should_record({&gate, &up, &weight})) return down(activation(kind, gate, up), weight);
+  // The master weight is the recorded input (its gradient stays f32: autograd/weights.h);
+  // the products use one copy cast to the activations' dtype, kept for dh.
+  const Tensor w = weight_for("gated_mlp_down", weight, gate.dtype(), gate.device());
   Tensor out;
   {
     NoGradGuard no_grad;
-    out = down(activation(kind, gate, up));
+    out = down(activation(kind, gate, up), w);
   }
-  record("gated_mlp_down", {gate, up, w}, {&out},
+  record("gated_mlp_down", {gate, up, weight}, {&out},
          [gate = gate.contiguous().detach(), up = up.contiguous().detach(), w = w.detach(),
-          kind = kind](BackwardContext& g) {
+          weight_dtype = weight.dtype(), kind = kind](BackwardContext& g) {
            NoGradGuard no_grad;
            const std::int64_t hidden = gate.shape().back(), dim = w.size(0);
            const Tensor dy = reshape(g.out_grad(), {g.out_grad().numel() / dim, dim});
@@ -114,7 +119,7 @@ Tensor GatedMlp::forward(const Tensor& x) const {
            } else if (g.needs_grad(2)) {
              h = activation(kind, gate, up);
            }
-           if (g.needs_grad(2)) g.set_input_grad(2, matmul(dy, reshape(h, {h.numel() / hidden, hidden}), true, false));
+           if (g.needs_grad(2)) set_weight_grad(g, 2, dy.contiguous(), reshape(h, {h.numel() / hidden, hidden}), weight_dtype);
          });
   return out;
 }

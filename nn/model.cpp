@@ -91,16 +91,28 @@ DecoderBlock::DecoderBlock(const ModelConfig& c, int layer, const AttentionFacto
   register_module("mlp", mlp);
 }
 
-Tensor DecoderBlock::forward(const Tensor& x, std::uint64_t dropout_stream, const Tensor& key_mask) {
+Tensor Residual::sum() const { return branch.defined() ? add(stream, branch) : stream; }
+
+SumAndNorm Residual::normed_by(const RMSNorm& norm) const {
+  if (branch.defined()) return norm.forward(stream, branch);  // the add and the norm in one pass
+  return {stream, norm.forward(stream)};
+}
+
+Residual DecoderBlock::forward(const Residual& in, std::uint64_t dropout_stream, const Tensor& key_mask) {
   const bool drop = training() && dropout_p > 0.0;
-  Tensor h = self_attn.forward(input_layernorm.forward(x), key_mask);
+  const auto [x, normed_x] = in.normed_by(input_layernorm);
+  Tensor h = self_attn.forward(normed_x, key_mask);
   if (attention_output_norm) h = attention_output_norm->forward(h);
   if (drop) h = dropout(h, dropout_p, seed, dropout_stream);
   const auto [x1, normed] = mlp_input_norm.forward(x, h);  // x1 = x + h, and its norm, in one pass
   Tensor m = mlp.forward(normed);
   if (mlp_output_norm) m = mlp_output_norm->forward(m);
   if (drop) m = dropout(m, dropout_p, seed, dropout_stream + 1);
-  return add(x1, m);
+  return {x1, m};  // added by the next norm
+}
+
+Tensor DecoderBlock::forward(const Tensor& x, std::uint64_t dropout_stream, const Tensor& key_mask) {
+  return forward(Residual{x, Tensor()}, dropout_stream, key_mask).sum();
 }
 
 Tensor DecoderBlock::decode(const Tensor& x, std::int64_t position, std::unique_ptr<DecodeState>& state) {
@@ -137,10 +149,10 @@ std::vector<AttentionKernel*> CausalLM::attention_kernels() {
   return out;
 }
 
-Tensor CausalLM::logits_of(const Tensor& h) {
-  const Tensor normed = model.norm.forward(h);
+Tensor CausalLM::logits_of(const Residual& h) {
+  const Tensor normed = h.normed_by(model.norm).normed;
   const Tensor head = to_compute(lm_head ? *lm_head->weight : *model.embed_tokens.weight);
-  const std::int64_t B = h.size(0), T = h.size(1);
+  const std::int64_t B = normed.size(0), T = normed.size(1);
   return reshape(matmul(reshape(normed, {B * T, config_.d_model}), head, false, true), {B, T, config_.vocab_size});
 }
 
@@ -152,11 +164,11 @@ Tensor CausalLM::embed(const Tensor& ids) {
   return mul_scalar(h, std::sqrt(static_cast<double>(config_.d_model)));
 }
 
-Tensor CausalLM::hidden_states(const Tensor& ids, std::uint64_t step, const Tensor& key_mask) {
+Residual CausalLM::hidden_states(const Tensor& ids, std::uint64_t step, const Tensor& key_mask) {
   DARK_CHECK(ids.dim() == 2, "CausalLM: token ids must be (batch, time), got ", ids.describe());
   DARK_CHECK(!key_mask.defined() || key_mask.shape() == ids.shape(), "CausalLM: key_mask ", key_mask.describe(),
              " must have the token ids' shape ", ids.describe());
-  Tensor h = embed(ids);
+  Residual h{embed(ids), Tensor()};
   for (std::size_t i = 0; i < model.layers.size(); ++i) {
     DecoderBlock& layer = *model.layers[i];
     const std::uint64_t stream = (step << 16) + 2 * i + 1;  // distinct dropout stream per (step, layer, site)
@@ -165,10 +177,12 @@ Tensor CausalLM::hidden_states(const Tensor& ids, std::uint64_t step, const Tens
       continue;
     }
     // Only the block's input is kept; backward recomputes the block (bit-identical results).
+    // The block takes and returns the added stream here: checkpoint keeps one tensor.
     std::vector<Tensor*> params;
     for (const auto& [name, p] : layer.named_parameters()) params.push_back(p);
-    h = checkpoint([&layer, stream, key_mask](const std::vector<Tensor>& in) { return layer.forward(in[0], stream, key_mask); },
-                   {h}, params);
+    h = {checkpoint([&layer, stream, key_mask](const std::vector<Tensor>& in) { return layer.forward(in[0], stream, key_mask); },
+                    {h.sum()}, params),
+         Tensor()};
   }
   return h;
 }
@@ -194,9 +208,9 @@ Tensor CausalLM::loss(const Tensor& tokens, std::uint64_t step, const Tensor& pa
     targets = where(real, targets, Tensor::full({}, -100, targets.dtype(), targets.device()));
   }
   // The head and the loss in chunks of tokens: the (B T, V) logits never exist at once.
-  const Tensor normed = reshape(model.norm.forward(hidden_states(inputs, step, key_mask)), {B * T, config_.d_model});
-  const Tensor head = to_compute(lm_head ? *lm_head->weight : *model.embed_tokens.weight);
-  return linear_cross_entropy(normed, head, targets);
+  const Tensor normed = reshape(hidden_states(inputs, step, key_mask).normed_by(model.norm).normed, {B * T, config_.d_model});
+  // The master weight itself: the op casts it for bf16 and keeps its gradient f32.
+  return linear_cross_entropy(normed, lm_head ? *lm_head->weight : *model.embed_tokens.weight, targets);
 }
 
 Tensor CausalLM::decode(const Tensor& ids, DecodeCache& cache) {
@@ -207,7 +221,7 @@ Tensor CausalLM::decode(const Tensor& ids, DecodeCache& cache) {
   Tensor h = embed(ids);
   for (std::size_t i = 0; i < model.layers.size(); ++i) h = model.layers[i]->decode(h, cache.position, cache.layers[i]);
   cache.position += ids.size(1);
-  return logits_of(h);
+  return logits_of({h, Tensor()});
 }
 
 }  // namespace dark::nn

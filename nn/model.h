@@ -89,10 +89,24 @@ class SelfAttention : public Module {
   Heads project(const Tensor& x, std::int64_t position);
 };
 
+// The residual stream between decoder blocks: stream + branch, the add not yet done. A block
+// ends with x1 + mlp(...); the next block's input norm (or the final norm) adds the two in its
+// own pass (add_rms_norm), with the bits of adding first: per layer one write and read of the
+// stream fewer forward, and no separate sum of its two gradients backward. branch is
+// undefined where there is nothing to add.
+struct Residual {
+  Tensor stream, branch;
+  Tensor sum() const;
+  // norm(stream + branch), and the sum (what the residual add would have returned).
+  SumAndNorm normed_by(const RMSNorm& norm) const;
+};
+
 class DecoderBlock : public Module {
  public:
   DecoderBlock(const ModelConfig& c, int layer, const AttentionFactory& factory);
   // dropout_stream keys this block's dropout masks (0 when dropout is off).
+  Residual forward(const Residual& x, std::uint64_t dropout_stream, const Tensor& key_mask = Tensor());
+  // The same with the residual add done: x + block(x).
   Tensor forward(const Tensor& x, std::uint64_t dropout_stream, const Tensor& key_mask = Tensor());
   Tensor decode(const Tensor& x, std::int64_t position, std::unique_ptr<DecodeState>& state);
   RMSNorm input_layernorm;
@@ -149,9 +163,9 @@ class CausalLM : public Module {
   std::unique_ptr<Linear> lm_head;  // null when tied to model.embed_tokens
 
  private:
-  // The last decoder block's output (B, T, d_model).
-  Tensor hidden_states(const Tensor& ids, std::uint64_t step, const Tensor& key_mask);
-  Tensor logits_of(const Tensor& hidden);  // final norm and LM head
+  // The last decoder block's output (B, T, d_model), its residual add not yet done.
+  Residual hidden_states(const Tensor& ids, std::uint64_t step, const Tensor& key_mask);
+  Tensor logits_of(const Residual& hidden);  // final norm and LM head
   Tensor embed(const Tensor& ids);         // token embeddings, scaled for gemma3
 };
 

@@ -33,6 +33,7 @@ ParameterBuffer::ParameterBuffer(const std::vector<std::pair<std::string, Tensor
     view.copy_(*e.param);
     view.set_requires_grad(true);
     bind_grad(view, core::reshape(segment(grads_, e), e.param->shape()));
+    note_grad_zeroed(view);
     *e.param = view;
   }
 }
@@ -54,7 +55,18 @@ Tensor ParameterBuffer::segment(const Tensor& flat, const Entry& e) {
   return core::slice(flat, 0, e.offset, e.offset + e.numel);
 }
 
-void ParameterBuffer::zero_grad() { grads_.fill_(0.0); }
+std::unique_ptr<WeightCopies> ParameterBuffer::cast_values(DType dtype) const {
+  auto copies = std::make_unique<WeightCopies>();
+  const Tensor flat = values_.to(dtype);  // one kernel for all of them
+  for (const Entry& e : entries_) copies->add(*e.param, core::reshape(segment(flat, e), e.param->shape()));
+  return copies;
+}
+
+void ParameterBuffer::zero_grad() {
+  grads_.fill_(0.0);
+  // So the op that first contributes to a parameter's gradient may write it in place.
+  for (const Entry& e : entries_) note_grad_zeroed(*e.param);
+}
 
 double ParameterBuffer::grad_norm() const { return std::sqrt(grad_sq_norm().item()); }
 

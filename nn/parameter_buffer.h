@@ -21,10 +21,12 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "autograd/weights.h"
 #include "core/tensor.h"
 
 namespace dark::nn {
@@ -68,7 +70,14 @@ class ParameterBuffer {
   // graph reaches, on the backward thread). The hooks stay for the parameters' lifetime.
   void on_grad_ready(const std::function<void(const Entry&)>& hook);
 
-  // Zeroes the gradient buffer; the gradient views stay bound.
+  // Every parameter's values as `dtype` in one cast of the flat buffer, each parameter's slice
+  // registered for autograd's weight_for (autograd/weights.h) while the returned object
+  // lives: a training step's products then cast no weight of their own. Hold it over the
+  // forward and backward passes only (the values must not change under it).
+  std::unique_ptr<WeightCopies> cast_values(DType dtype) const;
+
+  // Zeroes the gradient buffer; the gradient views stay bound. Until the next backward, only
+  // backward may write them (see note_grad_zeroed in autograd/grad_binding.h).
   void zero_grad();
   // sqrt(grad_sq_norm()) read back to the host; NaN or inf when any gradient is not finite.
   double grad_norm() const;

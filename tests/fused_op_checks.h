@@ -9,6 +9,7 @@
 
 #include "autograd/ops.h"
 #include "autograd/tape.h"
+#include "core/kernel_profile.h"
 #include "test_util.h"
 
 namespace dark::testing {
@@ -41,13 +42,14 @@ inline void expect_glu_backward_output_is_the_forward(DType dtype, Device device
 
 // add_rms_norm has the bits of add then rms_norm: both outputs, and the gradients of x,
 // residual and weight when both outputs get random gradients (so the backward's sum of the
-// two is checked too).
+// two is checked too), and when only the norm is used (a model's final norm), where the
+// backward adds no zeros for the sum (no fill kernel).
 inline void expect_add_rms_norm_is_add_then_rms_norm(DType dtype, Device device, const Shape& shape, double eps) {
   const Shape row = {shape.back()};
   const Tensor x0 = randn_on(shape, 1, dtype, device), r0 = randn_on(shape, 2, dtype, device);
   const Tensor w0 = randn_on(row, 3, dtype, device);
   const Tensor ds = randn_on(shape, 4, dtype, device), dn = randn_on(shape, 5, dtype, device);
-  const auto run = [&](bool fused) {
+  const auto run = [&](bool fused, bool sum_used) {
     Tensor x = x0.detach().set_requires_grad(true), r = r0.detach().set_requires_grad(true);
     Tensor w = w0.detach().set_requires_grad(true);
     SumAndNorm out;
@@ -58,13 +60,22 @@ inline void expect_add_rms_norm_is_add_then_rms_norm(DType dtype, Device device,
       out.normed = rms_norm(out.sum, w, eps);
     }
     std::vector<std::vector<double>> parts = {values(out.sum), values(out.normed)};
-    backward(add(dark::sum(mul(out.sum, ds)), dark::sum(mul(out.normed, dn))));
+    const Tensor normed_loss = dark::sum(mul(out.normed, dn));
+    const Tensor loss = sum_used ? add(dark::sum(mul(out.sum, ds)), normed_loss) : normed_loss;
+    KernelProfile profile;
+    backward(loss);
+    std::int64_t fills = 0;
+    for (const KernelProfile::Row& r : profile.finish()) fills += r.kernel == "fill" ? r.calls : 0;
     for (const Tensor* t : {&x, &r, &w}) parts.push_back(values(t->grad()));
+    parts.push_back({static_cast<double>(fills)});  // as many as add then rms_norm: no zeros for an unused sum
     return parts;
   };
-  const auto fused = run(true), plain = run(false);
-  for (std::size_t i = 0; i < fused.size(); ++i)
-    EXPECT_EQ(fused[i], plain[i]) << dtype_name(dtype) << " on " << device.to_string() << ", part " << i;
+  for (const bool sum_used : {true, false}) {
+    const auto fused = run(true, sum_used), plain = run(false, sum_used);
+    for (std::size_t i = 0; i < fused.size(); ++i)
+      EXPECT_EQ(fused[i], plain[i]) << dtype_name(dtype) << " on " << device.to_string() << ", part " << i
+                                    << (sum_used ? "" : ", the sum unused");
+  }
 }
 
 }  // namespace dark::testing

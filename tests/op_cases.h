@@ -112,6 +112,9 @@ inline std::vector<OpCase> op_cases() {
   add_case("matmul[7,5]^Tx[3,7]^T", {{{7, 5}}, {{3, 7}}}, [](auto& x) { return matmul(x[0], x[1], true, true); });
   add_case("matmul[2,5,7]Tx[7,3]", {{{2, 5, 7}, S::normal, true}, {{7, 3}}}, [](auto& x) { return matmul(x[0], x[1]); });
   add_case("matmul[3,1,4,5]x[2,5,6]", {{{3, 1, 4, 5}}, {{2, 5, 6}}}, [](auto& x) { return matmul(x[0], x[1]); });
+  // linear: x weight^T, the weight differentiated as itself
+  add_case("linear[5,7]x[3,7]^T", {{{5, 7}}, {{3, 7}}}, [](auto& x) { return linear(x[0], x[1]); });
+  add_case("linear[5,7]Tx[3,7]^T", {{{5, 7}, S::normal, true}, {{3, 7}}}, [](auto& x) { return linear(x[0], x[1]); });
   // per_head_matmul: a group of 2 heads per matrix, one matrix per head, one shared matrix
   add_case("per_head_matmul[2,3,4,5]x[2,6,5]", {{{2, 3, 4, 5}}, {{2, 6, 5}}}, [](auto& x) { return per_head_matmul(x[0], x[1]); });
   add_case("per_head_matmul[3,4,5]x[4,2,5]", {{{3, 4, 5}}, {{4, 2, 5}}}, [](auto& x) { return per_head_matmul(x[0], x[1]); });

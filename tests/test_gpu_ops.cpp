@@ -8,13 +8,16 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <map>
 #include <string>
 #include <vector>
 
+#include "autograd/grad_binding.h"
 #include "autograd/tape.h"
 #include "core/backend.h"
 #include "core/kernel_profile.h"
 #include "core/kernels.h"
+#include "nn/parameter_buffer.h"
 #include "tests/gpu_compare.h"
 #include "tests/op_cases.h"
 #include "test_util.h"
@@ -196,6 +199,60 @@ TEST(Gpu, Bf16GradientsCastOnlyAtLeavesAndSums) {
   };
   EXPECT_EQ(casts_in_backward(false), 1);
   EXPECT_EQ(casts_in_backward(true), 1);
+}
+
+// Mixed precision's weights (autograd/weights.h): an f32 master weight multiplied with bf16
+// activations gets the product's f32 accumulation as its gradient, not rounded to bf16, and the
+// product writes it into the zeroed buffer itself (no cast, no sum in the backward). Against
+// the float64 product of the same bf16 operands on the CPU.
+TEST(Gpu, Bf16ProductsGiveTheirF32WeightsUnroundedGradientsInPlace) {
+  DARK_REQUIRE_GPU();
+  const Device gpu = Device::cuda(0);
+  const std::int64_t rows = 96, in = 48, out = 40;
+  const Tensor x = Tensor::randn({rows, in}, 1).to(gpu).to(DType::bf16);
+  const Tensor dout = Tensor::randn({rows, out}, 2).to(gpu).to(DType::bf16);
+  Tensor w = Tensor::randn({out, in}, 3).to(gpu).set_requires_grad(true);
+  Tensor buffer = Tensor::zeros({out, in}, DType::f32, gpu);
+  bind_grad(w, buffer);
+  note_grad_zeroed(w);
+  const Tensor loss = sum(mul(linear(x, w), dout));  // the product's gradient is dout itself
+  KernelProfile profile;
+  backward(loss);
+  std::map<std::string, std::int64_t> calls;
+  for (const auto& r : profile.finish()) calls[r.kernel] += r.calls;
+  EXPECT_EQ(calls["matmul"], 1);  // dW only: x needs no gradient
+  EXPECT_EQ(calls["cast"], 0);
+  EXPECT_EQ(calls["grad_sum"], 0);
+  ASSERT_TRUE(w.grad().shares_storage(buffer));
+  const std::vector<double> got = values(buffer);
+  const Tensor x64 = x.to(Device::cpu()).to(DType::f64), d64 = dout.to(Device::cpu()).to(DType::f64);
+  const std::vector<double> want = values(matmul(d64, x64, true, false));
+  const std::vector<double> scale = values(matmul(abs(d64), abs(x64), true, false));
+  std::int64_t off_bf16 = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    EXPECT_NEAR(got[i], want[i], 1e-5 * scale[i]) << i;  // f32 accumulation of 96 exact products
+    const double rounded = Tensor::scalar(got[i], DType::f32).to(DType::bf16).to(DType::f64).item();
+    off_bf16 += rounded != got[i];
+  }
+  EXPECT_GT(off_bf16, static_cast<std::int64_t>(got.size() * 9 / 10));  // not a bf16 value widened
+}
+
+// A training step's weights cast once (ParameterBuffer::cast_values): linear uses its slice of
+// the one cast, the same bits as casting the weight itself, and launches no cast of its own.
+TEST(Gpu, LinearUsesTheStepsOneCastOfTheWeights) {
+  DARK_REQUIRE_GPU();
+  const Device gpu = Device::cuda(0);
+  const Tensor x = Tensor::randn({32, 24}, 1).to(gpu).to(DType::bf16);
+  Tensor w = Tensor::randn({16, 24}, 2).to(gpu);
+  nn::ParameterBuffer buffer({{"w", &w}});
+  const std::vector<double> own_cast = values(linear(x, w));
+  const auto copies = buffer.cast_values(DType::bf16);
+  KernelProfile profile;
+  const std::vector<double> shared_cast = values(linear(x, w));
+  std::int64_t casts = 0;
+  for (const auto& r : profile.finish()) casts += r.kernel == "cast" && r.device == DeviceType::cuda ? r.calls : 0;
+  EXPECT_EQ(casts, 1);  // values() casting the output to f64; none for the weight
+  EXPECT_EQ(shared_cast, own_cast);
 }
 
 // A bf16 tensor read by three ops (as q, k and v read the normed input) gets its gradient in

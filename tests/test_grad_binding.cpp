@@ -12,6 +12,8 @@
 #include "autograd/grad_binding.h"
 #include "autograd/ops.h"
 #include "autograd/tape.h"
+#include "autograd/weights.h"
+#include "core/kernel_profile.h"
 #include "nn/model.h"
 #include "nn/parameter_buffer.h"
 #include "test_util.h"
@@ -75,6 +77,142 @@ TEST(BindGrad, ErrorsNameWhatIsWrong) {
   EXPECT_NE(error_of([&] { bind_grad(w, core::transpose(Tensor::zeros({4, 3}), 0, 1)); }).find("is not contiguous"),
             std::string::npos);
   EXPECT_NE(error_of([&] { on_grad_ready(non_leaf, [] {}); }).find("on_grad_ready: "), std::string::npos);
+}
+
+// An op on w whose backward asks twice for w's zeroed gradient buffer (take_zeroed_grad) and
+// notes each answer; it writes 2 everywhere, into the buffer when offered.
+Tensor probe(const Tensor& w, std::vector<bool>& offered) {
+  Tensor y = w.detach().clone();
+  record("probe", {w}, {&y}, [&offered, shape = w.shape()](BackwardContext& g) {
+    Tensor buffer = g.take_zeroed_grad(0);
+    offered.push_back(buffer.defined());
+    offered.push_back(g.take_zeroed_grad(0).defined());
+    if (buffer.defined()) buffer.fill_(2.0);
+    else g.set_input_grad(0, Tensor::full(shape, 2.0));
+  });
+  return y;
+}
+
+TEST(ZeroedGrad, OnlyTheFirstContributionAfterZeroingIsOfferedTheBufferAndOnlyOnce) {
+  Tensor w = param({3, 4}, 1);
+  Tensor view = Tensor::full({3, 4}, 5.0);
+  bind_grad(w, view);
+  std::vector<bool> offered;
+  backward(sum(probe(w, offered)));  // bound, not known to be zero: added to
+  EXPECT_EQ(offered, (std::vector<bool>{false, false}));
+  EXPECT_EQ(values(view), std::vector<double>(12, 7.0));
+
+  w.zero_grad();
+  offered.clear();
+  backward(sum(probe(w, offered)));  // written over the zeros, once
+  EXPECT_EQ(offered, (std::vector<bool>{true, false}));
+  EXPECT_EQ(values(view), std::vector<double>(12, 2.0));
+  offered.clear();
+  backward(sum(probe(w, offered)));  // accumulating: added to
+  EXPECT_EQ(offered, (std::vector<bool>{false, false}));
+  EXPECT_EQ(values(view), std::vector<double>(12, 4.0));
+
+  // Another use's contribution reaches w first (its entry is replayed first): pending, so not offered.
+  w.zero_grad();
+  offered.clear();
+  const Tensor probed = sum(probe(w, offered));
+  backward(add(probed, sum(mul_scalar(w, 3.0))));
+  EXPECT_EQ(offered, (std::vector<bool>{false, false}));
+  EXPECT_EQ(values(view), std::vector<double>(12, 5.0));
+
+  // An owner that zeroes the buffer itself says so; an unbound leaf is never offered anything.
+  view.fill_(0.0);
+  note_grad_zeroed(w);
+  offered.clear();
+  backward(sum(probe(w, offered)));
+  EXPECT_EQ(offered, (std::vector<bool>{true, false}));
+  Tensor unbound = param({3, 4}, 2);
+  offered.clear();
+  backward(sum(probe(unbound, offered)));
+  EXPECT_EQ(offered, (std::vector<bool>{false, false}));
+  EXPECT_EQ(values(unbound.grad()), std::vector<double>(12, 2.0));
+  EXPECT_NE(error_of([&] { note_grad_zeroed(unbound); }).find("has no bound gradient"), std::string::npos);
+}
+
+TEST(ZeroedGrad, AnOpThatTakesTheBufferAndAlsoSetsAGradientIsAnError) {
+  Tensor w = param({2}, 1);
+  bind_grad(w, Tensor::zeros({2}));
+  w.zero_grad();
+  Tensor y = w.detach().clone();
+  record("greedy", {w}, {&y}, [](BackwardContext& g) {
+    g.take_zeroed_grad(0);
+    g.set_input_grad(0, Tensor::ones({2}));
+  });
+  const std::string e = error_of([&] { backward(sum(y)); });
+  EXPECT_NE(e.find("greedy backward: input 0 got both its gradient buffer (take_zeroed_grad) and a gradient"),
+            std::string::npos) << e;
+  clear_tape();
+}
+
+// linear, the LM head and the embedding write a zeroed buffer themselves; the tape's pending
+// sum added it before. The gradients are the same bits, over gradient accumulation and a
+// tied table too (the head writes the buffer, the embedding's rows are added to it).
+TEST(ZeroedGrad, WeightGradientsWrittenIntoTheBufferHaveTheBitsOfTheTapesSum) {
+  const Tensor x = Tensor::randn({6, 5}, 1), dout = Tensor::randn({6, 4}, 2);  // x: no gradient of its own to add
+  const Tensor ids = Tensor::from_vector<std::int64_t>({0, 3, 3, 1, 6, 0}, {6});
+  const Tensor targets = Tensor::from_vector<std::int64_t>({2, 6, -100, 0, 1, 1}, {6});
+  Tensor w = param({4, 5}, 3), table = param({7, 5}, 4);
+  Tensor w_twin = w.detach().clone().set_requires_grad(), table_twin = table.detach().clone().set_requires_grad();
+  Tensor flat = Tensor::zeros({64}), twin_flat = Tensor::zeros({64});
+  bind_grad(w, core::reshape(core::slice(flat, 0, 0, 20), {4, 5}));
+  bind_grad(table, core::reshape(core::slice(flat, 0, 24, 59), {7, 5}));
+  note_grad_zeroed(w), note_grad_zeroed(table);
+  // The twins take the old road: bound buffers not known to be zero, so each backward sums the
+  // contributions (the products' own gradients) and adds the sum to the buffer.
+  bind_grad(w_twin, core::reshape(core::slice(twin_flat, 0, 0, 20), {4, 5}));
+  bind_grad(table_twin, core::reshape(core::slice(twin_flat, 0, 24, 59), {7, 5}));
+  auto loss = [&](const Tensor& weight, const Tensor& emb, bool fused) {
+    const Tensor projected = fused ? linear(x, weight) : matmul(x, weight, false, true);
+    const Tensor hidden = add(embedding(emb, ids), mul_scalar(x, 0.5));
+    return add(sum(mul(projected, dout)), linear_cross_entropy(hidden, emb, targets, -100, 4));
+  };
+  // Binary kernels of a backward: the tape's additions to buffers, and the head's scaling.
+  auto binary_calls = [](const Tensor& root) {
+    KernelProfile profile;
+    backward(root);
+    std::int64_t calls = 0;
+    for (const KernelProfile::Row& row : profile.finish()) calls += row.kernel == "binary" ? row.calls : 0;
+    return calls;
+  };
+  for (int micro = 0; micro < 2; ++micro) {
+    const std::int64_t fused = binary_calls(loss(w, table, true)), twin = binary_calls(loss(w_twin, table_twin, false));
+    // Written, not added: w's gradient, and the head's (scaled into the buffer, not in place first).
+    if (micro == 0) EXPECT_EQ(fused, twin - 2);
+    else EXPECT_EQ(fused, twin);
+    EXPECT_EQ(values(w.grad()), values(w_twin.grad())) << "micro-batch " << micro;
+    EXPECT_EQ(values(table.grad()), values(table_twin.grad())) << "micro-batch " << micro;
+  }
+  EXPECT_EQ(values(flat), values(twin_flat));
+}
+
+// ParameterBuffer::cast_values: one cast of the flat buffer, and weight_for hands each
+// parameter its slice of it (the same bits as casting the parameter) while the copies live.
+TEST(WeightCopies, CastValuesGivesEachParameterItsSliceWhileTheyLive) {
+  Tensor a = param({3, 4}, 1), b = param({5}, 2);
+  nn::ParameterBuffer buffer({{"a", &a}, {"b", &b}});
+  {
+    const auto copies = buffer.cast_values(DType::bf16);
+    for (const Tensor* p : {&a, &b}) {
+      const Tensor w = weight_for("test", *p, DType::bf16, Device::cpu());
+      EXPECT_EQ(w.dtype(), DType::bf16);
+      EXPECT_EQ(w.shape(), p->shape());
+      EXPECT_FALSE(w.shares_storage(*p));
+      EXPECT_EQ(values(w), values(p->detach().to(DType::bf16)));
+    }
+    EXPECT_TRUE(weight_for("test", a, DType::bf16, Device::cpu()).shares_storage(weight_for("test", b, DType::bf16, Device::cpu())));
+    Tensor unlisted = param({2}, 3);  // not in the buffer: cast on its own
+    EXPECT_EQ(values(weight_for("test", unlisted, DType::bf16, Device::cpu())), values(unlisted.detach().to(DType::bf16)));
+    EXPECT_NE(error_of([&] { WeightCopies second; }).find("another one is alive on this thread"), std::string::npos);
+  }
+  // Gone with the copies: a new cast each time.
+  EXPECT_FALSE(weight_for("test", a, DType::bf16, Device::cpu()).shares_storage(weight_for("test", b, DType::bf16, Device::cpu())));
+  const std::string e = error_of([&] { weight_for("matmul here", Tensor::zeros({2}, DType::f64), DType::bf16, Device::cpu()); });
+  EXPECT_NE(e.find("matmul here: a f64 weight"), std::string::npos) << e;
 }
 
 // Records, per hooked parameter, each call and a copy of its gradient at that moment.

@@ -7,6 +7,7 @@
 #include "attention/factory.h"
 #include "autograd/gradcheck.h"
 #include "autograd/ops.h"
+#include "autograd/tape.h"
 #include "nn/model.h"
 
 namespace dark::nn {
@@ -68,6 +69,45 @@ TEST(Layers, SelfAttentionAndDecoderBlockGradcheck) {
   check_layer(attn, Tensor::randn({2, 5, 8}, 5, 0, DType::f64), [&](const Tensor& x) { return attn.forward(x); });
   DecoderBlock block(c, 1, factory);
   check_layer(block, Tensor::randn({1, 6, 8}, 6, 0, DType::f64), [&](const Tensor& x) { return block.forward(x, 0); });
+}
+
+// A block hands its last residual add on to the next block's input norm (or the final norm),
+// which does it in its own pass (nn::Residual, add_rms_norm): the loss and every parameter's
+// gradient are the bits of blocks that add first (DecoderBlock::forward on a tensor).
+TEST(Layers, BlocksHandingOnTheirResidualAddHaveTheBitsOfAddingFirst) {
+  for (const ModelFamily family : {ModelFamily::llama, ModelFamily::gemma3}) {
+    ModelConfig c = tiny_config();
+    c.n_layers = 3;
+    c.dtype = DType::f32;
+    c.family = family;
+    CausalLM model(c, attention::make_factory({}));
+    const Tensor tokens = Tensor::from_vector<std::int64_t>({1, 4, 9, 2, 2, 7, 0, 3, 10, 5, 6, 1}, {2, 6});
+    const auto named = model.named_parameters();
+    const auto run = [&](bool handed_on) {
+      for (const auto& [name, p] : named) p->zero_grad();
+      Tensor loss;
+      if (handed_on) {
+        loss = model.loss(tokens);
+      } else {
+        const Tensor inputs = core::slice(tokens, 1, 0, 5).contiguous();
+        const Tensor targets = core::reshape(core::slice(tokens, 1, 1, 6).contiguous(), {10});
+        Tensor h = model.model.embed_tokens.forward(inputs);
+        if (family == ModelFamily::gemma3) h = mul_scalar(h, std::sqrt(8.0));
+        for (std::size_t i = 0; i < model.model.layers.size(); ++i) h = model.model.layers[i]->forward(h, 2 * i + 1);
+        const Tensor normed = reshape(model.model.norm.forward(h), {10, 8});
+        loss = linear_cross_entropy(normed, *model.model.embed_tokens.weight, targets);
+      }
+      backward(loss);
+      std::vector<std::vector<double>> parts = {{loss.item()}};
+      for (const auto& [name, p] : named) parts.push_back(p->grad().to(DType::f64).to_vector<double>());
+      return parts;
+    };
+    const auto handed_on = run(true), added = run(false);
+    ASSERT_EQ(handed_on.size(), added.size());
+    EXPECT_EQ(handed_on[0], added[0]) << "loss, " << enum_name(family);
+    for (std::size_t i = 1; i < handed_on.size(); ++i)
+      EXPECT_EQ(handed_on[i], added[i]) << named[i - 1].first << ", " << enum_name(family);
+  }
 }
 
 TEST(Layers, EmbeddingGradcheck) {

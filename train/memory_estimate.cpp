@@ -89,8 +89,9 @@ BlockMemory block_memory(const RunConfig& config, int layer, const Dims& s) {
   const AttentionMemory a = attention_memory(attention_for_layer(config, layer), s);
   b.kept += a.kept;
   // Backward of the MLP: the incoming gradient, d(glu), d(gate), d(up), the recomputed GLU
-  // (written beside them), an input gradient and a weight gradient before it is added into the
-  // flat buffer; the attention's likewise.
+  // (written beside them), an input gradient and a weight gradient (f32: written straight into
+  // the flat buffer after zero_grad, added from a temporary in later micro-batches); the
+  // attention's likewise.
   const std::int64_t mlp = blocks(2, Nd, kF32) + blocks(4, Nf, kF32) + blocks(1, s.f * s.d, kF32);
   b.backward = std::max(mlp, blocks(2, Nd, kF32) + a.backward + blocks(1, s.d * s.d, kF32));
   return b;
@@ -174,14 +175,17 @@ MemoryEstimate estimate_memory(const RunConfig& config, const EstimateContext& c
     largest_parameter = std::max(largest_parameter, blocks(1, p.numel, kF32));
     if (ctx.holds_source && !ctx.device.is_cuda()) e.source += blocks(1, p.numel, kF32);
     e.parameters += blocks(1, p.numel, kF32);  // as built; a trainable one's block then stays cached
-    if (bf16 && p.numel > s.d) e.parameters += blocks(1, p.numel, 2);  // to_compute's bf16 copy on the tape
-    if (!nn::matches_any(p.name, globs)) continue;
+    if (!nn::matches_any(p.name, globs)) {
+      if (bf16 && p.numel > s.d) e.parameters += blocks(1, p.numel, 2);  // a frozen weight's bf16 copy on the tape
+      continue;
+    }
     trainable.push_back(p.numel);
     e.trainable_numel += p.numel;
   }
   const int world = std::max(1, ctx.world_size);
   const std::int64_t flat = flat_numel(trainable, world);
   e.parameters += blocks(1, flat, kF32);
+  if (bf16) e.parameters += blocks(1, flat, 2);  // the step's one bf16 copy of them (ParameterBuffer::cast_values)
   e.gradients = blocks(1, flat, kF32);
   const std::int64_t shard = config.distributed.zero_stage == 1 && world > 1 ? flat / world : flat;
   // The trainer's SGD keeps a momentum buffer even at momentum 0 (nn/optim.cpp).
@@ -200,12 +204,13 @@ MemoryEstimate estimate_memory(const RunConfig& config, const EstimateContext& c
   std::int64_t outside = blocks(2, s.N, kIndex) + blocks(2, Nd, s.act) + blocks(4, s.N, kF32);
   // The head (linear_cross_entropy) computes its gradients in the forward, a chunk of rows at
   // a time: dhidden and the weight's gradient in f32 beside one chunk's f32 logits (and their
-  // bf16 copy); its backward scales the two and casts them (bf16: one more copy of each).
+  // bf16 copy); its backward scales the two and casts dhidden (bf16: one more copy); the
+  // weight's stays f32 and goes into the flat buffer (autograd/weights.h).
   const std::int64_t rows = linear_cross_entropy_chunk_rows(0, s.N, s.V);
   const std::int64_t head_gradients = blocks(1, Nd, kF32) + blocks(1, s.V * s.d, kF32);
   const std::int64_t head_backward =
-      head_gradients + std::max(blocks(1, rows * s.V, kF32) + (bf16 ? blocks(1, rows * s.V, 2) : 0),
-                                bf16 ? blocks(1, Nd, 2) + blocks(1, s.V * s.d, 2) : 0);
+      head_gradients +
+      std::max(blocks(1, rows * s.V, kF32) + (bf16 ? blocks(1, rows * s.V, 2) : 0), bf16 ? blocks(1, Nd, 2) : 0);
   if (t.activation_checkpointing) {
     // Only the block inputs stay; backward recomputes one block at a time.
     e.activations = blocks(m.n_layers, Nd, s.act) + outside;

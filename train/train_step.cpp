@@ -53,6 +53,8 @@ StepResult train_step(TrainingRun& run) {
   const int parts = tc.grad_accum * world;
   Tensor loss_sum;
   const DeferredChecks checks(run.device);  // index checks wait for the step's one read-back
+  // bf16: every weight cast in one kernel for all micro-batches, not one per weight and use.
+  auto weight_copies = tc.precision == Precision::bf16 ? run.params->cast_values(DType::bf16) : nullptr;
   for (int micro = 0; micro < tc.grad_accum; ++micro) {
     // Keys the batch and the dropout masks (which so differ between ranks).
     const std::int64_t index = micro_batch_index(run.step, rank, world, tc.grad_accum, micro);
@@ -63,6 +65,7 @@ StepResult train_step(TrainingRun& run) {
     const Tensor value = loss.detach().to(DType::f64);
     loss_sum = loss_sum.defined() ? add(loss_sum, value) : value;
   }
+  weight_copies.reset();  // before the update changes the values
   const StepScalars s = gradients_final(run, loss_sum, &checks);
   r.loss = s.loss;
   r.grad_norm = s.grad_norm;

@@ -25,9 +25,13 @@ Tensor index_select(const Tensor& x_in, int axis_in, const Tensor& index_in) {
   if (should_record({&x_in})) {
     record("index_select", {x_in}, {&out}, [shape = x.shape(), index, outer, n, inner](BackwardContext& g) {
       const Tensor dout = g.out_grad().contiguous();
-      Tensor dx = Tensor::zeros(shape, dout.dtype(), dout.device());
+      // Into the table's zeroed gradient buffer where the tape offers it (an embedding not
+      // tied to an LM head that wrote it first): no zeros to write, no sum to add after.
+      Tensor dx = dout.dtype() == grad_dtype(dout.dtype()) ? g.take_zeroed_grad(0) : Tensor();
+      const bool into_buffer = dx.defined();
+      if (!into_buffer) dx = Tensor::zeros(shape, dout.dtype(), dout.device());
       kernels::scatter_add().get(dout.device().type, dout.dtype())(dout, index, dx, outer, n, inner);
-      g.set_input_grad(0, dx);
+      if (!into_buffer) g.set_input_grad(0, dx);
     });
   }
   return out;

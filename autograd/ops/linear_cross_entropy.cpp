@@ -17,27 +17,9 @@
 #include "autograd/grad_mode.h"
 #include "autograd/ops.h"
 #include "autograd/ops/op_util.h"
+#include "autograd/weights.h"
 
 namespace dark {
-namespace {
-
-// out = op(a) op(b) (+ beta out) for 2-D a, b and out with unit column stride (out may be f32
-// for bf16 a, b).
-void gemm_into(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& out, float beta) {
-  GemmShape s;
-  s.m = out.size(0);
-  s.n = out.size(1);
-  s.k = trans_a ? a.size(0) : a.size(1);
-  s.trans_a = trans_a;
-  s.trans_b = trans_b;
-  s.lda = a.stride(0);
-  s.ldb = b.stride(0);
-  s.ldc = out.stride(0);
-  s.beta = beta;
-  kernels::matmul().get(a.device().type, a.dtype())(a, b, out, s);
-}
-
-}  // namespace
 
 std::int64_t linear_cross_entropy_chunk_rows(std::int64_t requested, std::int64_t rows, std::int64_t vocab) {
   const std::int64_t all = std::max<std::int64_t>(rows, 1);
@@ -54,7 +36,7 @@ Tensor linear_cross_entropy(const Tensor& hidden_in, const Tensor& weight_in, co
                             std::int64_t ignore_index, std::int64_t chunk) {
   const char* name = "linear_cross_entropy";
   ops_detail::check_floating(name, hidden_in);
-  ops_detail::check_same(name, hidden_in, weight_in);
+  ops_detail::check_defined(name, weight_in);
   ops_detail::check_index(name, targets_in);
   DARK_CHECK(hidden_in.dim() == 2 && weight_in.dim() == 2 && hidden_in.size(1) == weight_in.size(1), name,
              ": hidden must be (N, D) and weight (V, D), got ", hidden_in.describe(), " and ", weight_in.describe());
@@ -63,7 +45,8 @@ Tensor linear_cross_entropy(const Tensor& hidden_in, const Tensor& weight_in, co
              targets_in.describe());
   DARK_CHECK(weight_in.size(0) > 0, name, ": the weight has no classes: ", weight_in.describe());
   DARK_CHECK(chunk >= 0, name, ": chunk must be >= 0 (0 = automatic), got ", chunk);
-  const Tensor hidden = hidden_in.contiguous(), weight = weight_in.contiguous(), targets = targets_in.contiguous();
+  const Tensor hidden = hidden_in.contiguous(), targets = targets_in.contiguous();
+  const Tensor weight = weight_for(name, weight_in, hidden.dtype(), hidden.device()).contiguous();
   const std::int64_t rows = hidden.size(0), vocab = weight.size(0), dim = hidden.size(1);
   const DType acc = grad_dtype(hidden.dtype());
   const std::int64_t step = linear_cross_entropy_chunk_rows(chunk, rows, vocab);
@@ -85,7 +68,7 @@ Tensor linear_cross_entropy(const Tensor& hidden_in, const Tensor& weight_in, co
     const std::int64_t r1 = std::min(rows, r0 + step);
     const Tensor hidden_r = core::slice(hidden, 0, r0, r1);
     Tensor logits = Tensor::empty({r1 - r0, vocab}, acc, device);
-    gemm_into(hidden_r, false, weight, true, logits, 0.0f);
+    ops_detail::gemm_into(hidden_r, false, weight, true, logits, 0.0f);
     Tensor lse_r = core::slice(lse, 0, r0, r1);
     kernels::row_logsumexp().get(device.type, acc)(logits, lse_r);
     if (!scale.defined()) continue;
@@ -96,9 +79,9 @@ Tensor linear_cross_entropy(const Tensor& hidden_in, const Tensor& weight_in, co
     logits = Tensor();  // freed before the products when p is a copy
     if (want_hidden) {
       Tensor dhidden_r = core::slice(dhidden, 0, r0, r1);
-      gemm_into(p, false, weight, false, dhidden_r, 0.0f);
+      ops_detail::gemm_into(p, false, weight, false, dhidden_r, 0.0f);
     }
-    if (want_weight) gemm_into(p, true, hidden_r, false, dweight, r0 == 0 ? 0.0f : 1.0f);
+    if (want_weight) ops_detail::gemm_into(p, true, hidden_r, false, dweight, r0 == 0 ? 0.0f : 1.0f);
   }
   Tensor target_rows;
   try {
@@ -110,16 +93,17 @@ Tensor linear_cross_entropy(const Tensor& hidden_in, const Tensor& weight_in, co
   const Tensor target_logit = sum(mul(hidden.to(acc), target_rows.to(acc)), {1});
   Tensor loss = div(sum(mul(sub(lse, target_logit), counted)), count);
   if (!scale.defined()) return loss;
-  record(name, {hidden_in, weight_in}, {&loss},
-         [dhidden, dweight, hidden_dtype = hidden.dtype(), weight_dtype = weight.dtype()](BackwardContext& g) mutable {
-           // Scaled in place (the two are this entry's own), then cast to the inputs' dtypes.
-           const auto scaled = [&g](Tensor& d, DType dtype) {
-             kernels::binary().get(d.device().type, d.dtype())(BinaryOp::mul, d, core::expand(g.out_grad(), d.shape()), d);
-             return d.to(dtype);
-           };
-           if (g.needs_grad(0)) g.set_input_grad(0, scaled(dhidden, hidden_dtype));
-           if (g.needs_grad(1)) g.set_input_grad(1, scaled(dweight, weight_dtype));
-         });
+  record(name, {hidden_in, weight_in}, {&loss}, [dhidden, dweight, hidden_dtype = hidden.dtype()](BackwardContext& g) mutable {
+    // dhidden scaled in place (it is this entry's own), then cast to hidden's dtype; dweight,
+    // in the weight's own dtype (f32 for bf16 hidden: grad_dtype), scaled into the weight's
+    // zeroed gradient buffer where the tape offers it.
+    if (g.needs_grad(0)) {
+      kernels::binary().get(dhidden.device().type, dhidden.dtype())(
+          BinaryOp::mul, dhidden, core::expand(g.out_grad(), dhidden.shape()), dhidden);
+      g.set_input_grad(0, dhidden.to(hidden_dtype));
+    }
+    if (g.needs_grad(1)) set_scaled_weight_grad(g, 1, dweight, g.out_grad());
+  });
   return loss;
 }
 

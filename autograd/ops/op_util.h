@@ -36,6 +36,22 @@ inline void check_index(const char* op, const Tensor& index) {
              ": indices must be i32 or i64, got ", index.describe());
 }
 
+// out = op(a) op(b) + beta out for 2-D a, b and out with unit column strides (out may be f32
+// for bf16 a and b: the products' f32 accumulator, unrounded).
+inline void gemm_into(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& out, float beta) {
+  GemmShape s;
+  s.m = out.size(0);
+  s.n = out.size(1);
+  s.k = trans_a ? a.size(0) : a.size(1);
+  s.trans_a = trans_a;
+  s.trans_b = trans_b;
+  s.lda = a.stride(0);
+  s.ldb = b.stride(0);
+  s.ldc = out.stride(0);
+  s.beta = beta;
+  kernels::matmul().get(a.device().type, a.dtype())(a, b, out, s);
+}
+
 // Sorted, unique, normalised axes; empty input means every axis.
 std::vector<int> normalize_axes(const std::vector<int>& axes, std::size_t ndim, const char* op);
 

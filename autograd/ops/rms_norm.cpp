@@ -68,9 +68,10 @@ SumAndNorm add_rms_norm(const Tensor& x_in, const Tensor& residual_in, const Ten
     record("add_rms_norm", {x_in, residual_in, weight_in}, {&out.sum, &out.normed},
            [s = out.sum.detach(), weight = weight.detach(), rstd](BackwardContext& g) {
              // x and residual both get ds + the norm's dx: one tensor, as add gives both its dy.
+             // Where only the norm is used (the final norm of a model), there is no ds to add.
              Tensor dx, dweight;
-             rms_norm_grads(s, weight, rstd, g.out_grad(1), g.out_grad(0), g.needs_grad(0) || g.needs_grad(1),
-                            g.needs_grad(2), dx, dweight);
+             rms_norm_grads(s, weight, rstd, g.out_grad(1), g.has_out_grad(0) ? g.out_grad(0) : Tensor(),
+                            g.needs_grad(0) || g.needs_grad(1), g.needs_grad(2), dx, dweight);
              if (g.needs_grad(0)) g.set_input_grad(0, dx);
              if (g.needs_grad(1)) g.set_input_grad(1, dx);
              if (dweight.defined()) g.set_input_grad(2, dweight);
