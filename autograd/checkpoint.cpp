@@ -1,6 +1,7 @@
 // Activation checkpointing (see checkpoint.h).
 #include "autograd/checkpoint.h"
 
+#include "autograd/grad_binding.h"
 #include "autograd/grad_mode.h"
 #include "autograd/tape.h"
 
@@ -21,6 +22,12 @@ class ParamLeaves {
     for (std::size_t i = 0; i < params_.size(); ++i) *params_[i] = saved_[i];
   }
   Tensor grad(std::size_t i) const { return params_[i]->grad(); }
+  // Leaf i's gradient is `zeroed`, the original's zeroed gradient buffer: the recomputed ops
+  // write or add to it as they would without checkpointing.
+  void bind_zeroed(std::size_t i, const Tensor& zeroed) const {
+    bind_grad(*params_[i], zeroed);
+    note_grad_zeroed(*params_[i]);
+  }
 
  private:
   std::vector<Tensor*> params_;
@@ -47,6 +54,15 @@ Tensor checkpoint(const std::function<Tensor(const std::vector<Tensor>&)>& fn, c
     TapeScope own_tape;
     EnableGradGuard recording;
     const ParamLeaves leaves(trained);
+    // A parameter whose gradient buffer is zeroed and untouched (the first micro-batch after
+    // zero_grad) hands it to its leaf: the gradients land as without checkpointing, with the
+    // same bits (a linear's product written into the buffer, linear_group's batched one).
+    std::vector<bool> into_buffer(trained.size());
+    for (std::size_t j = 0; j < trained.size(); ++j) {
+      const Tensor zeroed = g.take_zeroed_grad(inputs.size() + j);
+      into_buffer[j] = zeroed.defined();
+      if (into_buffer[j]) leaves.bind_zeroed(j, zeroed);
+    }
     std::vector<Tensor> x;
     for (std::size_t i = 0; i < inputs.size(); ++i) {
       x.push_back(inputs[i].detach());
@@ -57,7 +73,7 @@ Tensor checkpoint(const std::function<Tensor(const std::vector<Tensor>&)>& fn, c
     for (std::size_t i = 0; i < inputs.size(); ++i)
       if (g.needs_grad(i) && x[i].grad().defined()) g.set_input_grad(i, x[i].grad());
     for (std::size_t j = 0; j < trained.size(); ++j)
-      if (leaves.grad(j).defined()) g.set_input_grad(inputs.size() + j, leaves.grad(j));
+      if (!into_buffer[j] && leaves.grad(j).defined()) g.set_input_grad(inputs.size() + j, leaves.grad(j));
   });
   return out;
 }

@@ -76,6 +76,17 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans
 // its gradient as the product's f32 accumulation, written into the parameter's zeroed
 // gradient buffer where it can be (see autograd/weights.h).
 Tensor linear(const Tensor& x, const Tensor& weight);
+// linear(x, weights[i]) for each weight, as one op (a gated MLP's gate and up projections):
+// where the weights as the products use them lie side by side in one storage (a
+// ParameterBuffer's values or the step's one cast of them), one batched GEMM forward, and
+// backward one batched GEMM for their gradients (where their zeroed buffers and the outputs'
+// gradients lie so too); x's gradient is summed in the products' accumulator. The outputs of
+// a batched product are views of one (weights, rows, out) tensor.
+std::vector<Tensor> linear_group(const Tensor& x, const std::vector<Tensor>& weights);
+// The distance between consecutive matrices (2-D, contiguous, one shape, dtype and storage)
+// that lie at equal, non-overlapping steps in order: their batch stride as one batched GEMM
+// operand; 0 when they do not.
+std::int64_t uniform_batch_stride(const std::vector<Tensor>& mats);
 // x: (..., heads, k), w: (w_heads, n, k) with w_heads dividing heads -> (..., heads, n):
 // out[..., h, :] = x[..., h, :] w[h / (heads / w_heads)]^T, without permuting either side.
 Tensor per_head_matmul(const Tensor& x, const Tensor& w);

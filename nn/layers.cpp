@@ -86,7 +86,13 @@ Tensor activation(MlpKind kind, const Tensor& gate, const Tensor& up) {
 // per layer of training memory. No nested tape: its leaves would take f32 gradients, two
 // casts of a (rows, hidden) tensor each for gate and up in bf16.
 Tensor GatedMlp::forward(const Tensor& x) const {
-  const Tensor gate = gate_proj.forward(x), up = up_proj.forward(x);
+  // gate_proj and up_proj (built without biases) as one op: one batched product
+  // where their weights lie side by side, as in a ParameterBuffer (autograd/ops/linear_group.cpp).
+  Shape hidden_shape = x.shape();
+  hidden_shape.back() = gate_proj.weight->size(0);
+  const std::vector<Tensor> gate_up =
+      linear_group(reshape(x, {x.numel() / x.shape().back(), x.shape().back()}), {*gate_proj.weight, *up_proj.weight});
+  const Tensor gate = reshape(gate_up[0], hidden_shape), up = reshape(gate_up[1], hidden_shape);
   const Tensor& weight = *down_proj.weight;
   auto down = [](const Tensor& h, const Tensor& w) {  // down_proj.forward (no bias: see the constructor)
     Shape out_shape = h.shape();

@@ -115,6 +115,16 @@ inline std::vector<OpCase> op_cases() {
   // linear: x weight^T, the weight differentiated as itself
   add_case("linear[5,7]x[3,7]^T", {{{5, 7}}, {{3, 7}}}, [](auto& x) { return linear(x[0], x[1]); });
   add_case("linear[5,7]Tx[3,7]^T", {{{5, 7}, S::normal, true}, {{3, 7}}}, [](auto& x) { return linear(x[0], x[1]); });
+  // linear_group: weights apart (one product each) and side by side in one tensor (one batched product)
+  add_case("linear_group[5,7]x[3,7]^T,[3,7]^T", {{{5, 7}}, {{3, 7}}, {{3, 7}}}, [](auto& x) {
+    const std::vector<Tensor> y = linear_group(x[0], {x[1], x[2]});
+    return add(y[0], mul(y[1], y[1]));
+  });
+  add_case("linear_group[5,7]Tx[3,2,7]", {{{5, 7}, S::normal, true}, {{3, 2, 7}}}, [](auto& x) {
+    const auto w = [&x](std::int64_t i) { return reshape(slice(x[1], 0, i, i + 1), {2, 7}); };
+    const std::vector<Tensor> y = linear_group(x[0], {w(0), w(1), w(2)});
+    return add(add(y[0], mul(y[1], y[1])), mul_scalar(y[2], -0.5));
+  });
   // per_head_matmul: a group of 2 heads per matrix, one matrix per head, one shared matrix
   add_case("per_head_matmul[2,3,4,5]x[2,6,5]", {{{2, 3, 4, 5}}, {{2, 6, 5}}}, [](auto& x) { return per_head_matmul(x[0], x[1]); });
   add_case("per_head_matmul[3,4,5]x[4,2,5]", {{{3, 4, 5}}, {{4, 2, 5}}}, [](auto& x) { return per_head_matmul(x[0], x[1]); });

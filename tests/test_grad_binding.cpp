@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -213,6 +214,64 @@ TEST(WeightCopies, CastValuesGivesEachParameterItsSliceWhileTheyLive) {
   EXPECT_FALSE(weight_for("test", a, DType::bf16, Device::cpu()).shares_storage(weight_for("test", b, DType::bf16, Device::cpu())));
   const std::string e = error_of([&] { weight_for("matmul here", Tensor::zeros({2}, DType::f64), DType::bf16, Device::cpu()); });
   EXPECT_NE(e.find("matmul here: a f64 weight"), std::string::npos) << e;
+}
+
+// Matrices side by side at one step in one storage are one batched GEMM operand; anything
+// else (apart, out of order, overlapping, of other shapes) is not.
+TEST(LinearGroup, UniformBatchStrideTakesOnlyMatricesAtEqualStepsInOrder) {
+  const Tensor flat = Tensor::zeros({64});
+  const auto at = [&flat](std::int64_t start, std::int64_t rows) {
+    return core::reshape(core::slice(flat, 0, start, start + rows * 4), {rows, 4});
+  };
+  EXPECT_EQ(uniform_batch_stride({at(0, 3), at(12, 3), at(24, 3)}), 12);
+  EXPECT_EQ(uniform_batch_stride({at(0, 3), at(16, 3), at(32, 3)}), 16);  // padded between: still one step
+  EXPECT_EQ(uniform_batch_stride({at(0, 3)}), 12);
+  EXPECT_EQ(uniform_batch_stride({at(12, 3), at(0, 3)}), 0);
+  EXPECT_EQ(uniform_batch_stride({at(0, 3), at(8, 3)}), 0);
+  EXPECT_EQ(uniform_batch_stride({at(0, 3), at(12, 3), at(28, 3)}), 0);
+  EXPECT_EQ(uniform_batch_stride({at(0, 3), at(12, 2)}), 0);
+  EXPECT_EQ(uniform_batch_stride({at(0, 3), Tensor::zeros({3, 4})}), 0);
+  EXPECT_EQ(uniform_batch_stride({at(0, 3), core::transpose(at(12, 4), 0, 1).contiguous()}), 0);
+}
+
+// A gated MLP whose weights live in a ParameterBuffer: gate and up take one batched product
+// forward and one for their gradients (written into the zeroed buffer), x's gradient sums
+// both products in one accumulator. Against the same MLP built of separate products.
+TEST(LinearGroup, AGatedMlpsInputProductsAreBatchedAndGiveTheSeparateProductsGradients) {
+  nn::Init init;
+  init.std = 0.3;
+  nn::GatedMlp mlp(5, 6, nn::MlpKind::swiglu, init.with_name("mlp"), init.with_name("out"));
+  nn::ParameterBuffer buffer(mlp.named_parameters());
+  const Tensor x0 = Tensor::randn({2, 3, 5}, 9), dout = Tensor::randn({2, 3, 5}, 10);
+  Tensor x = x0.clone().set_requires_grad();
+  std::vector<Tensor> twins;
+  for (const Tensor* w : {mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight})
+    twins.push_back(w->detach().clone().set_requires_grad());
+  Tensor x_twin = x0.clone().set_requires_grad();
+  auto matmul_calls = [](const std::function<Tensor()>& loss) {
+    KernelProfile profile;
+    backward(loss());
+    std::int64_t calls = 0;
+    for (const KernelProfile::Row& row : profile.finish()) calls += row.kernel == "matmul" ? row.calls : 0;
+    return calls;
+  };
+  for (int micro = 0; micro < 2; ++micro) {  // into the zeroed buffer, then added to it
+    const std::int64_t grouped = matmul_calls([&] { return sum(mul(mlp.forward(x), dout)); });
+    const std::int64_t separate = matmul_calls([&] {
+      const Tensor gate = matmul(x_twin, twins[0], false, true), up = matmul(x_twin, twins[1], false, true);
+      return sum(mul(matmul(swiglu(gate, up), twins[2], false, true), dout));
+    });
+    // Forward gate + up, and backward their weight gradients (while the buffer is zeroed): one each.
+    EXPECT_EQ(grouped, separate - (micro == 0 ? 2 : 1)) << "micro-batch " << micro;
+    dark::testing::expect_close(x.grad(), x_twin.grad(), 1e-6, 1e-6, "x, micro-batch " + std::to_string(micro));
+    for (std::size_t i = 0; i < twins.size(); ++i) {
+      const Tensor* w = i == 0 ? mlp.gate_proj.weight : i == 1 ? mlp.up_proj.weight : mlp.down_proj.weight;
+      dark::testing::expect_close(w->grad(), twins[i].grad(), 1e-6, 1e-6,
+                                  "weight " + std::to_string(i) + ", micro-batch " + std::to_string(micro));
+    }
+  }
+  buffer.zero_grad();
+  clear_tape();
 }
 
 // Records, per hooked parameter, each call and a copy of its gradient at that moment.

@@ -36,8 +36,18 @@ GluGrads glu_backward(GluOp op, const Tensor& gate, const Tensor& up, const Tens
   const auto like_gate = [&gate](bool wanted) {
     return wanted ? Tensor::empty(gate.shape(), gate.dtype(), gate.device()) : Tensor();
   };
-  d.dgate = like_gate(want_gate);
-  d.dup = like_gate(want_up);
+  if (want_gate && want_up) {
+    // Side by side in one allocation: the gated MLP's input products (linear_group) then take
+    // both weight gradients in one batched GEMM.
+    Shape both_shape = gate.shape();
+    both_shape.insert(both_shape.begin(), 2);
+    const Tensor both = Tensor::empty(both_shape, gate.dtype(), gate.device());
+    d.dgate = core::reshape(core::slice(both, 0, 0, 1), gate.shape());
+    d.dup = core::reshape(core::slice(both, 0, 1, 2), gate.shape());
+  } else {
+    d.dgate = like_gate(want_gate);
+    d.dup = like_gate(want_up);
+  }
   d.out = like_gate(want_out);
   kernels::glu_backward().get(gate.device().type, gate.dtype())(op, gate, up, dout, d.dgate, d.dup, d.out);
   return d;
