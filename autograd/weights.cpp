@@ -48,24 +48,38 @@ Tensor weight_for(const char* op, const Tensor& weight, DType dtype, Device devi
   return weight.to(dtype);
 }
 
-void set_weight_grad(BackwardContext& g, std::size_t i, const Tensor& dy, const Tensor& x, DType weight_dtype) {
+namespace {
+// dy^T x's shape, (out, in), after checking dy (rows, out) and x (rows, in) fit the weight.
+Shape weight_grad_shape(const Tensor& dy, const Tensor& x, DType weight_dtype) {
   DARK_CHECK(dy.dim() == 2 && x.dim() == 2 && dy.size(0) == x.size(0) && dy.dtype() == x.dtype(),
              "set_weight_grad: dy ", dy.describe(), " and x ", x.describe(), " must be (rows, out) and (rows, in)");
   DARK_CHECK(weight_dtype == dy.dtype() || (weight_dtype == DType::f32 && dy.dtype() == DType::bf16),
              "set_weight_grad: a ", dtype_name(weight_dtype), " gradient of ", dtype_name(dy.dtype()), " products");
-  const Shape shape = {dy.size(1), x.size(1)};
-  const DType out_dtype = grad_dtype(weight_dtype);  // a bf16 weight's gradient is f32 too
+  return {dy.size(1), x.size(1)};
+}
+}  // namespace
+
+Tensor take_weight_grad_buffer(BackwardContext& g, std::size_t i, const Shape& shape, DType weight_dtype) {
+  const DType dtype = grad_dtype(weight_dtype);  // a bf16 weight's gradient is f32 too
   Tensor dw = g.take_zeroed_grad(i);
-  const bool into_buffer = dw.defined();
-  if (into_buffer) {
-    DARK_CHECK(dw.shape() == shape && dw.dtype() == out_dtype, "set_weight_grad: the gradient buffer ",
-               dw.describe(), " is not the weight's ", shape_str(shape), " ", dtype_name(out_dtype));
-  } else {
-    dw = Tensor::empty(shape, out_dtype, dy.device());
-  }
-  if (x.size(0) == 0) dw.fill_(0.0);
-  else ops_detail::gemm_into(dy, true, x, false, dw, 0.0f);
-  if (!into_buffer) g.set_input_grad(i, dw);
+  DARK_CHECK(!dw.defined() || (dw.shape() == shape && dw.dtype() == dtype), "set_weight_grad: the gradient buffer ",
+             dw.describe(), " is not the weight's ", shape_str(shape), " ", dtype_name(dtype));
+  return dw;
+}
+
+void set_weight_grad(BackwardContext& g, std::size_t i, const Tensor& dy, const Tensor& x, DType weight_dtype) {
+  const Shape shape = weight_grad_shape(dy, x, weight_dtype);
+  set_weight_grad(g, i, dy, x, weight_dtype, take_weight_grad_buffer(g, i, shape, weight_dtype));
+}
+
+void set_weight_grad(BackwardContext& g, std::size_t i, const Tensor& dy, const Tensor& x, DType weight_dtype,
+                     Tensor buffer) {
+  const Shape shape = weight_grad_shape(dy, x, weight_dtype);
+  const bool into_buffer = buffer.defined();
+  if (!into_buffer) buffer = Tensor::empty(shape, grad_dtype(weight_dtype), dy.device());
+  if (x.size(0) == 0) buffer.fill_(0.0);
+  else ops_detail::gemm_into(dy, true, x, false, buffer, 0.0f);
+  if (!into_buffer) g.set_input_grad(i, buffer);
 }
 
 void set_scaled_weight_grad(BackwardContext& g, std::size_t i, Tensor& dw, const Tensor& scale) {

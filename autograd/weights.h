@@ -44,6 +44,13 @@ class WeightCopies {
 // bf16 products, which write their f32 accumulator), written into the zeroed buffer where the
 // tape offers it.
 void set_weight_grad(BackwardContext& g, std::size_t i, const Tensor& dy, const Tensor& x, DType weight_dtype);
+// The same with the zeroed buffer already taken (take_weight_grad_buffer; undefined: none
+// offered), for an op that first looks at all its weights' buffers (linear_group).
+void set_weight_grad(BackwardContext& g, std::size_t i, const Tensor& dy, const Tensor& x, DType weight_dtype,
+                     Tensor buffer);
+// Input i's zeroed gradient buffer where the tape offers it (checked to be an (out, in) =
+// `shape` gradient of grad_dtype(weight_dtype)), else an undefined tensor.
+Tensor take_weight_grad_buffer(BackwardContext& g, std::size_t i, const Shape& shape, DType weight_dtype);
 
 // Sets input i's gradient to dw * scale (scale a 0-dim tensor of dw's dtype and device) for a
 // weight gradient computed before the loss's gradient was known (the LM head's, in its

@@ -73,15 +73,9 @@ void weight_grads(BackwardContext& g, const std::vector<Tensor>& dys, const Tens
   std::vector<Tensor> buffers(n);
   bool all_buffered = true;
   for (std::size_t i = 0; i < n; ++i) {
-    if (g.needs_grad(i + 1)) buffers[i] = g.take_zeroed_grad(i + 1);
+    if (g.needs_grad(i + 1))
+      buffers[i] = take_weight_grad_buffer(g, i + 1, {dys[i].size(1), x.size(1)}, weight_dtypes[i]);
     all_buffered = all_buffered && buffers[i].defined();
-  }
-  for (std::size_t i = 0; i < n; ++i) {
-    const Shape shape = {dys[i].size(1), x.size(1)};
-    DARK_CHECK(!buffers[i].defined() ||
-                   (buffers[i].shape() == shape && buffers[i].dtype() == grad_dtype(weight_dtypes[i])),
-               "linear_group: the gradient buffer ", buffers[i].describe(), " is not weight ", i, "'s ",
-               shape_str(shape), " ", dtype_name(grad_dtype(weight_dtypes[i])));
   }
   const std::int64_t dy_stride = all_buffered ? uniform_batch_stride(dys) : 0;
   const std::int64_t dw_stride = dy_stride ? uniform_batch_stride(buffers) : 0;
@@ -101,16 +95,8 @@ void weight_grads(BackwardContext& g, const std::vector<Tensor>& dys, const Tens
     kernels::matmul().get(x.device().type, x.dtype())(dys[0], x, buffers[0], s);
     return;
   }
-  for (std::size_t i = 0; i < n; ++i) {
-    if (!g.needs_grad(i + 1)) continue;
-    if (!buffers[i].defined()) {
-      set_weight_grad(g, i + 1, dys[i], x, weight_dtypes[i]);
-    } else if (x.size(0) == 0) {
-      buffers[i].fill_(0.0);
-    } else {
-      ops_detail::gemm_into(dys[i], true, x, false, buffers[i], 0.0f);
-    }
-  }
+  for (std::size_t i = 0; i < n; ++i)
+    if (g.needs_grad(i + 1)) set_weight_grad(g, i + 1, dys[i], x, weight_dtypes[i], buffers[i]);
 }
 
 }  // namespace
