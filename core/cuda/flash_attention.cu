@@ -18,6 +18,11 @@
 //            kernel per key tile accumulates dK, dV over the group's query heads and their
 //            query tiles in a fixed order, and a second kernel per query tile accumulates dQ
 //            over the key tiles. No atomics: the same inputs give the same bits every run.
+// Loops: those over fragments (nt, i) are unrolled, so the accumulators stay in registers; the
+// loops over the reduction dimension in steps of 16 (kk) stay rolled: they only move the
+// shared-memory pointers, and each step already holds 4-32 fragment products of 64 FMAs (one
+// loop branch per 256 FMAs or more). Unrolled, they made this file the build's slowest (about
+// 4 minutes of cicc and ptxas on 2 cores, for 12 kernels).
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -106,7 +111,7 @@ __global__ void __launch_bounds__(128) flash_forward_kernel(const T* q, const T*
     load_tile<T, kD, C::kBc>(sv, C::kLd, vh + s0 * g.v_stride[1], g.v_stride[1], g.s - s0, g.d, C::kThreads);
     __syncthreads();
     float sc[C::kBc / 8][4] = {};
-#pragma unroll
+#pragma unroll 1  // rolled: see "Loops" above
     for (int kk = 0; kk < kD; kk += 16)
 #pragma unroll
       for (int nt = 0; nt < C::kBc / 8; ++nt)
@@ -144,7 +149,7 @@ __global__ void __launch_bounds__(128) flash_forward_kernel(const T* q, const T*
 #pragma unroll
       for (int i = 0; i < 4; ++i) o[nt][i] *= correction[i >> 1];
     __syncwarp();
-#pragma unroll
+#pragma unroll 1  // rolled: see "Loops" above
     for (int kk = 0; kk < C::kBc; kk += 16)
 #pragma unroll
       for (int nt = 0; nt < kD / 8; ++nt) tile::mma_nmajor(o[nt], sp + kk, C::kLdP, sv + kk * C::kLd + nt * 8, C::kLd);
@@ -220,7 +225,7 @@ __global__ void __launch_bounds__(128) flash_dq_kernel(const T* q, const T* k, c
     load_tile<T, kD, C::kBk>(sv, C::kLd, vh + s0 * g.v_stride[1], g.v_stride[1], g.s - s0, g.d, kThreadsN);
     __syncthreads();
     float sc[C::kBk / 8][4] = {}, dp[C::kBk / 8][4] = {};
-#pragma unroll
+#pragma unroll 1  // rolled: see "Loops" above
     for (int kk = 0; kk < kD; kk += 16)
 #pragma unroll
       for (int nt = 0; nt < C::kBk / 8; ++nt) {
@@ -240,7 +245,7 @@ __global__ void __launch_bounds__(128) flash_dq_kernel(const T* q, const T* k, c
         sds[tile::frag_row(i) * C::kLdK + col] = T(ds);
       }
     __syncwarp();
-#pragma unroll
+#pragma unroll 1  // rolled: see "Loops" above
     for (int kk = 0; kk < C::kBk; kk += 16)
 #pragma unroll
       for (int nt = 0; nt < kD / 8; ++nt) tile::mma_nmajor(acc[nt], sds + kk, C::kLdK, sk + kk * C::kLd + nt * 8, C::kLd);
@@ -296,7 +301,7 @@ __global__ void __launch_bounds__(128) flash_dkv_kernel(const T* q, const T* k, 
       __syncthreads();
       // Rows are this warp's 16 keys, columns the tile's queries.
       float pt[C::kBq / 8][4] = {}, dpt[C::kBq / 8][4] = {};
-#pragma unroll
+#pragma unroll 1  // rolled: see "Loops" above
       for (int kk = 0; kk < kD; kk += 16)
 #pragma unroll
         for (int nt = 0; nt < C::kBq / 8; ++nt) {
@@ -312,7 +317,7 @@ __global__ void __launch_bounds__(128) flash_dkv_kernel(const T* q, const T* k, 
           sp[tile::frag_row(i) * C::kLdQ + col] = T(pt[nt][i]);
         }
       __syncwarp();
-#pragma unroll
+#pragma unroll 1  // rolled: see "Loops" above
       for (int kk = 0; kk < C::kBq; kk += 16)
 #pragma unroll
         for (int nt = 0; nt < C::kDo / 8; ++nt)
@@ -326,7 +331,7 @@ __global__ void __launch_bounds__(128) flash_dkv_kernel(const T* q, const T* k, 
           sp[tile::frag_row(i) * C::kLdQ + col] = T(pt[nt][i] * (dpt[nt][i] - s_delta[col]) * g.scale);
         }
       __syncwarp();
-#pragma unroll
+#pragma unroll 1  // rolled: see "Loops" above
       for (int kk = 0; kk < C::kBq; kk += 16)
 #pragma unroll
         for (int nt = 0; nt < C::kDo / 8; ++nt)
