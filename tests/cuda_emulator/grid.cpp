@@ -26,15 +26,23 @@ struct EmuThread {
   std::vector<std::vector<std::function<void()>>> async_groups;  // committed, oldest first
 };
 
-// A barrier some lanes of a warp are waiting at, keyed by its mask.
-struct WarpBarrier {
-  unsigned mask = 0, waiting = 0;
+// One warp-synchronous operation (__syncwarp, a shuffle, a vote, mma.sync, ldmatrix, a
+// gather) of the lanes of `mask`: each lane deposits its operand in `in` and waits until all
+// have arrived; the last to arrive releases them. The operation is one instance per call, so
+// lanes read the others' operands (and `snapshot`) after the release at their own pace: the
+// next operation of the same lanes gets a new instance and never waits for a slow reader (one
+// wait per lane and operation, where a second barrier to free shared slots took two: the
+// emulated GPU tests spend most of their time switching fibers). The instance goes back to
+// the block's pool when every lane of the mask has read.
+struct Collective {
+  unsigned mask = 0, arrived = 0, done = 0;
+  alignas(16) unsigned char in[32][64];
+  alignas(16) unsigned char snapshot[32][16];  // ldmatrix: the rows as they were when all had arrived
 };
 
 struct Warp {
   unsigned existing = 0, exited = 0;
-  std::vector<WarpBarrier> barriers;  // at most a few at once (disjoint masks)
-  alignas(16) unsigned char slots[32][64];
+  std::vector<Collective*> pending;  // not yet complete: at most a few at once (disjoint masks)
 };
 
 struct Block {
@@ -43,6 +51,19 @@ struct Block {
   int live = 0, block_waiting = 0;
   Dim3 block_idx;
   std::vector<unsigned char> dynamic_shared;
+  std::vector<std::unique_ptr<Collective>> collectives;  // every instance made for this launch
+  std::vector<Collective*> free_collectives;
+
+  Collective* new_collective(unsigned mask) {
+    if (free_collectives.empty()) {
+      collectives.push_back(std::make_unique<Collective>());
+      free_collectives.push_back(collectives.back().get());
+    }
+    Collective* c = free_collectives.back();
+    free_collectives.pop_back();
+    c->mask = mask, c->arrived = 0, c->done = 0;
+    return c;
+  }
 };
 
 Block* running_block = nullptr;
@@ -102,34 +123,47 @@ void check_mask(const Warp& w, unsigned mask, int lane, const char* op) {
                      ")"));
 }
 
-// Waits until every lane of mask has arrived here.
-void warp_barrier(unsigned mask, const char* op) {
+// The calling lane's part of a warp-synchronous operation (Collective): deposits `bytes` of
+// `operand` and returns once every lane of mask has arrived. `on_complete` runs in the last
+// lane to arrive, before any lane goes on. The caller reads what it needs from the returned
+// instance and then calls leave().
+Collective& arrive(unsigned mask, const char* op, const void* operand = nullptr, std::size_t bytes = 0,
+                   void (*on_complete)(Collective&) = nullptr) {
   EmuThread& t = self();
   Block& b = *running_block;
   Warp& w = b.warps[t.ctx.warp];
   check_mask(w, mask, t.ctx.lane, op);
-  WarpBarrier* barrier = nullptr;
-  for (WarpBarrier& wb : w.barriers) {
-    if (wb.mask == mask) barrier = &wb;
-    else if (wb.mask & mask)
-      device_fault(str(op, " with mask 0x", std::hex, mask, " overlaps a warp barrier with mask 0x", wb.mask,
+  Collective* c = nullptr;
+  for (Collective* pending : w.pending) {
+    if (pending->mask == mask) c = pending;
+    else if (pending->mask & mask)
+      device_fault(str(op, " with mask 0x", std::hex, mask, " overlaps a warp barrier with mask 0x", pending->mask,
                        " that other lanes of the warp wait at"));
   }
-  if (!barrier) {
-    w.barriers.push_back({mask, 0});
-    barrier = &w.barriers.back();
+  if (!c) {
+    c = b.new_collective(mask);
+    w.pending.push_back(c);
   }
-  barrier->waiting |= 1u << t.ctx.lane;
-  if (barrier->waiting != mask) {
+  if (bytes > 0) std::memcpy(c->in[t.ctx.lane], operand, bytes);
+  c->arrived |= 1u << t.ctx.lane;
+  if (c->arrived != mask) {
     t.state = State::at_warp_barrier;
     wait_until_released(t);
-    return;
+    return *c;
   }
-  // The last lane to arrive releases the others.
+  // The last lane to arrive completes the operation and releases the others.
+  w.pending.erase(std::find(w.pending.begin(), w.pending.end(), c));
+  if (on_complete) on_complete(*c);
   const int first = t.ctx.warp * 32;
   for (int l = 0; l < 32; ++l)
     if (mask & (1u << l)) b.threads[first + l].state = State::ready;
-  w.barriers.erase(w.barriers.begin() + (barrier - w.barriers.data()));
+  return *c;
+}
+
+// The calling lane has read what it needs from c; the last lane to do so frees it.
+void leave(Collective& c) {
+  c.done |= 1u << self().ctx.lane;
+  if (c.done == c.mask) running_block->free_collectives.push_back(&c);
 }
 
 void on_thread_exit(Block& b, EmuThread& t) {
@@ -138,10 +172,10 @@ void on_thread_exit(Block& b, EmuThread& t) {
                      " committed groups of asynchronous products (wgmma) it never waited for"));
   Warp& w = b.warps[t.ctx.warp];
   w.exited |= 1u << t.ctx.lane;
-  for (const WarpBarrier& wb : w.barriers)
-    if (wb.mask & (1u << t.ctx.lane))
-      device_fault(str("lane ", t.ctx.lane, " of warp ", t.ctx.warp, " exited while lanes 0x", std::hex, wb.waiting,
-                       " wait for it at a warp-synchronous operation with mask 0x", wb.mask));
+  for (const Collective* c : w.pending)
+    if (c->mask & (1u << t.ctx.lane))
+      device_fault(str("lane ", t.ctx.lane, " of warp ", t.ctx.warp, " exited while lanes 0x", std::hex, c->arrived,
+                       " wait for it at a warp-synchronous operation with mask 0x", c->mask));
   --b.live;
   // Exited threads count as arrived at __syncthreads (as on the GPU).
   if (b.block_waiting > 0 && b.block_waiting == b.live) release_block_barrier(b);
@@ -151,9 +185,9 @@ std::string describe_deadlock(const Block& b) {
   int at_warp = 0;
   std::string warps;
   for (std::size_t i = 0; i < b.warps.size(); ++i)
-    for (const WarpBarrier& wb : b.warps[i].barriers) {
-      at_warp += std::popcount(wb.waiting);
-      warps += str("; warp ", i, ": lanes 0x", std::hex, wb.waiting, " of mask 0x", wb.mask, std::dec, " wait");
+    for (const Collective* c : b.warps[i].pending) {
+      at_warp += std::popcount(c->arrived);
+      warps += str("; warp ", i, ": lanes 0x", std::hex, c->arrived, " of mask 0x", c->mask, std::dec, " wait");
     }
   return str("block (", b.block_idx.x, ", ", b.block_idx.y, ", ", b.block_idx.z, ") cannot go on: ", b.block_waiting,
              " thread(s) wait at __syncthreads and ", at_warp, " at warp-synchronous operations, with ", b.live,
@@ -176,8 +210,10 @@ void run_block(Block& b, const std::function<void()>& body) {
   b.block_waiting = 0;
   for (Warp& w : b.warps) {
     w.exited = 0;
-    w.barriers.clear();
+    w.pending.clear();
   }
+  b.free_collectives.clear();  // a fault may have left instances in use
+  for (const auto& c : b.collectives) b.free_collectives.push_back(c.get());
   if (!b.dynamic_shared.empty()) std::memset(b.dynamic_shared.data(), 0xff, b.dynamic_shared.size());
   for (EmuThread& t : b.threads) {
     t.state = State::ready;
@@ -238,32 +274,28 @@ void sync_threads() {
   wait_until_released(t);
 }
 
-void sync_warp(unsigned mask) { warp_barrier(mask, "__syncwarp"); }
+void sync_warp(unsigned mask) { leave(arrive(mask, "__syncwarp")); }
 
 void warp_exchange(unsigned mask, const void* value, void* result, std::size_t bytes, int source_lane) {
   EmuThread& t = self();
-  if (bytes > 64) device_fault(str("a warp shuffle of ", bytes, " bytes (at most 64 are emulated)"));
-  Warp& w = running_block->warps[t.ctx.warp];
-  std::memcpy(w.slots[t.ctx.lane], value, bytes);
-  warp_barrier(mask, "a warp shuffle");
+  if (bytes > sizeof Collective::in[0]) device_fault(str("a warp shuffle of ", bytes, " bytes (at most 64 are emulated)"));
+  Collective& c = arrive(mask, "a warp shuffle", value, bytes);
   if (source_lane < 0 || source_lane >= 32 || !(mask & (1u << source_lane)))
     device_fault(str("lane ", t.ctx.lane, " reads lane ", source_lane, " in a warp shuffle with mask 0x", std::hex, mask,
                      ", which does not include it (the value is undefined on a GPU)"));
-  std::memcpy(result, w.slots[source_lane], bytes);
-  warp_barrier(mask, "a warp shuffle");
+  std::memcpy(result, c.in[source_lane], bytes);
+  leave(c);
 }
 
 unsigned existing_lanes() { return running_block->warps[self().ctx.warp].existing; }
 
 unsigned warp_ballot(unsigned mask, bool predicate) {
-  EmuThread& t = self();
-  Warp& w = running_block->warps[t.ctx.warp];
-  w.slots[t.ctx.lane][0] = predicate ? 1 : 0;
-  warp_barrier(mask, "a warp vote");
+  const unsigned char vote = predicate ? 1 : 0;
+  Collective& c = arrive(mask, "a warp vote", &vote, 1);
   unsigned bits = 0;
   for (int l = 0; l < 32; ++l)
-    if ((mask & (1u << l)) && w.slots[l][0]) bits |= 1u << l;
-  warp_barrier(mask, "a warp vote");
+    if ((mask & (1u << l)) && c.in[l][0]) bits |= 1u << l;
+  leave(c);
   return bits;
 }
 
@@ -278,13 +310,12 @@ void mma_m16n8k16_bf16(float* d, const std::uint32_t* a, const std::uint32_t* b,
   Block& blk = *running_block;
   Warp& w = blk.warps[t.ctx.warp];
   if (w.existing != 0xffffffffu) device_fault("mma.sync needs a full warp of 32 threads");
-  std::uint32_t mine[6] = {a[0], a[1], a[2], a[3], b[0], b[1]};
-  std::memcpy(w.slots[t.ctx.lane], mine, sizeof mine);
-  warp_barrier(0xffffffffu, "mma.sync");
+  const std::uint32_t mine[6] = {a[0], a[1], a[2], a[3], b[0], b[1]};
+  Collective& fragments = arrive(0xffffffffu, "mma.sync", mine, sizeof mine);
   // PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type".
   auto element = [&](int lane, int reg, int half) {
     std::uint32_t word;
-    std::memcpy(&word, w.slots[lane] + 4 * reg, 4);
+    std::memcpy(&word, fragments.in[lane] + 4 * reg, 4);
     const std::uint32_t bits = (half ? (word >> 16) : (word & 0xffffu)) << 16;
     float f;
     std::memcpy(&f, &bits, 4);
@@ -308,7 +339,7 @@ void mma_m16n8k16_bf16(float* d, const std::uint32_t* a, const std::uint32_t* b,
     for (int k = 0; k < 16; ++k) acc += a_at(row, k) * b_at(k, col);
     out[i] = acc;
   }
-  warp_barrier(0xffffffffu, "mma.sync");
+  leave(fragments);
   std::memcpy(d, out, sizeof out);
 }
 
@@ -328,14 +359,19 @@ void ldmatrix_x4(std::uint32_t* r, const void* row_address, bool transposed) {
   Warp& w = running_block->warps[t.ctx.warp];
   if (w.existing != 0xffffffffu) device_fault("ldmatrix needs a full warp of 32 threads");
   check_in_shared(row_address, 16, "an ldmatrix row");
-  std::memcpy(w.slots[t.ctx.lane], &row_address, sizeof row_address);
-  warp_barrier(0xffffffffu, "ldmatrix");
+  // The rows are read once every lane has arrived, all at that moment (as the hardware's one
+  // instruction does): a lane that goes on first cannot change what the others get.
+  Collective& rows = arrive(0xffffffffu, "ldmatrix", &row_address, sizeof row_address, [](Collective& c) {
+    for (int l = 0; l < 32; ++l) {
+      const unsigned char* p;
+      std::memcpy(&p, c.in[l], sizeof p);
+      std::memcpy(c.snapshot[l], p, 16);
+    }
+  });
   // PTX ISA, "Warp-level matrix load instruction: ldmatrix".
   auto element = [&](int matrix, int row, int col) {
-    const unsigned char* p;
-    std::memcpy(&p, w.slots[matrix * 8 + row], sizeof p);
     std::uint16_t v;
-    std::memcpy(&v, p + 2 * col, 2);
+    std::memcpy(&v, rows.snapshot[matrix * 8 + row] + 2 * col, 2);
     return static_cast<std::uint32_t>(v);
   };
   const int lane = t.ctx.lane, major = lane / 4, minor = 2 * (lane % 4);
@@ -343,7 +379,7 @@ void ldmatrix_x4(std::uint32_t* r, const void* row_address, bool transposed) {
   for (int i = 0; i < 4; ++i)
     out[i] = transposed ? element(i, minor, major) | (element(i, minor + 1, major) << 16)
                         : element(i, major, minor) | (element(i, major, minor + 1) << 16);
-  warp_barrier(0xffffffffu, "ldmatrix");
+  leave(rows);
   std::memcpy(r, out, sizeof out);
 }
 
@@ -368,11 +404,10 @@ void warp_all_gather(const void* value, void* all, std::size_t bytes) {
   EmuThread& t = self();
   Warp& w = running_block->warps[t.ctx.warp];
   if (w.existing != 0xffffffffu) device_fault("a warp-wide gather needs a full warp of 32 threads");
-  if (bytes > sizeof w.slots[0]) device_fault(str("a warp-wide gather of ", bytes, " bytes (at most 64 are emulated)"));
-  std::memcpy(w.slots[t.ctx.lane], value, bytes);
-  warp_barrier(0xffffffffu, "a warp-wide gather");
-  for (int l = 0; l < 32; ++l) std::memcpy(static_cast<unsigned char*>(all) + l * bytes, w.slots[l], bytes);
-  warp_barrier(0xffffffffu, "a warp-wide gather");
+  if (bytes > sizeof Collective::in[0]) device_fault(str("a warp-wide gather of ", bytes, " bytes (at most 64 are emulated)"));
+  Collective& c = arrive(0xffffffffu, "a warp-wide gather", value, bytes);
+  for (int l = 0; l < 32; ++l) std::memcpy(static_cast<unsigned char*>(all) + l * bytes, c.in[l], bytes);
+  leave(c);
 }
 
 void async_issue(std::function<void()> op) { self().async_open.push_back(std::move(op)); }

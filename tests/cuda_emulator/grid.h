@@ -39,7 +39,7 @@ DARK_EMULATOR_API const ThreadContext& current();
 DARK_EMULATOR_API void sync_threads();
 // Warp exchange: every lane of `mask` (which must include the caller) publishes `bytes`
 // bytes, waits for the others, and reads what `source_lane` published (which must be in
-// mask); then all wait once more so the slots can be reused.
+// mask).
 DARK_EMULATOR_API void warp_exchange(unsigned mask, const void* value, void* result, std::size_t bytes, int source_lane);
 // __syncwarp(mask).
 DARK_EMULATOR_API void sync_warp(unsigned mask);
