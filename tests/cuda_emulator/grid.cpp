@@ -133,6 +133,8 @@ Collective& arrive(unsigned mask, const char* op, const void* operand = nullptr,
   Block& b = *running_block;
   Warp& w = b.warps[t.ctx.warp];
   check_mask(w, mask, t.ctx.lane, op);
+  if (bytes > sizeof Collective::in[0])
+    device_fault(str(op, " of ", bytes, " bytes (at most ", sizeof Collective::in[0], " are emulated)"));
   Collective* c = nullptr;
   for (Collective* pending : w.pending) {
     if (pending->mask == mask) c = pending;
@@ -278,7 +280,6 @@ void sync_warp(unsigned mask) { leave(arrive(mask, "__syncwarp")); }
 
 void warp_exchange(unsigned mask, const void* value, void* result, std::size_t bytes, int source_lane) {
   EmuThread& t = self();
-  if (bytes > sizeof Collective::in[0]) device_fault(str("a warp shuffle of ", bytes, " bytes (at most 64 are emulated)"));
   Collective& c = arrive(mask, "a warp shuffle", value, bytes);
   if (source_lane < 0 || source_lane >= 32 || !(mask & (1u << source_lane)))
     device_fault(str("lane ", t.ctx.lane, " reads lane ", source_lane, " in a warp shuffle with mask 0x", std::hex, mask,
@@ -404,7 +405,6 @@ void warp_all_gather(const void* value, void* all, std::size_t bytes) {
   EmuThread& t = self();
   Warp& w = running_block->warps[t.ctx.warp];
   if (w.existing != 0xffffffffu) device_fault("a warp-wide gather needs a full warp of 32 threads");
-  if (bytes > sizeof Collective::in[0]) device_fault(str("a warp-wide gather of ", bytes, " bytes (at most 64 are emulated)"));
   Collective& c = arrive(0xffffffffu, "a warp-wide gather", value, bytes);
   for (int l = 0; l < 32; ++l) std::memcpy(static_cast<unsigned char*>(all) + l * bytes, c.in[l], bytes);
   leave(c);
