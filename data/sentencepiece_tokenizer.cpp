@@ -13,28 +13,26 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "data/hash.h"
+#include "data/space_symbol.h"
 
 namespace dark::data {
 
 struct SentencePieceTokenizer::Impl {
   std::string bytes;
   sentencepiece::SentencePieceProcessor processor;
-  std::vector<int> meta_space_ids;  // the byte pieces of kMetaSpace's 3 bytes; empty without them
+  std::vector<int> meta_space_ids;  // the byte pieces of kSpaceSymbol's 3 bytes; empty without them
   std::vector<std::int8_t> types;   // each piece's type, read from the model bytes (piece_types)
 };
 
 namespace {
 
-// U+2581 "▁", SentencePiece's whitespace symbol: the normalizer turns spaces into it and
-// decoding turns every one back into a space, so a "▁" of the text itself would come back
-// as " ". encode() emits it as the byte pieces of its three UTF-8 bytes instead, which
-// decode to those bytes.
-constexpr std::string_view kMetaSpace = "\xE2\x96\x81";
-
+// SentencePiece's normalizer turns spaces into kSpaceSymbol "▁" and decoding turns every one
+// back into a space, so a "▁" of the text itself would come back as " ". encode() emits it as
+// the byte pieces of its three UTF-8 bytes instead, which decode to those bytes.
 // The byte pieces <0xE2> <0x96> <0x81>, or nothing when the model lacks one (no byte_fallback).
 std::vector<int> meta_space_byte_ids(const sentencepiece::SentencePieceProcessor& p) {
   std::vector<int> ids;
-  for (const char byte : kMetaSpace) {
+  for (const char byte : kSpaceSymbol) {
     char piece[8];
     std::snprintf(piece, sizeof piece, "<0x%02X>", static_cast<unsigned char>(byte));
     const int id = p.PieceToId(piece);
@@ -227,7 +225,8 @@ std::vector<std::int32_t> SentencePieceTokenizer::encode(std::string_view text) 
   const std::vector<int>& meta_space = impl_->meta_space_ids;
   std::size_t begin = 0;
   if (!meta_space.empty()) {
-    for (std::size_t at; (at = text.find(kMetaSpace, begin)) != std::string_view::npos; begin = at + kMetaSpace.size()) {
+    for (std::size_t at; (at = text.find(kSpaceSymbol, begin)) != std::string_view::npos;
+         begin = at + kSpaceSymbol.size()) {
       if (at > begin) encode_part(text.substr(begin, at - begin));
       out.insert(out.end(), meta_space.begin(), meta_space.end());
     }

@@ -17,19 +17,11 @@
 
 #include "core/error.h"
 #include "data/hash.h"
+#include "data/space_symbol.h"
 
 namespace dark::data {
 
 namespace {
-
-constexpr std::string_view kSpaceSymbol = "\xE2\x96\x81";  // U+2581, SentencePiece's space
-
-// Bytes in the character that starts with lead byte b, by its high nibble alone (invalid
-// UTF-8 included): 0x0..0xB -> 1, 0xC..0xD -> 2, 0xE -> 3, 0xF -> 4.
-std::size_t char_bytes(unsigned char b) {
-  static constexpr std::array<std::uint8_t, 16> by_nibble = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
-  return by_nibble[b >> 4];
-}
 
 int hex_digit(char c) {
   if (c >= '0' && c <= '9') return c - '0';

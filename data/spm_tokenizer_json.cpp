@@ -10,20 +10,12 @@
 
 #include "core/error.h"
 #include "data/hf_tokenizer_json.h"
+#include "data/space_symbol.h"
 
 namespace dark::data {
 using ordered_json = nlohmann::ordered_json;
 
 namespace {
-
-constexpr std::string_view kSpaceSymbol = "\xE2\x96\x81";  // U+2581, SentencePiece's space
-
-// Bytes of the character that starts with lead byte b, by its high nibble (as SpmTokenizer
-// cuts text into characters, so merges split pieces where its symbols can meet).
-std::size_t char_bytes(unsigned char b) {
-  static constexpr std::array<std::uint8_t, 16> by_nibble = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
-  return by_nibble[b >> 4];
-}
 
 BpeTokenType type_of(const SpmVocab& v, std::size_t id) {
   return v.token_types.empty() ? BpeTokenType::normal : static_cast<BpeTokenType>(v.token_types[id]);

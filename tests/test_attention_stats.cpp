@@ -18,7 +18,9 @@
 #include "autograd/ops.h"
 #include "autograd/tape.h"
 
-namespace dark::attention {
+// A namespace of its own: darkformer_tests compiles this file in one unit with others
+// (tests/CMakeLists.txt) that name their shapes and configs alike.
+namespace dark::attention::stats_test {
 namespace {
 
 constexpr std::int64_t kB = 2, kT = 9, kHq = 4, kHkv = 2, kD = 8, kM = 6;
@@ -150,4 +152,4 @@ TEST(AttentionStats, MeasuringLeavesGradientsUnchanged) {
 }
 
 }  // namespace
-}  // namespace dark::attention
+}  // namespace dark::attention::stats_test

@@ -7,12 +7,11 @@
 #include <cmath>
 #include <limits>
 
+#include "train/metrics/json_number.h"
 #include "train/metrics/paired_stats.h"
 
 namespace dark::metrics {
 namespace {
-
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 TEST(PairedStats, StudentTQuantilesMatchAnArbitraryPrecisionReference) {
   EXPECT_NEAR(student_t_quantile(0.975, 1), 12.706204736174696, 1e-9);

@@ -8,13 +8,12 @@
 #include <cmath>
 #include <limits>
 
+#include "train/metrics/json_number.h"
 #include "train/metrics/redraw_shock.h"
 #include "train/metrics/run_metrics.h"
 
 namespace dark::metrics {
 namespace {
-
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 std::vector<StepRecord> flat(int n, double loss) {
   std::vector<StepRecord> out;

@@ -13,12 +13,11 @@
 
 #include "test_util.h"
 #include "train/config.h"
+#include "train/metrics/json_number.h"
 #include "train/metrics/stability.h"
 
 namespace dark::metrics {
 namespace {
-
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // Steps 1..n with the given losses and a grad norm of 1 everywhere.
 std::vector<StepRecord> curve(const std::vector<double>& losses) {

@@ -12,9 +12,10 @@
 
 #include "core/error.h"
 #include "core/file_io.h"
-#include "train/metrics/paired_stats.h"
 #include "train/experiments/report_data.h"
 #include "train/experiments/report_plots.h"
+#include "train/metrics/json_number.h"
+#include "train/metrics/paired_stats.h"
 
 namespace dark::experiments {
 namespace fs = std::filesystem;
@@ -22,7 +23,7 @@ using nlohmann::json;
 
 namespace {
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+using metrics::kNaN;
 const std::string kLr = "optimizer.lr";
 const std::string kFeatures = "attention.num_features";
 
@@ -32,8 +33,6 @@ std::string number_text(double v, const char* format = "%.4g") {
   std::snprintf(buf, sizeof buf, format, v);
   return buf;
 }
-
-std::string leaf(const std::string& key) { return key.substr(key.rfind('.') + 1); }
 
 // One number per point (NaN: none), how to print it, and whether cells count ones ("k/n").
 struct Metric {
@@ -129,7 +128,9 @@ std::string method_table(const ReportData& d, const std::string& corner,
   return out + "\n";
 }
 
-std::string method_title(const ReportData& d) { return d.method_axes.size() == 1 ? leaf(d.method_axes[0]) : "method"; }
+std::string method_title(const ReportData& d) {
+  return d.method_axes.size() == 1 ? axis_leaf(d.method_axes[0]) : "method";
+}
 
 std::string detector_text(const metrics::StabilityConfig& c) {
   if (c.rule == metrics::SpikeRule::ratio)
@@ -204,7 +205,7 @@ std::string all_points_table(const ReportData& d) {
   const bool has_start = std::any_of(d.points.begin(), d.points.end(), [](const ReportPoint& p) { return p.stability.start_eval.has_value(); });
   const bool has_redraw = std::any_of(d.points.begin(), d.points.end(), [](const ReportPoint& p) { return !p.stability.redraw.shocks.empty(); });
   std::string out = "| point |";
-  for (const std::string& a : d.axes) out += " " + leaf(a) + " |";
+  for (const std::string& a : d.axes) out += " " + axis_leaf(a) + " |";
   if (has_start) out += " start val loss | start accuracy |";
   out += " status | loss spikes | largest spike (nats @ step) | largest excursion (sd / nats) | grad spikes | largest grad "
          "excursion (sd / x) | diverged at |";

@@ -14,10 +14,8 @@ using nlohmann::json;
 
 namespace {
 
-std::string leaf(const std::string& key) { return key.substr(key.rfind('.') + 1); }
-
 bool is_method_axis(const std::string& axis) {
-  return axis == "attention.kind" || leaf(axis) == "trainable" || axis == "method";
+  return axis == "attention.kind" || axis_leaf(axis) == "trainable" || axis == "method";
 }
 
 // The point's config document: point_config.json as the sweep wrote it (config.json of the
@@ -34,6 +32,8 @@ void add_distinct(std::vector<T>& list, const T& value) {
 }
 
 }  // namespace
+
+std::string axis_leaf(const std::string& key) { return key.substr(key.rfind('.') + 1); }
 
 std::string axis_value_text(const json& v) {
   if (v.is_null()) return "–";
@@ -92,7 +92,7 @@ ReportData load_report_data(const fs::path& sweep_dir, const std::vector<std::st
     p.stability = metrics::analyze_stability(p.metrics, train::stability_options(config));
     for (const std::string& a : d.method_axes) p.method += (p.method.empty() ? "" : "/") + axis_value_text(row["values"][a]);
     for (const std::string& a : d.group_axes)
-      p.group += str(p.group.empty() ? "" : ", ", leaf(a), "=", axis_value_text(row["values"][a]));
+      p.group += str(p.group.empty() ? "" : ", ", axis_leaf(a), "=", axis_value_text(row["values"][a]));
     if (const json& s = row["values"]["seed"]; s.is_number_integer()) p.seed = s.get<std::int64_t>();
     if (p.method.empty()) p.method = "all points";
     add_distinct(d.methods, p.method);

@@ -42,6 +42,9 @@ struct ReportData {
 // "stability.loss_margin=0.3": keys of the stability section) replace the points' own settings.
 ReportData load_report_data(const std::filesystem::path& sweep_dir, const std::vector<std::string>& stability_overrides);
 
+// "optimizer.lr" -> "lr": the last part of a config key, as tables name an axis.
+std::string axis_leaf(const std::string& key);
+
 // "3e-3", "performer", "all,limited_attention": an axis value as tables show it.
 std::string axis_value_text(const nlohmann::json& v);
 

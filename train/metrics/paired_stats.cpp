@@ -5,11 +5,10 @@
 #include <limits>
 
 #include "core/error.h"
+#include "train/metrics/json_number.h"
 
 namespace dark::metrics {
 namespace {
-
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // The continued fraction of the regularised incomplete beta function I_x(a, b), evaluated by
 // the modified Lentz method; converges fast for x < (a + 1) / (a + b + 2).

@@ -1,4 +1,5 @@
 // Redraw shocks from a run's metrics (see redraw_shock.h).
+#include "train/metrics/json_number.h"
 #include "train/metrics/redraw_shock.h"
 
 #include <algorithm>
@@ -9,8 +10,6 @@
 
 namespace dark::metrics {
 namespace {
-
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // Mean and maximum of the finite values; NaN for none.
 std::pair<double, double> mean_and_worst(const std::vector<double>& values) {

@@ -7,20 +7,18 @@
 #include <string>
 
 #include "core/error.h"
+#include "train/metrics/json_number.h"
 
 namespace dark::metrics {
 namespace {
 
 using nlohmann::json;
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // A JSON number, or NaN for null / absent (non-finite values are written as null).
 double number_or_nan(const json& object, const char* key) {
   const auto it = object.find(key);
   return it != object.end() && it->is_number() ? it->get<double>() : kNaN;
 }
-
-json finite_or_null(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
 
 }  // namespace
 

@@ -8,16 +8,14 @@
 #include <limits>
 
 #include "core/error.h"
-#include "core/median.h"
 #include "core/file_io.h"
+#include "core/median.h"
+#include "train/metrics/json_number.h"
 
 namespace dark::metrics {
 namespace {
 
 using nlohmann::json;
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-
-json finite_or_null(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
 
 json spike_json(const Spike& s) {
   return {{"step", s.step},
