@@ -56,6 +56,7 @@ void allow_dynamic_shared(Kernel* kernel, std::size_t bytes) {
 }
 
 inline constexpr int kThreads = 256;          // threads per block of elementwise kernels
+inline constexpr int kWarpsPerBlock = kThreads / 32;  // warps of such a block (one row each in row kernels)
 inline constexpr std::int64_t kMaxBlocks = 8192;  // grid-stride loops cover the rest
 
 // Blocks for a grid-stride loop over n items with `threads` threads per block (n > 0).

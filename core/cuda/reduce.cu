@@ -166,7 +166,6 @@ void reduce(ReduceOp op, const Tensor& x, Tensor& out, std::int64_t outer, std::
   const T* xp = n > 0 ? x.data<T>() : nullptr;
   if (inner == 1) {
     if (n <= 1024) {
-      constexpr int kWarpsPerBlock = kThreads / 32;
       launch(reduce_rows_warp_kernel<T>, {grid_for(outer, kWarpsPerBlock), kThreads}, op, xp, out.data<T>(), outer, n);
     } else {
       launch(reduce_rows_block_kernel<T>, {grid_for(outer, 1), kThreads}, op, xp, out.data<T>(), outer, n);

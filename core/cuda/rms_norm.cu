@@ -17,7 +17,6 @@
 namespace dark::cuda {
 namespace {
 
-constexpr int kWarpsPerBlock = kThreads / 32;
 constexpr std::int64_t kRowsPerPart = 256;
 constexpr int kColumnLanes = 8;
 

@@ -80,7 +80,6 @@ __global__ void softmax_backward_block_kernel(const T* y, const T* dy, T* dx, st
 }
 
 constexpr std::int64_t kWarpRowMax = 1024;  // longest row handled by one warp
-constexpr int kWarpsPerBlock = kThreads / 32;
 
 // rows and n of a (rows, n) contiguous tensor; n is the last axis (1 for a 0-d tensor).
 void rows_and_n(const char* kernel, const Tensor& t, std::int64_t& rows, std::int64_t& n) {
