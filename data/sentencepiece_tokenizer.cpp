@@ -26,10 +26,10 @@ struct SentencePieceTokenizer::Impl {
 
 namespace {
 
-// SentencePiece's normalizer turns spaces into kSpaceSymbol "▁" and decoding turns every one
-// back into a space, so a "▁" of the text itself would come back as " ". encode() emits it as
-// the byte pieces of its three UTF-8 bytes instead, which decode to those bytes.
-// The byte pieces <0xE2> <0x96> <0x81>, or nothing when the model lacks one (no byte_fallback).
+// The byte pieces <0xE2> <0x96> <0x81> of kSpaceSymbol "▁", or nothing when the model lacks
+// one (no byte_fallback). SentencePiece's normalizer turns spaces into "▁" and decoding turns
+// every one back into a space, so a "▁" of the text itself would come back as " ": encode()
+// emits these byte pieces for it instead, which decode to its bytes.
 std::vector<int> meta_space_byte_ids(const sentencepiece::SentencePieceProcessor& p) {
   std::vector<int> ids;
   for (const char byte : kSpaceSymbol) {

@@ -1,5 +1,4 @@
 // Redraw shocks from a run's metrics (see redraw_shock.h).
-#include "train/metrics/json_number.h"
 #include "train/metrics/redraw_shock.h"
 
 #include <algorithm>
@@ -7,6 +6,8 @@
 #include <limits>
 #include <map>
 #include <tuple>
+
+#include "train/metrics/json_number.h"
 
 namespace dark::metrics {
 namespace {
