@@ -7,6 +7,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "core/device.h"
@@ -50,15 +51,39 @@ class CachingAllocator {
 
   static std::size_t round_size(std::size_t bytes);
 
+  // Private pools of captured graphs (core/device_graph.h). A graph's launches use again the
+  // addresses its capture used, so from begin_pool() to end_pool() every block handed out
+  // comes from the new pool or joins it, every block released joins it, and the pool's
+  // blocks are never handed out to anyone else until release_pool() (its graph destroyed)
+  // hands them back to the common cache. A capture allocates from the cache and never
+  // returns memory to the system (out of memory then throws). One pool captures at a time.
+  int begin_pool();
+  void end_pool();
+  void release_pool(int pool);
+  // The blocks a pool owns (held by live tensors or free for its graph's next launch).
+  std::size_t pool_bytes(int pool) const;
+
  private:
   std::string out_of_memory_message(std::size_t size) const;
+  // Takes a cached block of `size` bytes (the capturing pool's, else the common cache's);
+  // nullptr when there is none. The caller holds mutex_.
+  void* take_cached(std::size_t size);
+
+  struct Pool {
+    std::map<std::size_t, std::vector<void*>> free_blocks;
+    std::size_t bytes = 0;  // of every block it owns
+  };
 
   RawAllocator raw_;
   DeviceType device_type_;
   int device_index_;
   mutable std::mutex mutex_;
-  std::map<std::size_t, std::vector<void*>> free_blocks_;  // rounded size -> blocks
+  std::map<std::size_t, std::vector<void*>> free_blocks_;  // rounded size -> blocks (the common cache)
   AllocatorStats stats_;
+  std::map<int, Pool> pools_;
+  std::unordered_map<void*, int> pool_of_;  // block -> the pool that owns it
+  int capturing_ = 0;                       // the pool capturing now; 0: none
+  int next_pool_ = 1;
 };
 
 // The allocator of a device (created on first use).

@@ -66,6 +66,17 @@ double DeviceBackend::elapsed_ms(void* start, void* end) const {
 }
 void DeviceBackend::release_timing_event(void* event) const { delete static_cast<std::chrono::steady_clock::time_point*>(event); }
 
+namespace {
+[[noreturn]] void no_graphs() {
+  throw Error(
+      "device graphs need a CUDA device (the CPU runs each kernel as it is called: there is nothing to capture)");
+}
+}  // namespace
+void DeviceBackend::begin_capture(int) const { no_graphs(); }
+void* DeviceBackend::end_capture(int) const { no_graphs(); }
+void DeviceBackend::launch_graph(void*, int) const { no_graphs(); }
+void DeviceBackend::release_graph(void*) const {}
+
 void register_backend(DeviceType type, DeviceBackend* backend, const char* name) {
   Registered& current = slot(type);
   DARK_CHECK(current.name == kMissingCudaName, "register_backend: ", device_type_name(type), " is already served by ",

@@ -30,6 +30,14 @@ struct DeviceBackend {
   virtual void* record_timing_event() const;
   virtual double elapsed_ms(void* start, void* end) const;
   virtual void release_timing_event(void* event) const;
+  // Graphs (core/device_graph.h): from begin_capture to end_capture the calling thread's work
+  // for the device is recorded, not run; end_capture returns the recorded graph, ready to
+  // launch, or throws saying what broke the capture; launch_graph queues a graph after the
+  // work already queued; release_graph frees it. These defaults throw: only CUDA captures.
+  virtual void begin_capture(int device_index) const;
+  virtual void* end_capture(int device_index) const;
+  virtual void launch_graph(void* graph, int device_index) const;
+  virtual void release_graph(void* graph) const;
 };
 
 DeviceBackend& backend_for(DeviceType type);

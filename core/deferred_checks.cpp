@@ -13,7 +13,17 @@ DeferredChecks::DeferredChecks(Device device) : device_(device), outer_(current_
   current_scope = this;
 }
 
-DeferredChecks::~DeferredChecks() { current_scope = outer_; }
+DeferredChecks::~DeferredChecks() {
+  if (open_) current_scope = outer_;
+}
+
+void DeferredChecks::close() {
+  if (!open_) return;
+  DARK_CHECK(current_scope == this,
+             "DeferredChecks::close: another scope was opened inside this one and is still open");
+  current_scope = outer_;
+  open_ = false;
+}
 
 Tensor DeferredChecks::verdicts() const {
   if (checks_.empty()) return Tensor();

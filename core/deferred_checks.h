@@ -29,6 +29,11 @@ class DeferredChecks {
   // Throws the first failed check's message ("gather: index 9 at position 2 is out of range
   // [0, 5)"), given verdicts() read back; does nothing when all passed.
   void raise(const std::vector<double>& verdicts) const;
+  // Ends the scope before the object goes: later kernels check at once again, while the
+  // checks deferred so far keep their device words. A captured graph's checks (train/
+  // step_graph.h) are taken during the capture and read after every launch. The innermost
+  // open scope only; closing twice does nothing.
+  void close();
 
   // For kernels: the i64 device word (all ones = no bad position) a check of `index` against
   // [0, n) by `kernel` flags into, or nullptr when no scope for index's device is open on this
@@ -46,6 +51,7 @@ class DeferredChecks {
   Tensor slots_;  // (kCapacity) i64 on the device, all ones at the start
   std::vector<Check> checks_;
   DeferredChecks* outer_;
+  bool open_ = true;
 };
 
 }  // namespace dark

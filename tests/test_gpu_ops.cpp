@@ -1,6 +1,7 @@
 // The op registry (tests/op_cases.h) on CUDA in float32 and bfloat16, forward and
 // gradients, against the CPU in float64; plus CUDA checks against the CPU (Philox bits,
-// large matmul, index errors, saturating casts). Skips (visibly) when no GPU can run
+// large matmul, index errors, saturating casts) and device graphs (launches against eager
+// runs of the same work, the graph's own memory, what a capture refuses). Skips (visibly) when no GPU can run
 // kernels: "insufficient driver" and "no device" both count as no GPU.
 #include <gtest/gtest.h>
 
@@ -15,12 +16,17 @@
 #include "autograd/grad_binding.h"
 #include "autograd/tape.h"
 #include "core/backend.h"
+#include "core/device_graph.h"
 #include "core/kernel_profile.h"
 #include "core/kernels.h"
 #include "nn/parameter_buffer.h"
 #include "tests/gpu_compare.h"
 #include "tests/op_cases.h"
 #include "test_util.h"
+
+#if defined(DARK_TEST_ON_CUDA_EMULATOR)
+#include "cuda_emulator/control.h"
+#endif
 
 namespace dark::testing {
 namespace {
@@ -308,6 +314,99 @@ TEST(Gpu, GradSumOfMixedDtypesEqualsCastThenAdd) {
           }
         }
 }
+
+// ---- device graphs (core/device_graph.h) ----
+
+// What the graph tests capture: a product (cuBLAS), elementwise ops, a reduction and a
+// device-to-device copy, with intermediates the capture allocates and frees.
+Tensor graph_work(const Tensor& x, const Tensor& w, Tensor& copy_out) {
+  const Tensor h = relu(matmul(x, w));
+  copy_out.copy_(h);
+  return sum(mul_scalar(h, 0.5), {1});
+}
+
+TEST(DeviceGraph, LaunchesRepeatTheCapturedWorkOnTheInputsNewValues) {
+  DARK_REQUIRE_GPU();
+  const Device gpu = Device::cuda(0);
+  const Tensor w = Tensor::randn({16, 24}, 3, 1).to(gpu);
+  Tensor x = Tensor::randn({8, 16}, 3, 0).to(gpu), copied = Tensor::empty({8, 24}, DType::f32, gpu);
+  Tensor out;
+  const DeviceGraph graph(gpu, [&] { out = graph_work(x, w, copied); });
+  for (std::uint64_t draw = 10; draw < 13; ++draw) {
+    const Tensor values = Tensor::randn({8, 16}, 3, draw);
+    x.copy_(values.to(gpu));  // new inputs: written into the tensor the capture read
+    graph.launch();
+    Tensor want_copy = Tensor::empty({8, 24}, DType::f32, gpu);
+    const Tensor want = graph_work(values.to(gpu), w, want_copy);  // the same work, eagerly
+    EXPECT_EQ(out.to_vector<float>(), want.to_vector<float>()) << "draw " << draw;
+    EXPECT_EQ(copied.to_vector<float>(), want_copy.to_vector<float>()) << "draw " << draw;
+  }
+}
+
+// The blocks the captured work used are the graph's, those it allocated and those it let go
+// (made before): tensors made after the capture never get them, so a launch cannot overwrite
+// them.
+TEST(DeviceGraph, ItsMemoryIsNeverHandedToOtherTensors) {
+  DARK_REQUIRE_GPU();
+  const Device gpu = Device::cuda(0);
+  const Tensor w = Tensor::randn({64, 64}, 4, 1).to(gpu);
+  const Tensor x = Tensor::randn({64, 64}, 4, 0).to(gpu);
+  Tensor copied = Tensor::empty({64, 64}, DType::f32, gpu), out;
+  // Eager blocks of the intermediates' size in the cache: the capture takes them over.
+  { const Tensor a = Tensor::empty({64, 64}, DType::f32, gpu), b = Tensor::empty({64, 64}, DType::f32, gpu); }
+  Tensor scratch = Tensor::empty({64, 64}, DType::f32, gpu);  // made before the capture, let go inside it
+  const DeviceGraph graph(gpu, [&] {
+    out = graph_work(x, w, copied);
+    Tensor s = std::move(scratch);
+    s.copy_(x);
+  });
+  EXPECT_GE(graph.pool_bytes(), 3 * 64 * 64 * sizeof(float)) << "the intermediates' blocks and the scratch";
+  std::vector<Tensor> others;
+  for (int i = 0; i < 4; ++i) others.push_back(Tensor::full({64, 64}, 7.0, DType::f32, gpu));
+  graph.launch();
+  for (const Tensor& t : others)
+    EXPECT_EQ(sum(t).item(), 7.0 * 64 * 64) << "a launch wrote into a tensor made after the capture";
+  Tensor want_copy = Tensor::empty({64, 64}, DType::f32, gpu);
+  EXPECT_EQ(out.to_vector<float>(), graph_work(x, w, want_copy).to_vector<float>());
+}
+
+// A capture records device work; anything that needs the host meanwhile is refused with an
+// error naming it, and a failed capture leaves the device as it was (eager work runs, a new
+// capture can start).
+TEST(DeviceGraph, ACaptureRefusesHostCopiesAndReadsAndRecovers) {
+  DARK_REQUIRE_GPU();
+  const Device gpu = Device::cuda(0);
+  const Tensor x = Tensor::randn({32}, 5, 0).to(gpu);
+  const std::string upload = error_of([&] { DeviceGraph g(gpu, [&] { (void)add(x, Tensor::ones({32}).to(gpu)); }); });
+  EXPECT_NE(upload.find("from cpu to cuda:0 inside a CUDA graph capture"), std::string::npos) << upload;
+  const std::string read = error_of([&] { DeviceGraph g(gpu, [&] { (void)sum(x).item(); }); });
+  EXPECT_NE(read.find("from cuda:0 to cpu inside a CUDA graph capture"), std::string::npos) << read;
+  const std::string cpu = error_of([&] { DeviceGraph g(Device::cpu(), [] {}); });
+  EXPECT_NE(cpu.find("needs a CUDA device"), std::string::npos) << cpu;
+  // Eager work after the failures, then a capture that works.
+  EXPECT_NEAR(sum(x).item(), sum(x.to(Device::cpu())).item(), 1e-4);
+  Tensor doubled;
+  const DeviceGraph g(gpu, [&] { doubled = mul_scalar(x, 2.0); });
+  g.launch();
+  EXPECT_EQ(doubled.to_vector<float>(), mul_scalar(x, 2.0).to_vector<float>());
+}
+
+#if defined(DARK_TEST_ON_CUDA_EMULATOR)
+// What CUDA refuses inside a capture the emulator refuses too (so the tests above would catch
+// work that bypasses the backend): a kernel on the legacy stream, a synchronisation.
+TEST(DeviceGraph, TheEmulatorRefusesLegacyStreamWorkAndSynchronisationInACapture) {
+  const Device gpu = Device::cuda(0);
+  const Tensor x = Tensor::randn({32}, 5, 0).to(gpu);
+  const std::string sync = error_of([&] { DeviceGraph g(gpu, [&] { backend_for(DeviceType::cuda).synchronize(0); }); });
+  EXPECT_NE(sync.find("cudaErrorStreamCaptureUnsupported"), std::string::npos) << sync;
+  const std::uint64_t launched = cuda_emu::graph_launches();
+  Tensor y;
+  const DeviceGraph g(gpu, [&] { y = add(x, x); });
+  g.launch();
+  g.launch();
+  EXPECT_EQ(cuda_emu::graph_launches() - launched, 2u);
+}
+#endif
 
 TEST(Gpu, NoDeviceIsReportedAsUnavailableNotAsACrash) {
   // Runs everywhere: on a machine without a driver this must be false, not throw.

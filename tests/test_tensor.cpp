@@ -2,8 +2,10 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "autograd/ops.h"
 #include "core/allocator.h"
@@ -164,6 +166,49 @@ TEST(Allocator, ReusesFreedBlocks) {
   EXPECT_EQ(CachingAllocator::round_size(1), 512u);
   EXPECT_EQ(CachingAllocator::round_size(3u << 20), 3u << 20);
   EXPECT_GE(CachingAllocator::round_size((3u << 20) + 1), (3u << 20) + 1);
+}
+
+// Graph pools (CachingAllocator::begin_pool): what a capture allocates or releases is the
+// pool's until release_pool, whatever the common cache held before.
+namespace pool_test {
+int system_allocs = 0;
+void* raw_allocate(std::size_t bytes, int) { return ++system_allocs, std::malloc(bytes); }
+void raw_release(void* p, int) { std::free(p); }
+}  // namespace pool_test
+
+TEST(Allocator, AGraphPoolKeepsItsBlocksFromEveryoneElseUntilReleased) {
+  CachingAllocator a({&pool_test::raw_allocate, &pool_test::raw_release}, DeviceType::cpu, 0);
+  void* before = a.allocate(4096);  // eager, live across the capture
+  void* cached = a.allocate(4096);
+  a.release(cached, 4096);  // in the common cache
+  const int pool = a.begin_pool();
+  void* taken = a.allocate(4096);
+  EXPECT_EQ(taken, cached) << "a capture takes the common cache's blocks first (and they join its pool)";
+  void* fresh = a.allocate(4096);
+  a.release(taken, 4096);
+  a.release(before, 4096);  // an eager block released during the capture: the graph may have used it
+  a.end_pool();
+  EXPECT_EQ(a.pool_bytes(pool), 3 * CachingAllocator::round_size(4096));
+  const int allocs = pool_test::system_allocs;
+  void* after = a.allocate(4096);
+  EXPECT_NE(after, taken);
+  EXPECT_NE(after, before);
+  EXPECT_NE(after, fresh);
+  EXPECT_EQ(pool_test::system_allocs, allocs + 1) << "the pool's free blocks are not handed out";
+  a.release(fresh, 4096);  // the pool's block, released after the capture, stays the pool's
+  a.release(after, 4096);
+  void* again = a.allocate(4096);
+  EXPECT_EQ(again, after);
+  a.release(again, 4096);
+  a.release_pool(pool);
+  EXPECT_EQ(a.pool_bytes(pool), 0u);
+  std::vector<void*> reused;
+  for (int i = 0; i < 4; ++i) reused.push_back(a.allocate(4096));
+  EXPECT_EQ(pool_test::system_allocs, allocs + 1) << "released with the pool, its blocks serve everyone";
+  for (void* p : reused) a.release(p, 4096);
+  const AllocatorStats s = a.stats();
+  EXPECT_EQ(s.bytes_in_use, 0u);
+  EXPECT_EQ(s.bytes_cached, 4 * CachingAllocator::round_size(4096));
 }
 
 TEST(Allocator, TrainingLoopMakesNoSystemAllocationsAfterWarmup) {

@@ -10,6 +10,7 @@
 
 #include "core/backend.h"
 #include "core/cuda/cuda_check.h"
+#include "core/cuda/stream.h"
 
 namespace dark::cuda {
 namespace {
@@ -115,6 +116,29 @@ Staging& staging_for(int device_index) {
   return *staging[device_index];
 }
 
+// The stream graphs of a device are captured on: created once, blocking (so the legacy
+// stream's work and its own stay ordered), kept for the life of the process.
+cudaStream_t capture_stream(int device_index) {
+  constexpr int kMaxDevices = 64;
+  static std::mutex mutex;
+  static cudaStream_t streams[kMaxDevices] = {};
+  DARK_CHECK(device_index >= 0 && device_index < kMaxDevices, "cuda:", device_index, ": device index out of range");
+  std::lock_guard lock(mutex);
+  if (!streams[device_index]) {
+    DeviceGuard guard(device_index);
+    DARK_CUDA_CHECK(cudaStreamCreateWithFlags(&streams[device_index], cudaStreamDefault));
+  }
+  return streams[device_index];
+}
+
+// A copy the host takes part in cannot be captured: it would run at capture time (the host
+// side) and at launch time (the device side) with different data.
+void refuse_host_copy_in_capture(Device src, Device dst) {
+  DARK_CHECK(current_stream() == nullptr, "a copy from ", src.to_string(), " to ", dst.to_string(),
+             " inside a CUDA graph capture: the captured work must keep its data on the device (copy inputs "
+             "into the tensors the graph reads before launching it, and read outputs after)");
+}
+
 class CudaBackend final : public DeviceBackend {
  public:
   RawAllocator raw_allocator() const override { return {&device_allocate, &device_release}; }
@@ -126,7 +150,11 @@ class CudaBackend final : public DeviceBackend {
     if (bytes == 0) return;
     if (dst_device.is_cpu() && src_device.is_cpu()) {
       std::memcpy(dst, src, bytes);
-    } else if (src_device.is_cpu()) {
+      return;
+    }
+    if (src_device.is_cpu() || dst_device.is_cpu() || src_device.index != dst_device.index)
+      refuse_host_copy_in_capture(src_device, dst_device);
+    if (src_device.is_cpu()) {
       DeviceGuard guard(dst_device.index);
       if (bytes <= Staging::kMaxStaged) staging_for(dst_device.index).copy(dst, src, bytes);
       else DARK_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
@@ -134,9 +162,10 @@ class CudaBackend final : public DeviceBackend {
       DeviceGuard guard(src_device.index);
       DARK_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
     } else if (src_device.index == dst_device.index) {
+      // In order with the kernels on the same stream; the host does not wait (nothing it
+      // does reads device memory without a copy that waits).
       DeviceGuard guard(src_device.index);
-      DARK_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
-      DARK_CUDA_CHECK(cudaStreamSynchronize(0));
+      DARK_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, current_stream()));
     } else {
       DeviceGuard guard(dst_device.index);
       DARK_CUDA_CHECK(cudaMemcpyPeer(dst, dst_device.index, src, src_device.index, bytes));
@@ -163,6 +192,44 @@ class CudaBackend final : public DeviceBackend {
     return ms;
   }
   void release_timing_event(void* event) const override { DARK_CUDA_CHECK(cudaEventDestroy(static_cast<cudaEvent_t>(event))); }
+
+  void begin_capture(int device_index) const override {
+    DARK_CHECK(current_stream() == nullptr, "cuda:", device_index,
+               ": a CUDA graph capture is already under way on this thread");
+    const cudaStream_t stream = capture_stream(device_index);
+    DeviceGuard guard(device_index);
+    // Relaxed: cudaMalloc stays allowed (the allocator may need a block the capture's pool
+    // does not have yet); work on the legacy stream and synchronisations are still refused.
+    DARK_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
+    current_stream_slot() = stream;
+  }
+  void* end_capture(int device_index) const override {
+    const cudaStream_t stream = current_stream();
+    DARK_CHECK(stream != nullptr, "cuda:", device_index, ": no CUDA graph capture is under way on this thread");
+    current_stream_slot() = nullptr;
+    DeviceGuard guard(device_index);
+    cudaGraph_t graph = nullptr;
+    const cudaError_t status = cudaStreamEndCapture(stream, &graph);
+    if (status != cudaSuccess) {
+      (void)cudaGetLastError();
+      if (graph) (void)cudaGraphDestroy(graph);
+      throw Error(str("cuda:", device_index, ": the CUDA graph capture failed: ", cudaGetErrorName(status), " (",
+                      cudaGetErrorString(status), "); something in the captured work ran on the legacy stream or "
+                      "waited for the device (the first error thrown inside the capture names it)"));
+    }
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t instantiated = cudaGraphInstantiate(&exec, graph, 0);
+    (void)cudaGraphDestroy(graph);
+    DARK_CUDA_CHECK(instantiated);
+    return exec;
+  }
+  void launch_graph(void* graph, int device_index) const override {
+    DeviceGuard guard(device_index);
+    DARK_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph), cudaStreamLegacy));
+  }
+  void release_graph(void* graph) const override {
+    if (graph) (void)cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph));  // from destructors: no throw
+  }
 
   std::pair<std::size_t, std::size_t> memory_info(int device_index) const override {
     DeviceGuard guard(device_index);

@@ -13,7 +13,7 @@ namespace dark::cuda {
 class FirstBad {
  public:
   explicit FirstBad(Device device) : slot_(Tensor::empty({1}, DType::i64, device)) {
-    DARK_CUDA_CHECK(cudaMemsetAsync(slot(), 0xff, sizeof(unsigned long long), cudaStream_t{0}));
+    DARK_CUDA_CHECK(cudaMemsetAsync(slot(), 0xff, sizeof(unsigned long long), current_stream()));
   }
   unsigned long long* slot() const { return reinterpret_cast<unsigned long long*>(slot_.data<std::int64_t>()); }
   // The lowest flagged position, or -1 when nothing was flagged.

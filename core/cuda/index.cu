@@ -176,7 +176,7 @@ void scatter_add(const Tensor& dout, const Tensor& index, Tensor& dx, std::int64
   if (k == 0) return;
   DeviceGuard guard(dx);
   const Device device = dx.device();
-  // Temporaries come from the caching allocator; everything runs on the legacy stream, so
+  // Temporaries come from the caching allocator; everything runs on one stream (stream.h), so
   // a block reused after release is only touched after these kernels finish.
   Tensor keys_in = Tensor::empty({k}, DType::i64, device), keys_out = Tensor::empty({k}, DType::i64, device);
   Tensor pos_in = Tensor::empty({k}, DType::i64, device), pos_out = Tensor::empty({k}, DType::i64, device);
@@ -199,11 +199,11 @@ void scatter_add(const Tensor& dout, const Tensor& index, Tensor& dx, std::int64
   std::size_t temp_bytes = 0;
   DARK_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, keys_in_p, keys_out_p,
                                                   pos_in.data<std::int64_t>(), pos_out.data<std::int64_t>(),
-                                                  k, 0, end_bit, cudaStream_t{0}));
+                                                  k, 0, end_bit, current_stream()));
   Tensor temp = Tensor::empty({static_cast<std::int64_t>((temp_bytes + 7) / 8)}, DType::i64, device);
   DARK_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp.raw_data(), temp_bytes, keys_in_p, keys_out_p,
                                                   pos_in.data<std::int64_t>(), pos_out.data<std::int64_t>(),
-                                                  k, 0, end_bit, cudaStream_t{0}));
+                                                  k, 0, end_bit, current_stream()));
 
   const std::int64_t total = outer * k * inner;
   launch(scatter_sum_kernel<T>, {grid_for(total), kThreads}, dout.data<T>(), keys_out_p,

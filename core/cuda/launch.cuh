@@ -3,7 +3,8 @@
 // type of each storage type (bf16 computes in float) and value conversions that round
 // exactly as the CPU does (BFloat16's own round-to-nearest-even; float to integer through
 // saturating_cast).
-// Kernels use 64-bit indices everywhere and launch on the legacy default stream (0).
+// Kernels use 64-bit indices everywhere and launch on the thread's current stream (stream.h:
+// the legacy default stream, or a graph capture's).
 #pragma once
 #include <cstdint>
 #include <initializer_list>
@@ -13,6 +14,7 @@
 
 #include "core/bfloat16.h"
 #include "core/cuda/cuda_check.h"
+#include "core/cuda/stream.h"
 #include "core/saturating_cast.h"
 
 namespace dark::cuda {
@@ -21,21 +23,24 @@ namespace dark::cuda {
 struct LaunchShape {
   dim3 grid, block;
   std::size_t shared_bytes = 0;
-  cudaStream_t stream = 0;
+  cudaStream_t stream = current_stream();
 };
 
 // kernel<<<grid, block, shared_bytes, stream>>>(args...), through cudaLaunchKernel (so a
-// refused launch throws here, naming the error) or, under the emulator, on the CPU. The
+// refused launch throws here, naming the error) or, under the emulator, on the CPU (now, or
+// when a captured graph is launched: the node keeps its own copy of the arguments). The
 // arguments convert to the kernel's parameter types first, as in a <<<>>> launch.
 template <class... Params, class... Args>
 void launch(void (*kernel)(Params...), const LaunchShape& shape, Args&&... args) {
   static_assert(sizeof...(Params) == sizeof...(Args), "launch: the argument count differs from the kernel's");
   std::tuple<std::decay_t<Params>...> values(std::forward<Args>(args)...);
 #if defined(DARK_CUDA_EMULATOR)
-  const auto status = ::dark::cuda_emu::run_grid(reinterpret_cast<const void*>(kernel), ::dark::cuda_emu::as_dim3(shape.grid),
-                                                 ::dark::cuda_emu::as_dim3(shape.block), shape.shared_bytes,
-                                                 [&] { std::apply(kernel, values); });
-  DARK_CUDA_CHECK(::dark::cuda_emu::launch_error(status));
+  DARK_CUDA_CHECK(::dark::cuda_emu::run_or_record(shape.stream, [kernel, values = std::move(values), shape] {
+    return ::dark::cuda_emu::launch_error(
+        ::dark::cuda_emu::run_grid(reinterpret_cast<const void*>(kernel), ::dark::cuda_emu::as_dim3(shape.grid),
+                                   ::dark::cuda_emu::as_dim3(shape.block), shape.shared_bytes,
+                                   [&] { std::apply(kernel, values); }));
+  }));
 #else
   std::apply(
       [&](auto&... value) {

@@ -6,7 +6,9 @@
 // swapped, each keeping its own transpose flag. Batch strides may be 0 (broadcast).
 // One cuBLAS handle per device, created on first use (thread-safe) and kept for the life
 // of the process (destroying it during static destruction can outlive the CUDA runtime);
-// handles work on the legacy default stream like every other kernel.
+// each call runs on the thread's current stream (stream.h) like every other kernel. On the
+// legacy stream cuBLAS uses its own workspace; on a capture's stream, one of ours (allocated
+// at the first capture, kept), so that cuBLAS allocates nothing inside a graph.
 #include <climits>
 #include <cstdint>
 #include <mutex>
@@ -20,25 +22,43 @@ namespace {
 
 constexpr int kMaxDevices = 64;
 
-// The handle of the current device (the caller holds a DeviceGuard).
+// cuBLAS's recommended workspace for Hopper.
+constexpr std::size_t kWorkspaceBytes = std::size_t{32} << 20;
+
+struct Handle {
+  cublasHandle_t handle = nullptr;
+  cudaStream_t stream = nullptr;  // the stream it was last set to
+  void* workspace = nullptr;  // for streams other than the legacy one
+};
+
+// The handle of the current device (the caller holds a DeviceGuard), set to the thread's
+// current stream.
 cublasHandle_t handle_for(int device_index) {
   static std::mutex mutex;
-  static cublasHandle_t handles[kMaxDevices] = {};
+  static Handle handles[kMaxDevices] = {};
   DARK_CHECK(device_index >= 0 && device_index < kMaxDevices, "matmul: CUDA device index ",
              device_index, " out of range");
   std::lock_guard lock(mutex);
-  cublasHandle_t& handle = handles[device_index];
-  if (handle == nullptr) {
-    DARK_CUBLAS_CHECK(cublasCreate(&handle));
-    DARK_CUBLAS_CHECK(cublasSetStream(handle, 0));
+  Handle& h = handles[device_index];
+  if (h.handle == nullptr) {
+    DARK_CUBLAS_CHECK(cublasCreate(&h.handle));
+    DARK_CUBLAS_CHECK(cublasSetStream(h.handle, h.stream));
     // Default math keeps fp32 gemms in full fp32 (no TF32); bf16 split-K reductions stay
     // in fp32 rather than rounding partial sums to bf16. No atomics: reproducible results.
     DARK_CUBLAS_CHECK(cublasSetMathMode(
-        handle, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH |
-                                          CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
-    DARK_CUBLAS_CHECK(cublasSetAtomicsMode(handle, CUBLAS_ATOMICS_NOT_ALLOWED));
+        h.handle, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH |
+                                            CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
+    DARK_CUBLAS_CHECK(cublasSetAtomicsMode(h.handle, CUBLAS_ATOMICS_NOT_ALLOWED));
   }
-  return handle;
+  if (const cudaStream_t stream = current_stream(); stream != h.stream) {
+    DARK_CUBLAS_CHECK(cublasSetStream(h.handle, stream));  // which resets the workspace to cuBLAS's own
+    if (stream != nullptr) {
+      if (h.workspace == nullptr) DARK_CUDA_CHECK(cudaMalloc(&h.workspace, kWorkspaceBytes));
+      DARK_CUBLAS_CHECK(cublasSetWorkspace(h.handle, h.workspace, kWorkspaceBytes));
+    }
+    h.stream = stream;
+  }
+  return h.handle;
 }
 
 int to_int(std::int64_t v, const char* what, const GemmShape& s) {

@@ -3,12 +3,16 @@
 
 #include <oneapi/dnnl/dnnl.h>
 
+#include <functional>
+#include <memory>
 #include <vector>
 
 #include "core/bfloat16.h"
 #include "cuda_emulator/memory.h"
 
-struct cublasContext {};
+struct cublasContext {
+  cudaStream_t stream = nullptr;  // cublasSetStream's; the legacy stream until then
+};
 
 namespace {
 
@@ -38,6 +42,19 @@ std::vector<float> widen(const dark::BFloat16* x, int rows, int cols, int ld) {
   return out;
 }
 
+// Runs a gemm on the handle's stream: now, or recorded into a graph capture (the scalars
+// alpha and beta are read at the call, as cuBLAS reads host scalars). A gemm on the legacy
+// stream during a capture fails, as the capture then does.
+cublasStatus_t on_stream(cublasHandle_t handle, std::function<cublasStatus_t()> gemm) {
+  auto status = std::make_shared<cublasStatus_t>(CUBLAS_STATUS_SUCCESS);  // what a gemm run now returned
+  const cudaError_t e = dark::cuda_emu::run_or_record(handle->stream, [gemm = std::move(gemm), status] {
+    *status = gemm();
+    return *status == CUBLAS_STATUS_SUCCESS ? cudaSuccess : cudaErrorLaunchFailure;
+  });
+  if (e == cudaSuccess) return CUBLAS_STATUS_SUCCESS;
+  return *status != CUBLAS_STATUS_SUCCESS ? *status : CUBLAS_STATUS_EXECUTION_FAILED;
+}
+
 }  // namespace
 
 cublasStatus_t cublasCreate(cublasHandle_t* handle) {
@@ -48,8 +65,14 @@ cublasStatus_t cublasDestroy(cublasHandle_t handle) {
   delete handle;
   return CUBLAS_STATUS_SUCCESS;
 }
-cublasStatus_t cublasSetStream(cublasHandle_t handle, cudaStream_t) {
-  return handle ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_INITIALIZED;
+cublasStatus_t cublasSetStream(cublasHandle_t handle, cudaStream_t stream) {
+  if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
+  handle->stream = stream;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasSetWorkspace(cublasHandle_t handle, void* workspace, std::size_t bytes) {
+  if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
+  return workspace != nullptr || bytes == 0 ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
 }
 cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t) {
   return handle ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_INITIALIZED;
@@ -64,13 +87,15 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_
                                          long long stride_c, int batch) {
   if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
   if (!valid_op(transa) || !valid_op(transb) || m < 0 || n < 0 || k < 0 || batch < 0) return CUBLAS_STATUS_INVALID_VALUE;
-  dark::cuda_emu::DeviceAccess access;
-  for (int i = 0; i < batch; ++i) {
-    const cublasStatus_t s = sgemm(transa, transb, m, n, k, *alpha, a + i * stride_a, lda, b + i * stride_b, ldb, *beta,
-                                   c + i * stride_c, ldc);
-    if (s != CUBLAS_STATUS_SUCCESS) return s;
-  }
-  return CUBLAS_STATUS_SUCCESS;
+  return on_stream(handle, [=, al = *alpha, be = *beta] {
+    dark::cuda_emu::DeviceAccess access;
+    for (int i = 0; i < batch; ++i) {
+      const cublasStatus_t s =
+          sgemm(transa, transb, m, n, k, al, a + i * stride_a, lda, b + i * stride_b, ldb, be, c + i * stride_c, ldc);
+      if (s != CUBLAS_STATUS_SUCCESS) return s;
+    }
+    return CUBLAS_STATUS_SUCCESS;
+  });
 }
 
 cublasStatus_t cublasDgemmStridedBatched(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m,
@@ -79,20 +104,22 @@ cublasStatus_t cublasDgemmStridedBatched(cublasHandle_t handle, cublasOperation_
                                          int ldc, long long stride_c, int batch) {
   if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
   if (!valid_op(transa) || !valid_op(transb) || m < 0 || n < 0 || k < 0 || batch < 0) return CUBLAS_STATUS_INVALID_VALUE;
-  dark::cuda_emu::DeviceAccess access;
-  for (int bi = 0; bi < batch; ++bi) {
-    const double* ab = a + bi * stride_a;
-    const double* bb = b + bi * stride_b;
-    double* cb = c + bi * stride_c;
-    for (int j = 0; j < n; ++j)
-      for (int i = 0; i < m; ++i) {
-        double acc = 0;
-        for (int p = 0; p < k; ++p) acc += at(ab, transa, lda, i, p) * at(bb, transb, ldb, p, j);
-        double& out = cb[i + static_cast<long long>(j) * ldc];
-        out = *alpha * acc + (*beta == 0 ? 0.0 : *beta * out);
-      }
-  }
-  return CUBLAS_STATUS_SUCCESS;
+  return on_stream(handle, [=, al = *alpha, be = *beta] {
+    dark::cuda_emu::DeviceAccess access;
+    for (int bi = 0; bi < batch; ++bi) {
+      const double* ab = a + bi * stride_a;
+      const double* bb = b + bi * stride_b;
+      double* cb = c + bi * stride_c;
+      for (int j = 0; j < n; ++j)
+        for (int i = 0; i < m; ++i) {
+          double acc = 0;
+          for (int p = 0; p < k; ++p) acc += at(ab, transa, lda, i, p) * at(bb, transb, ldb, p, j);
+          double& out = cb[i + static_cast<long long>(j) * ldc];
+          out = al * acc + (be == 0 ? 0.0 : be * out);
+        }
+    }
+    return CUBLAS_STATUS_SUCCESS;
+  });
 }
 
 cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
@@ -105,33 +132,37 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation
       (c_type != CUDA_R_16BF && c_type != CUDA_R_32F))
     return CUBLAS_STATUS_NOT_SUPPORTED;
   if (!valid_op(transa) || !valid_op(transb) || m < 0 || n < 0 || k < 0 || batch < 0) return CUBLAS_STATUS_INVALID_VALUE;
-  dark::cuda_emu::DeviceAccess access;
   const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
-  const int a_rows = transa == CUBLAS_OP_N ? m : k, a_cols = transa == CUBLAS_OP_N ? k : m;
-  const int b_rows = transb == CUBLAS_OP_N ? k : n, b_cols = transb == CUBLAS_OP_N ? n : k;
-  for (int i = 0; i < batch; ++i) {
-    std::vector<float> wa, wb, wc;
-    const float *fa, *fb;
-    if (a_type == CUDA_R_16BF) {
-      wa = widen(static_cast<const dark::BFloat16*>(a) + i * stride_a, a_rows, a_cols, lda);
-      wb = widen(static_cast<const dark::BFloat16*>(b) + i * stride_b, b_rows, b_cols, ldb);
-      fa = wa.data(), fb = wb.data();
-    } else {
-      fa = static_cast<const float*>(a) + i * stride_a, fb = static_cast<const float*>(b) + i * stride_b;
-    }
-    if (c_type == CUDA_R_32F) {
-      const cublasStatus_t s = sgemm(transa, transb, m, n, k, al, fa, lda, fb, ldb, be, static_cast<float*>(c) + i * stride_c, ldc);
+  return on_stream(handle, [=] {
+    dark::cuda_emu::DeviceAccess access;
+    const int a_rows = transa == CUBLAS_OP_N ? m : k, a_cols = transa == CUBLAS_OP_N ? k : m;
+    const int b_rows = transb == CUBLAS_OP_N ? k : n, b_cols = transb == CUBLAS_OP_N ? n : k;
+    for (int i = 0; i < batch; ++i) {
+      std::vector<float> wa, wb, wc;
+      const float *fa, *fb;
+      if (a_type == CUDA_R_16BF) {
+        wa = widen(static_cast<const dark::BFloat16*>(a) + i * stride_a, a_rows, a_cols, lda);
+        wb = widen(static_cast<const dark::BFloat16*>(b) + i * stride_b, b_rows, b_cols, ldb);
+        fa = wa.data(), fb = wb.data();
+      } else {
+        fa = static_cast<const float*>(a) + i * stride_a, fb = static_cast<const float*>(b) + i * stride_b;
+      }
+      if (c_type == CUDA_R_32F) {
+        const cublasStatus_t s =
+            sgemm(transa, transb, m, n, k, al, fa, lda, fb, ldb, be, static_cast<float*>(c) + i * stride_c, ldc);
+        if (s != CUBLAS_STATUS_SUCCESS) return s;
+        continue;
+      }
+      auto* cb = static_cast<dark::BFloat16*>(c) + i * stride_c;
+      wc = widen(cb, m, n, ldc);
+      const cublasStatus_t s = sgemm(transa, transb, m, n, k, al, fa, lda, fb, ldb, be, wc.data(), ldc);
       if (s != CUBLAS_STATUS_SUCCESS) return s;
-      continue;
+      for (int j = 0; j < n; ++j)
+        for (int r = 0; r < m; ++r)
+          cb[r + static_cast<long long>(j) * ldc] = dark::BFloat16(wc[r + static_cast<std::size_t>(j) * ldc]);
     }
-    auto* cb = static_cast<dark::BFloat16*>(c) + i * stride_c;
-    wc = widen(cb, m, n, ldc);
-    const cublasStatus_t s = sgemm(transa, transb, m, n, k, al, fa, lda, fb, ldb, be, wc.data(), ldc);
-    if (s != CUBLAS_STATUS_SUCCESS) return s;
-    for (int j = 0; j < n; ++j)
-      for (int r = 0; r < m; ++r) cb[r + static_cast<long long>(j) * ldc] = dark::BFloat16(wc[r + static_cast<std::size_t>(j) * ldc]);
-  }
-  return CUBLAS_STATUS_SUCCESS;
+    return CUBLAS_STATUS_SUCCESS;
+  });
 }
 
 const char* cublasGetStatusName(cublasStatus_t status) {

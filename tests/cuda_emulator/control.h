@@ -27,5 +27,7 @@ DARK_EMULATOR_API void set_memory_capacity(std::size_t bytes);
 DARK_EMULATOR_API std::size_t memory_capacity();
 // Device-to-host copies since the process started.
 DARK_EMULATOR_API std::uint64_t copies_to_host();
+// CUDA graphs launched (cudaGraphLaunch) since the process started.
+DARK_EMULATOR_API std::uint64_t graph_launches();
 
 }  // namespace dark::cuda_emu

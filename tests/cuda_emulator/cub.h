@@ -48,28 +48,30 @@ struct DeviceRadixSort {
   template <class K, class V, class N>
   static cudaError_t SortPairs(void* temp, std::size_t& temp_bytes, const K* keys_in, K* keys_out, const V* values_in,
                                V* values_out, N num_items, int begin_bit = 0, int end_bit = sizeof(K) * 8,
-                               cudaStream_t = nullptr) {
+                               cudaStream_t stream = nullptr) {
     if (temp == nullptr) {
       temp_bytes = 16;
       return cudaSuccess;
     }
-    dark::cuda_emu::DeviceAccess access;
-    const std::size_t n = static_cast<std::size_t>(num_items);
-    const int bits = end_bit - begin_bit;
-    const auto key_bits = [&](K k) {
-      const auto u = static_cast<std::uint64_t>(k) >> begin_bit;
-      return bits >= 64 ? u : (u & ((std::uint64_t{1} << bits) - 1));
-    };
-    std::vector<std::size_t> order(n);
-    std::iota(order.begin(), order.end(), std::size_t{0});
-    std::stable_sort(order.begin(), order.end(),
-                     [&](std::size_t a, std::size_t b) { return key_bits(keys_in[a]) < key_bits(keys_in[b]); });
-    std::vector<K> keys(n);
-    std::vector<V> values(n);
-    for (std::size_t i = 0; i < n; ++i) keys[i] = keys_in[order[i]], values[i] = values_in[order[i]];
-    std::copy(keys.begin(), keys.end(), keys_out);
-    std::copy(values.begin(), values.end(), values_out);
-    return cudaSuccess;
+    return dark::cuda_emu::run_or_record(stream, [=] {
+      dark::cuda_emu::DeviceAccess access;
+      const std::size_t n = static_cast<std::size_t>(num_items);
+      const int bits = end_bit - begin_bit;
+      const auto key_bits = [&](K k) {
+        const auto u = static_cast<std::uint64_t>(k) >> begin_bit;
+        return bits >= 64 ? u : (u & ((std::uint64_t{1} << bits) - 1));
+      };
+      std::vector<std::size_t> order(n);
+      std::iota(order.begin(), order.end(), std::size_t{0});
+      std::stable_sort(order.begin(), order.end(),
+                       [&](std::size_t a, std::size_t b) { return key_bits(keys_in[a]) < key_bits(keys_in[b]); });
+      std::vector<K> keys(n);
+      std::vector<V> values(n);
+      for (std::size_t i = 0; i < n; ++i) keys[i] = keys_in[order[i]], values[i] = values_in[order[i]];
+      std::copy(keys.begin(), keys.end(), keys_out);
+      std::copy(values.begin(), values.end(), values_out);
+      return cudaSuccess;
+    });
   }
 };
 

@@ -87,10 +87,65 @@ struct Event {
 };
 struct Stream {};
 
+bool is_legacy(cudaStream_t s) { return s == nullptr || s == cudaStreamLegacy || s == cudaStreamPerThread; }
+
+// Graphs: the nodes of a capture, in the order they were queued.
+using Nodes = std::vector<std::function<void()>>;
+struct Graph {
+  Nodes nodes;
+};
+struct GraphExec {
+  Nodes nodes;
+};
+
+// The capture under way, if any (one at a time; the emulated device has one queue).
+struct Capture {
+  cudaStream_t stream = nullptr;  // null: none under way
+  bool invalidated = false;
+  Nodes nodes;
+};
+std::mutex capture_mutex;
+Capture capture;
+std::uint64_t launched_graphs = 0;
+
+bool capturing() {
+  std::lock_guard lock(capture_mutex);
+  return capture.stream != nullptr;
+}
+
+// A call CUDA refuses while a capture is under way: the capture is invalidated.
+cudaError_t refuse_in_capture(cudaError_t e) {
+  {
+    std::lock_guard lock(capture_mutex);
+    capture.invalidated = true;
+  }
+  return fail(e);
+}
+
 }  // namespace
+
+cudaError_t dark::cuda_emu::run_or_record(cudaStream_t stream, std::function<cudaError_t()> work) {
+  {
+    std::lock_guard lock(capture_mutex);
+    if (capture.stream != nullptr && is_legacy(stream)) {
+      capture.invalidated = true;
+      return fail(cudaErrorStreamCaptureImplicit);
+    }
+    if (capture.stream != nullptr && stream == capture.stream) {
+      capture.nodes.push_back([work = std::move(work)] {
+        const cudaError_t e = work();
+        if (e != cudaSuccess) device_fault(std::string("a node of a launched graph failed: ") + cudaGetErrorName(e));
+      });
+      return cudaSuccess;
+    }
+  }
+  const cudaError_t e = work();
+  return e == cudaSuccess ? e : fail(e);
+}
 
 namespace dark::cuda_emu {
 std::uint64_t copies_to_host() { return to_host_copies; }
+std::uint64_t graph_launches() { return launched_graphs; }
 
 namespace {
 std::vector<void (*)()>& installers() {  // filled at load time, before any install() call
@@ -169,6 +224,7 @@ cudaError_t cudaMalloc(void** ptr, std::size_t bytes) {
   return *ptr ? cudaSuccess : fail(cudaErrorMemoryAllocation);
 }
 cudaError_t cudaFree(void* ptr) {
+  if (capturing()) return refuse_in_capture(cudaErrorStreamCaptureUnsupported);  // it synchronises the device
   if (ptr && !is_device_pointer(ptr)) return fail(cudaErrorInvalidDevicePointer);
   dark::cuda_emu::device_free(ptr);
   return cudaSuccess;
@@ -188,7 +244,8 @@ cudaError_t cudaMemGetInfo(std::size_t* free_bytes, std::size_t* total_bytes) {
   return cudaSuccess;
 }
 
-cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind) {
+namespace {
+cudaError_t copy_now(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind) {
   if (bytes == 0) return cudaSuccess;
   if (!valid_kind(dst, src, kind)) return fail(cudaErrorInvalidMemcpyDirection);
   DeviceAccess access;
@@ -196,22 +253,39 @@ cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cudaMemcpy
   if (!is_device_pointer(dst) && is_device_pointer(src)) ++to_host_copies;
   return cudaSuccess;
 }
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
-  return cudaMemcpy(dst, src, bytes, kind);
-}
-cudaError_t cudaMemcpyPeer(void* dst, int, const void* src, int, std::size_t bytes) {
-  return cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice);
-}
-cudaError_t cudaMemset(void* ptr, int value, std::size_t bytes) {
+cudaError_t memset_now(void* ptr, int value, std::size_t bytes) {
   if (bytes == 0) return cudaSuccess;
   if (!is_device_pointer(ptr)) return fail(cudaErrorInvalidValue);
   DeviceAccess access;
   std::memset(ptr, value, bytes);
   return cudaSuccess;
 }
-cudaError_t cudaMemsetAsync(void* ptr, int value, std::size_t bytes, cudaStream_t) { return cudaMemset(ptr, value, bytes); }
+}  // namespace
 
-cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+// The synchronous forms run on the legacy stream.
+cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind) {
+  if (capturing()) return refuse_in_capture(cudaErrorStreamCaptureImplicit);
+  return copy_now(dst, src, bytes, kind);
+}
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind, cudaStream_t stream) {
+  if (!valid_kind(dst, src, kind)) return fail(cudaErrorInvalidMemcpyDirection);
+  return dark::cuda_emu::run_or_record(stream, [=] { return copy_now(dst, src, bytes, kind); });
+}
+cudaError_t cudaMemcpyPeer(void* dst, int, const void* src, int, std::size_t bytes) {
+  return cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice);
+}
+cudaError_t cudaMemset(void* ptr, int value, std::size_t bytes) {
+  if (capturing()) return refuse_in_capture(cudaErrorStreamCaptureImplicit);
+  return memset_now(ptr, value, bytes);
+}
+cudaError_t cudaMemsetAsync(void* ptr, int value, std::size_t bytes, cudaStream_t stream) {
+  if (bytes != 0 && !is_device_pointer(ptr)) return fail(cudaErrorInvalidValue);
+  return dark::cuda_emu::run_or_record(stream, [=] { return memset_now(ptr, value, bytes); });
+}
+
+cudaError_t cudaDeviceSynchronize() {
+  return capturing() ? refuse_in_capture(cudaErrorStreamCaptureUnsupported) : cudaSuccess;
+}
 cudaError_t cudaStreamCreate(cudaStream_t* stream) {
   *stream = reinterpret_cast<cudaStream_t>(new Stream);
   return cudaSuccess;
@@ -222,7 +296,9 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   delete reinterpret_cast<Stream*>(stream);
   return cudaSuccess;
 }
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t) {
+  return capturing() ? refuse_in_capture(cudaErrorStreamCaptureUnsupported) : cudaSuccess;
+}
 cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t event, unsigned) {
   return event ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
 }
@@ -238,9 +314,54 @@ cudaError_t cudaEventDestroy(cudaEvent_t event) {
   delete reinterpret_cast<Event*>(event);
   return cudaSuccess;
 }
-cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   if (!event) return fail(cudaErrorInvalidResourceHandle);
-  reinterpret_cast<Event*>(event)->at = std::chrono::steady_clock::now();
+  return dark::cuda_emu::run_or_record(stream, [event] {
+    reinterpret_cast<Event*>(event)->at = std::chrono::steady_clock::now();
+    return cudaSuccess;
+  });
+}
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode) {
+  if (is_legacy(stream)) return fail(cudaErrorStreamCaptureUnsupported);  // the legacy stream cannot be captured
+  std::lock_guard lock(capture_mutex);
+  if (capture.stream != nullptr) return fail(cudaErrorStreamCaptureUnsupported);  // one at a time here
+  capture = Capture{stream, false, {}};
+  return cudaSuccess;
+}
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
+  std::lock_guard lock(capture_mutex);
+  *graph = nullptr;
+  if (capture.stream == nullptr || capture.stream != stream) return fail(cudaErrorInvalidValue);
+  const bool invalidated = capture.invalidated;
+  Nodes nodes = std::move(capture.nodes);
+  capture = Capture{};
+  if (invalidated) return fail(cudaErrorStreamCaptureInvalidated);
+  *graph = reinterpret_cast<cudaGraph_t>(new Graph{std::move(nodes)});
+  return cudaSuccess;
+}
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long) {
+  if (!graph) return fail(cudaErrorInvalidResourceHandle);
+  *exec = reinterpret_cast<cudaGraphExec_t>(new GraphExec{reinterpret_cast<Graph*>(graph)->nodes});
+  return cudaSuccess;
+}
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
+  if (!exec) return fail(cudaErrorInvalidResourceHandle);
+  const Nodes* nodes = &reinterpret_cast<GraphExec*>(exec)->nodes;
+  return dark::cuda_emu::run_or_record(stream, [nodes] {
+    ++launched_graphs;
+    for (const auto& node : *nodes) node();
+    return cudaSuccess;
+  });
+}
+cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+  if (!graph) return fail(cudaErrorInvalidResourceHandle);
+  delete reinterpret_cast<Graph*>(graph);
+  return cudaSuccess;
+}
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+  if (!exec) return fail(cudaErrorInvalidResourceHandle);
+  delete reinterpret_cast<GraphExec*>(exec);
   return cudaSuccess;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t event) { return event ? cudaSuccess : fail(cudaErrorInvalidResourceHandle); }
@@ -278,6 +399,9 @@ const char* cudaGetErrorName(cudaError_t error) {
     case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
     case cudaErrorContextIsDestroyed: return "cudaErrorContextIsDestroyed";
     case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+    case cudaErrorStreamCaptureUnsupported: return "cudaErrorStreamCaptureUnsupported";
+    case cudaErrorStreamCaptureInvalidated: return "cudaErrorStreamCaptureInvalidated";
+    case cudaErrorStreamCaptureImplicit: return "cudaErrorStreamCaptureImplicit";
   }
   return "cudaErrorUnknown";
 }
@@ -292,6 +416,10 @@ const char* cudaGetErrorString(cudaError_t error) {
     case cudaErrorInvalidMemcpyDirection: return "invalid copy direction for memcpy";
     case cudaErrorInvalidDevice: return "invalid device ordinal";
     case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+    case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
+    case cudaErrorStreamCaptureImplicit:
+      return "operation would make the legacy stream depend on a capturing blocking stream";
     default: return cudaGetErrorName(error);
   }
 }

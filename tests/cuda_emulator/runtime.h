@@ -7,7 +7,8 @@
 //
 // Semantics that differ from a GPU: every stream is the one device queue, so asynchronous
 // calls complete before they return (ordering is as strict as it gets; overlap is not
-// emulated); math functions (expf, log, sin, ... and __expf and friends) are the host
+// emulated; work captured into a graph runs when the graph is launched, as on a GPU);
+// math functions (expf, log, sin, ... and __expf and friends) are the host
 // library's, not CUDA's, so results that depend on their last bits differ from a GPU's
 // (README, "What the emulator cannot see"); float atomics add in the order the threads run.
 // Like nvcc, the host compiler contracts a * b + c into FMAs in kernels (CMakeLists.txt).
@@ -18,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <type_traits>
 
 #include "cuda_emulator/grid.h"
@@ -192,6 +194,9 @@ enum cudaError_t {
   cudaErrorIllegalAddress = 700,
   cudaErrorContextIsDestroyed = 709,
   cudaErrorLaunchFailure = 719,
+  cudaErrorStreamCaptureUnsupported = 900,
+  cudaErrorStreamCaptureInvalidated = 901,
+  cudaErrorStreamCaptureImplicit = 906,
 };
 using cudaError = cudaError_t;
 
@@ -205,8 +210,17 @@ enum cudaMemcpyKind {
 
 struct CUstream_st;
 struct CUevent_st;
+struct CUgraph_st;
+struct CUgraphExec_st;
 using cudaStream_t = CUstream_st*;
 using cudaEvent_t = CUevent_st*;
+using cudaGraph_t = CUgraph_st*;
+using cudaGraphExec_t = CUgraphExec_st*;
+enum cudaStreamCaptureMode {
+  cudaStreamCaptureModeGlobal = 0,
+  cudaStreamCaptureModeThreadLocal = 1,
+  cudaStreamCaptureModeRelaxed = 2,
+};
 #define cudaStreamLegacy (reinterpret_cast<cudaStream_t>(0x1))
 #define cudaStreamPerThread (reinterpret_cast<cudaStream_t>(0x2))
 inline constexpr unsigned cudaStreamDefault = 0, cudaStreamNonBlocking = 1;
@@ -265,6 +279,17 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream = nullptr);
 cudaError_t cudaEventSynchronize(cudaEvent_t event);
 cudaError_t cudaEventQuery(cudaEvent_t event);
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end);
+// Graph capture (one at a time, as our code needs): work queued on the capturing stream is
+// recorded, not run; a launch or copy on the legacy stream, a synchronous copy or memset, a
+// synchronisation or a cudaFree while a capture is under way is refused as CUDA refuses it
+// (cudaErrorStreamCaptureImplicit / Unsupported) and invalidates the capture. cudaMalloc is
+// allowed (the relaxed mode our backend captures in). A launched graph runs its nodes in order.
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode);
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph);
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long flags = 0);
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream);
+cudaError_t cudaGraphDestroy(cudaGraph_t graph);
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec);
 cudaError_t cudaGetLastError();
 cudaError_t cudaPeekAtLastError();
 const char* cudaGetErrorName(cudaError_t error);
@@ -279,6 +304,11 @@ cudaError_t cudaFuncSetAttribute(F* kernel, cudaFuncAttribute attribute, int val
 }
 
 namespace dark::cuda_emu {
+// Work for `stream`: run now (no capture under way, or another stream), recorded into the
+// capture (the capturing stream; returns cudaSuccess, and a node that fails when the graph
+// is launched throws), or refused (the legacy stream during a capture: the capture is
+// invalidated, as on a GPU).
+cudaError_t run_or_record(cudaStream_t stream, std::function<cudaError_t()> work);
 inline cudaError_t launch_error(LaunchStatus s) {
   switch (s) {
     case LaunchStatus::ok: return cudaSuccess;
