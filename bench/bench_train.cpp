@@ -46,6 +46,8 @@
 #include "train/config.h"
 #include "train/device_setting.h"
 #include "train/model_builder.h"
+#include "train/attention_state.h"
+#include "train/step_graph.h"
 
 namespace {
 using Clock = std::chrono::steady_clock;
@@ -246,6 +248,10 @@ int main(int argc, char** argv) {
     nn::Optimizer optimizer(params, config.optimizer);
     model->train(true);
     const int accum = config.training.grad_accum;
+    DARK_CHECK(!config.training.cuda_graph || (device.is_cuda() && config.model.dropout == 0),
+               "training.cuda_graph needs training.device cuda and model.dropout 0");
+    std::unique_ptr<train::StepGraph> graph;
+    if (config.training.cuda_graph) graph = std::make_unique<train::StepGraph>(device);
 
     std::vector<double> step_s, fwd_s, bwd_s, norm_s, opt_s;
     double last_loss = 0, first_loss = 0;
@@ -262,11 +268,40 @@ int main(int argc, char** argv) {
       params.zero_grad();
       double loss_value = 0, fwd = 0, bwd = 0;
       std::unique_ptr<WeightCopies> weight_copies;  // as train_step: every weight cast once per step
-      if (bf16) {
+      if (bf16 && !graph) {
         const ProfilePass pass("forward");
         weight_copies = params.cast_values(DType::bf16);
       }
-      for (int micro = 0; micro < accum; ++micro) {
+      if (graph) {
+        // training.cuda_graph: the passes as train_step runs them (train/step_graph.h); the
+        // forward phase is then forward and backward together, read back once.
+        const auto f0 = Clock::now();
+        const std::vector<std::int64_t> epochs = train::redrawing_feature_epochs(*model);
+        auto passes = [&](const std::vector<Tensor>& inputs) {
+          // The casts inside the passes: a graph must redo them from each step's weights.
+          const auto copies = bf16 ? params.cast_values(DType::bf16) : nullptr;
+          Tensor loss_sum;
+          for (int micro = 0; micro < accum; ++micro) {
+            Tensor loss = model->loss(inputs[micro], static_cast<std::uint64_t>(step * accum + micro));
+            if (accum > 1) loss = mul_scalar(loss, 1.0 / accum);
+            backward(loss);
+            const Tensor value = loss.detach().to(DType::f64);
+            loss_sum = loss_sum.defined() ? add(loss_sum, value) : value;
+          }
+          return loss_sum;
+        };
+        Tensor loss_sum;
+        if (graph->applies(epochs, KernelProfile::active())) {
+          loss_sum = graph->launch(batches, epochs, passes);
+        } else {
+          graph->eager_step_ran(epochs);
+          const ProfilePass pass("forward");
+          loss_sum = passes(batches);
+        }
+        loss_value = loss_sum.item();
+        fwd = std::chrono::duration<double>(Clock::now() - f0).count();
+      }
+      for (int micro = 0; micro < accum && !graph; ++micro) {
         const auto f0 = Clock::now();
         Tensor loss;
         {
@@ -345,6 +380,7 @@ int main(int argc, char** argv) {
                 {"parameters", model->num_parameters()},
                 {"first_loss", first_loss},
                 {"last_loss", last_loss},
+                {"cuda_graph", config.training.cuda_graph},  // then phases_ms.forward is forward + backward
                 {"phases_ms",
                  {{"forward", dark::median(fwd_s) * 1e3},
                   {"backward", dark::median(bwd_s) * 1e3},

@@ -68,6 +68,7 @@ class AttentionKernel : public Module {
   // forward, take (once; empty when no forward ran since the request). Measured without
   // recording, so gradients are unchanged.
   void request_stats() { stats_requested_ = true; }
+  bool stats_requested() const { return stats_requested_; }
   std::optional<AttentionStats> take_stats() {
     std::optional<AttentionStats> s = std::move(stats_);
     stats_.reset();

@@ -6,7 +6,8 @@
 #      SDPA, fused AdamW, bf16 autocast). MFU = 6 N + 6 n_layers T d_model FLOPs per token
 #      (N = parameters; the attention term is the causal half of 12 n_layers T d) over the
 #      dense bf16 peak (--peak-tflops, 989 for H100 / H200 SXM). Targets: >= 1.0x
-#      PyTorch + compile, >= 40% MFU.
+#      PyTorch + compile, >= 40% MFU. Ours runs twice: eager, and with training.cuda_graph
+#      (each step's forward and backward one graph launch).
 #   2. attention forward + backward against L (131072 tokens per call) for head dimensions
 #      64, 128 and 256: our flash kernel against PyTorch's scaled_dot_product_attention
 #      (TFLOP/s) and the random-feature kinds at m = 64 and 256, with issue 29's targets
@@ -76,6 +77,8 @@ model_json="$("$bench_train" "${sets[@]}" --print-model 2>> "$out/train.log")" |
 : > "$out/train.jsonl"
 # --profile 3: three more steps with every kernel timed by CUDA events (the table is in train.log).
 "$bench_train" "${sets[@]}" --steps "$steps" --warmup "$warmup" --profile 3 >> "$out/train.jsonl" 2>> "$out/train.log" || failed=1
+"$bench_train" "${sets[@]}" --set training.cuda_graph=true --steps "$steps" --warmup "$warmup" >> "$out/train.jsonl" \
+  2>> "$out/train.log" || failed=1
 for mode in "" "--compile"; do
   "$py" bench/torch_gpu.py train --model-json "$model_json" --steps "$steps" --warmup "$warmup" $mode \
     >> "$out/train.jsonl" 2>> "$out/train.log" || { echo "torch train $mode failed (see train.log)"; failed=1; }
@@ -100,7 +103,8 @@ def rows(name):
     return r
 summary = {}
 train = rows("train.jsonl")
-ours = next((r for r in train if r.get("side") == "darkformer"), None)
+ours = next((r for r in train if r.get("side") == "darkformer" and not r.get("cuda_graph")), None)
+ours_graph = next((r for r in train if r.get("side") == "darkformer" and r.get("cuda_graph")), None)
 torch_rows = {r["mode"]: r for r in train if r.get("side") == "torch"}
 if ours:
     m = ours["model"]
@@ -108,10 +112,15 @@ if ours:
     def mfu(tok_s): return tok_s * flops_per_token / (peak * 1e12)
     print("\ntraining (median step)       tokens/s     MFU    peak MiB")
     print(f"  darkformer bf16         {ours['tokens_per_s']:10.0f}  {100 * mfu(ours['tokens_per_s']):5.1f}%  {ours['alloc_peak_mb']:9.0f}")
+    if ours_graph:
+        g = ours_graph
+        print(f"  darkformer bf16 graph   {g['tokens_per_s']:10.0f}  {100 * mfu(g['tokens_per_s']):5.1f}%  {g['alloc_peak_mb']:9.0f}")
     for mode, r in torch_rows.items():
         print(f"  torch {mode:8s} bf16     {r['tokens_per_s']:10.0f}  {100 * mfu(r['tokens_per_s']):5.1f}%  {r['peak_mem_mib']:9.0f}")
     summary["train"] = {"darkformer_tokens_per_s": ours["tokens_per_s"], "darkformer_mfu": mfu(ours["tokens_per_s"]),
                         "torch": {k: v["tokens_per_s"] for k, v in torch_rows.items()}}
+    if ours_graph:
+        summary["train"]["darkformer_graph_tokens_per_s"] = ours_graph["tokens_per_s"]
     if "compile" in torch_rows:
         ratio = ours["tokens_per_s"] / torch_rows["compile"]["tokens_per_s"]
         summary["train"]["vs_torch_compile"] = ratio

@@ -22,6 +22,8 @@
 #                100 steps (f32 within 2%, bf16 within 5%)
 #   determinism  the GPU runs once more, f32 and bf16: every logged loss and gradient norm
 #                must equal the first run's bit for bit
+#   cuda-graph   the bf16 quickstart once more with training.cuda_graph: the same bits as the
+#                eager run, and both runs' tokens/s
 #   mpi          two ranks under mpirun (the bundle's own Open MPI in bundle mode): the
 #                collectives on exact data, and a 2-rank training run on the CPU against one
 #                process, bit for bit
@@ -260,12 +262,12 @@ if [[ ! -d /usr/share/doc/python3.11/html/_sources ]]; then
        --set data.dir="$root/cache/data/gpu-check-repo-text")
 fi
 rm -rf "$out/quickstart"
-quickstart() {  # quickstart DEVICE PRECISION RUN_NAME STAGE_NAME LIMIT
+quickstart() {  # quickstart DEVICE PRECISION RUN_NAME STAGE_NAME LIMIT [--set K=V ...]
   local t0
   t0=$(date +%s)
   say "quickstart $steps steps on $1 in $2 ($3)"
   if timeout "$(limit "$5")" "$(prog darkformer)" train "${qs[@]}" --set training.device="$1" --set training.precision="$2" \
-       --set output.dir="$out/quickstart/$3" > "$out/quickstart-$3.log" 2>&1; then
+       --set output.dir="$out/quickstart/$3" "${@:6}" > "$out/quickstart-$3.log" 2>&1; then
     stage "$4" passed "" $(($(date +%s) - t0))
   else
     stage "$4" failed "see quickstart-$3.log" $(($(date +%s) - t0))
@@ -293,6 +295,12 @@ if [[ $det_ok == 1 ]]; then
   python3 "$repo/scripts/gpu_check_summary.py" --same "$out" cuda-f32 cuda-f32-again cuda-bf16 cuda-bf16-again \
     > "$out/determinism.json" && stage determinism passed "same bits run to run (f32, bf16)" ||
     stage determinism failed "see determinism.json"
+fi
+# training.cuda_graph: each step's passes as one graph launch; the eager run's bits expected.
+if [[ -f "$out/quickstart/cuda-bf16/metrics.jsonl" ]] &&
+   quickstart cuda bf16 cuda-bf16-graph quickstart:cuda-bf16-graph 60 --set training.cuda_graph=true; then
+  python3 "$repo/scripts/gpu_check_summary.py" --same "$out" cuda-bf16 cuda-bf16-graph > "$out/cuda_graph.json" &&
+    stage cuda-graph passed "same bits as the eager bf16 run" || stage cuda-graph failed "see cuda_graph.json"
 fi
 
 stage_mpi

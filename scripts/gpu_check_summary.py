@@ -116,7 +116,8 @@ def bench_summary(out, peak_tflops=989.0):
     train = jsonl(f"{out}/bench/train.jsonl")
     attn = jsonl(f"{out}/bench/attention.jsonl")
     s = {"train": {}, "attention": []}
-    ours = next((r for r in train if r.get("side") == "darkformer"), None)
+    ours = next((r for r in train if r.get("side") == "darkformer" and not r.get("cuda_graph")), None)
+    ours_graph = next((r for r in train if r.get("side") == "darkformer" and r.get("cuda_graph")), None)
     if ours:
         m = ours["model"]
         per_token = 6 * ours["parameters"] + 6 * m["n_layers"] * m["seq_len"] * m["d_model"]
@@ -124,6 +125,11 @@ def bench_summary(out, peak_tflops=989.0):
                                     "mfu": ours["tokens_per_s"] * per_token / (peak_tflops * 1e12),
                                     "step_ms": ours.get("median_step_ms"), "phases_ms": ours.get("phases_ms"),
                                     "alloc_peak_mb": ours.get("alloc_peak_mb"), "profile": ours.get("profile")}
+        if ours_graph:
+            s["train"]["darkformer-graph"] = {"tokens_per_s": ours_graph["tokens_per_s"],
+                                              "mfu": ours_graph["tokens_per_s"] * per_token / (peak_tflops * 1e12),
+                                              "step_ms": ours_graph.get("median_step_ms"),
+                                              "alloc_peak_mb": ours_graph.get("alloc_peak_mb")}
         for r in train:
             if r.get("side") == "torch":
                 s["train"][f"torch-{r['mode']}"] = {"tokens_per_s": r["tokens_per_s"],
@@ -160,7 +166,7 @@ def summary(out):
     stages = [json.loads(l) for l in open(f"{out}/stages.jsonl") if l.strip()] if os.path.exists(
         f"{out}/stages.jsonl") else []
     s = {"stages": stages}
-    for name in ("manifest", "cpu", "gpu", "quickstart", "determinism", "mpi"):
+    for name in ("manifest", "cpu", "gpu", "quickstart", "determinism", "cuda_graph", "mpi"):
         v = load(f"{out}/{name}.json")
         if v is not None:
             s[name] = v
@@ -209,6 +215,18 @@ def summary(out):
     if d:
         lines.append("determinism: " + "; ".join(f"{k}: {'same bits' if v['identical'] else 'DIFFERS from step ' + str(v['first_differing_step'])} over {v['steps']} steps"
                                                  for k, v in d.items() if isinstance(v, dict)))
+    g = s.get("cuda_graph")
+    if g and isinstance(g.get("cuda-bf16-graph"), dict):
+        v, rates = g["cuda-bf16-graph"], {}
+        for name in ("cuda-bf16", "cuda-bf16-graph"):
+            try:
+                steps_seen, _ = metrics(f"{out}/quickstart/{name}")
+                rates[name] = steps_seen[max(steps_seen)][2]
+            except (OSError, ValueError, KeyError):
+                pass
+        lines.append("cuda graph (bf16 quickstart): " +
+                     ("same bits as eager" if v["identical"] else f"DIFFERS from step {v['first_differing_step']}") +
+                     "".join(f"; {k} {r:.0f} tok/s" for k, r in rates.items()))
     mp = s.get("mpi")
     if mp:
         lines.append("mpi 2 ranks vs 1 process (CPU): " + ("same bits" if mp.get("pass") else "DIFFERENT") +

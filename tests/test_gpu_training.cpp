@@ -3,7 +3,8 @@
 // precision follows it within a few percent; activation checkpointing changes no bit; a
 // checkpoint written on one device resumes on the other to the same weights and optimizer
 // state; eval, generate and probe on the GPU give the CPU's numbers and text; a training step
-// reads back nothing but its logged scalars (counted by the CUDA emulator); running out of
+// reads back nothing but its logged scalars (counted by the CUDA emulator); training.cuda_graph
+// gives the eager run's bits, one graph launch and one read-back per step; running out of
 // device memory says how much and what to change; bf16 on the CPU is refused clearly.
 // Runs on a GPU when there is one, and always in test_gpu_training_emulated.
 #include <gtest/gtest.h>
@@ -161,7 +162,74 @@ TEST(GpuTraining, CheckpointsResumeOnTheOtherDevice) {
   }
 }
 
+// training.cuda_graph: steps launched as a captured graph give the eager steps' bits, through
+// everything that makes a step run eagerly or capture again (the first step, attention
+// statistics on log steps, a new feature epoch) and micro-batches accumulated in one graph.
+TEST(GpuTraining, CudaGraphStepsGiveTheEagerStepsBits) {
+  DARK_REQUIRE_GPU();
+  struct Case {
+    const char* kind;
+    const char* precision;
+    int grad_accum;
+  };
+  for (const Case& c : {Case{"softmax", "f32", 1}, Case{"darkformer", "bf16", 2}}) {
+    const std::string what = std::string(c.kind) + " " + c.precision;
+    TempDir tmp;
+    auto config = tiny_config(tmp, "x", 12);
+    config["attention"] = {{"kind", c.kind}, {"num_features", 16}, {"redraw_interval", 5}};
+    config["training"]["grad_accum"] = c.grad_accum;
+    config["training"]["log_interval"] = 4;  // steps 3, 7 and 11 measure attention statistics
+    const TrainResult eager = train(parse_config(on(config, tmp, "eager", "cuda", c.precision)), {});
+    config["training"]["cuda_graph"] = true;
+    const TrainResult graph = train(parse_config(on(config, tmp, "graph", "cuda", c.precision)), {});
+    EXPECT_EQ(losses(tmp.path() / "graph"), losses(tmp.path() / "eager")) << what;
+    EXPECT_EQ(graph.final_eval.loss, eager.final_eval.loss) << what;
+    const auto a = formats::load_checkpoint(tmp.path() / "eager/checkpoints" / formats::checkpoint_name(10));
+    const auto b = formats::load_checkpoint(tmp.path() / "graph/checkpoints" / formats::checkpoint_name(10));
+    expect_tensor_maps_close(b.model, a.model, 0, what + ": parameter");
+    expect_tensor_maps_close(b.optimizer, a.optimizer, 0, what + ": optimizer state");
+  }
+}
+
+// What a captured step cannot repeat is refused before the run starts: a CPU device, dropout.
+TEST(GpuTraining, CudaGraphNeedsAGpuAndNoDropout) {
+  TempDir tmp;
+  auto config = tiny_config(tmp, "x", 10);
+  config["training"]["cuda_graph"] = true;
+  const std::string cpu = error_of([&] { start_run(parse_config(on(config, tmp, "cpu", "cpu")), false); });
+  EXPECT_NE(cpu.find("training.cuda_graph: CUDA graphs need a GPU (training.device cuda), not cpu"), std::string::npos)
+      << cpu;
+  EXPECT_FALSE(fs::exists(tmp.path() / "cpu")) << "a refused run writes nothing";
+  DARK_REQUIRE_GPU();
+  config["model"]["dropout"] = 0.1;
+  const std::string dropout = error_of([&] { start_run(parse_config(on(config, tmp, "gpu", "cuda")), false); });
+  EXPECT_NE(dropout.find("training.cuda_graph: model.dropout 0.1 draws new masks every step"), std::string::npos)
+      << dropout;
+}
+
 #if defined(DARK_TEST_ON_CUDA_EMULATOR)
+// A steady-state graph step: one graph launch, one read-back (loss and gradient norm), no new
+// device memory; one capture for the whole run while the feature epoch stays.
+TEST(GpuTraining, ACudaGraphStepIsOneLaunchAndOneReadBack) {
+  TempDir tmp;
+  auto config = on(tiny_config(tmp, "x", 10), tmp, "run", "cuda", "bf16");
+  config["training"]["cuda_graph"] = true;
+  TrainingRun run = start_run(parse_config(config), false);
+  train_step(run);  // eager: fills the caches a capture must find ready
+  const std::uint64_t before_capture = cuda_emu::graph_launches();
+  train_step(run);  // captures, then launches
+  EXPECT_EQ(run.step_graph->captures(), 1);
+  EXPECT_EQ(cuda_emu::graph_launches() - before_capture, 1u);
+  const std::size_t allocs = allocator_for(Device::cuda(0)).stats().system_allocs;
+  const std::uint64_t graphs = cuda_emu::graph_launches(), copies = cuda_emu::copies_to_host();
+  train_step(run);
+  train_step(run);
+  EXPECT_EQ(cuda_emu::graph_launches() - graphs, 2u);
+  EXPECT_EQ(cuda_emu::copies_to_host() - copies, 2u) << "one read-back per step";
+  EXPECT_EQ(allocator_for(Device::cuda(0)).stats().system_allocs, allocs);
+  EXPECT_EQ(run.step_graph->captures(), 1);
+}
+
 // "Nothing in the step loop copies to the host except the scalars that are logged": the
 // emulator counts device-to-host copies.
 TEST(GpuTraining, AStepReadsBackOnlyItsScalars) {

@@ -34,8 +34,20 @@ bool features_redrawn_at(nn::CausalLM& model, const std::vector<std::int64_t>& i
   return false;
 }
 
+std::vector<std::int64_t> redrawing_feature_epochs(nn::CausalLM& model) {
+  std::vector<std::int64_t> out;
+  for (nn::AttentionKernel* k : model.attention_kernels())
+    if (k->redraws_features()) out.push_back(k->feature_epoch());
+  return out;
+}
+
 void request_attention_stats(nn::CausalLM& model) {
   for (nn::AttentionKernel* k : model.attention_kernels()) k->request_stats();
+}
+
+bool attention_stats_requested(nn::CausalLM& model) {
+  const auto kernels = model.attention_kernels();
+  return std::any_of(kernels.begin(), kernels.end(), [](nn::AttentionKernel* k) { return k->stats_requested(); });
 }
 
 std::vector<nn::AttentionStats> take_attention_stats(nn::CausalLM& model) {

@@ -26,9 +26,14 @@ void set_feature_epochs(nn::CausalLM& model, const std::vector<std::int64_t>& in
 // output a new epoch changes (a redraw; lfk, softmax and exact mode never redraw).
 bool features_redrawn_at(nn::CausalLM& model, const std::vector<std::int64_t>& intervals, std::int64_t step);
 
+// The feature epochs of the layers whose output a new epoch changes (what a captured step
+// graph depends on besides its inputs: train/step_graph.h).
+std::vector<std::int64_t> redrawing_feature_epochs(nn::CausalLM& model);
+
 // The attention statistics (nn::AttentionStats) of the next forward pass, every layer: request
 // before it, take after (one entry per layer; empty when no forward pass ran).
 void request_attention_stats(nn::CausalLM& model);
+bool attention_stats_requested(nn::CausalLM& model);
 std::vector<nn::AttentionStats> take_attention_stats(nn::CausalLM& model);
 
 // DARKFormer's whiten initialisation and the variance-optimal proposal measure the queries

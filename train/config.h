@@ -70,6 +70,7 @@ struct TrainingConfig {
   std::string device = "cpu";              // cpu, cuda, cuda:N or auto (see train/device_setting.h)
   Precision precision = Precision::f32;    // bf16: mixed precision (GPUs)
   bool activation_checkpointing = false;   // recompute each decoder block in backward (less memory)
+  bool cuda_graph = false;                 // capture forward + backward once as a CUDA graph, launch it each step
   MemoryCheck memory_check = MemoryCheck::error;  // above the machine's memory: refuse, warn or do not check
 };
 

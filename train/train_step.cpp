@@ -3,15 +3,19 @@
 
 #include <chrono>
 #include <cmath>
+#include <optional>
+#include <vector>
 
 #include "autograd/grad_mode.h"
 #include "autograd/ops.h"
 #include "autograd/tape.h"
 #include "core/allocator.h"
 #include "core/deferred_checks.h"
+#include "core/kernel_profile.h"
 #include "nn/schedule.h"
 #include "train/attention_state.h"
 #include "train/data_parallel.h"
+#include "train/step_graph.h"
 
 namespace dark::train {
 
@@ -38,6 +42,32 @@ StepScalars gradients_final(TrainingRun& run, const Tensor& loss_sum, const Defe
   return s;
 }
 
+namespace {
+
+// Forward and backward of the step's micro-batches (`batches`, keyed for dropout by
+// `indices`), gradients accumulating in the flat buffer: the float64 sum of their scaled losses.
+Tensor accumulate_gradients(TrainingRun& run, const std::vector<Tensor>& batches,
+                            const std::vector<std::int64_t>& indices) {
+  const TrainingConfig& tc = run.config.training;
+  const int world = run.parallel ? run.parallel->world_size() : 1;
+  // The gradients summed over the micro-batches of every rank are the mean over the global batch.
+  const int parts = tc.grad_accum * world;
+  Tensor loss_sum;
+  // bf16: every weight cast in one kernel for all micro-batches, not one per weight and use.
+  auto weight_copies = tc.precision == Precision::bf16 ? run.params->cast_values(DType::bf16) : nullptr;
+  for (int micro = 0; micro < tc.grad_accum; ++micro) {
+    if (run.parallel && micro == tc.grad_accum - 1) run.parallel->arm();  // only the last backward communicates
+    Tensor loss = run.model->loss(batches[micro], static_cast<std::uint64_t>(indices[micro]));
+    if (parts > 1) loss = mul_scalar(loss, 1.0 / parts);
+    backward(loss);
+    const Tensor value = loss.detach().to(DType::f64);
+    loss_sum = loss_sum.defined() ? add(loss_sum, value) : value;
+  }
+  return loss_sum;  // weight_copies go here, before the update changes the values
+}
+
+}  // namespace
+
 StepResult train_step(TrainingRun& run) {
   const RunConfig& c = run.config;
   const TrainingConfig& tc = c.training;
@@ -49,24 +79,34 @@ StepResult train_step(TrainingRun& run) {
   r.lr = nn::learning_rate_at(c.schedule, c.optimizer.lr, run.step, tc.steps);
   run.params->zero_grad();
   const int rank = run.parallel ? run.parallel->rank() : 0, world = run.parallel ? run.parallel->world_size() : 1;
-  // The gradients summed over the micro-batches of every rank are the mean over the global batch.
-  const int parts = tc.grad_accum * world;
-  Tensor loss_sum;
-  const DeferredChecks checks(run.device);  // index checks wait for the step's one read-back
-  // bf16: every weight cast in one kernel for all micro-batches, not one per weight and use.
-  auto weight_copies = tc.precision == Precision::bf16 ? run.params->cast_values(DType::bf16) : nullptr;
+  std::vector<std::int64_t> indices;
+  std::vector<Tensor> batches;
   for (int micro = 0; micro < tc.grad_accum; ++micro) {
     // Keys the batch and the dropout masks (which so differ between ranks).
-    const std::int64_t index = micro_batch_index(run.step, rank, world, tc.grad_accum, micro);
-    if (run.parallel && micro == tc.grad_accum - 1) run.parallel->arm();  // only the last backward communicates
-    Tensor loss = run.model->loss(run.loader->batch(index), static_cast<std::uint64_t>(index));
-    if (parts > 1) loss = mul_scalar(loss, 1.0 / parts);
-    backward(loss);
-    const Tensor value = loss.detach().to(DType::f64);
-    loss_sum = loss_sum.defined() ? add(loss_sum, value) : value;
+    indices.push_back(micro_batch_index(run.step, rank, world, tc.grad_accum, micro));
+    batches.push_back(run.loader->batch(indices.back()));
   }
-  weight_copies.reset();  // before the update changes the values
-  const StepScalars s = gradients_final(run, loss_sum, &checks);
+  Tensor loss_sum;
+  const DeferredChecks* checks = nullptr;
+  std::optional<DeferredChecks> eager_checks;
+  bool launched_graph = false;
+  if (run.step_graph) {
+    const std::vector<std::int64_t> epochs = redrawing_feature_epochs(*run.model);
+    launched_graph = run.step_graph->applies(epochs, attention_stats_requested(*run.model) || KernelProfile::active());
+    if (launched_graph) {
+      loss_sum = run.step_graph->launch(batches, epochs, [&](const std::vector<Tensor>& inputs) {
+        return accumulate_gradients(run, inputs, indices);
+      });
+      checks = &run.step_graph->checks();
+    } else {
+      run.step_graph->eager_step_ran(epochs);
+    }
+  }
+  if (!launched_graph) {
+    checks = &eager_checks.emplace(run.device);  // index checks wait for the step's one read-back
+    loss_sum = accumulate_gradients(run, batches, indices);
+  }
+  const StepScalars s = gradients_final(run, loss_sum, checks);
   r.loss = s.loss;
   r.grad_norm = s.grad_norm;
   r.comm_wait_seconds = s.comm_wait_seconds;
@@ -82,6 +122,9 @@ StepResult train_step(TrainingRun& run) {
   }
   ++run.step;
   r.peak_bytes = memory.stats().peak_bytes_in_use;
+  // A launched graph allocates nothing: its intermediates are its pool's blocks, all of which
+  // it may use during the step (an upper bound: the few it keeps live count twice).
+  if (launched_graph) r.peak_bytes += run.step_graph->memory_bytes();
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }

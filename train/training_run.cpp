@@ -51,13 +51,15 @@ void check_source_tokenizer(const InitSource& source, const RunConfig& config, c
 void check_resumable(const RunConfig& theirs, const RunConfig& ours, const fs::path& checkpoint, const fs::path& run_dir) {
   json a = to_json(theirs), b = to_json(ours);
   for (json* j : {&a, &b}) {
-    for (const char* key : {"steps", "device", "grad_accum", "precision", "activation_checkpointing", "memory_check"})
+    for (const char* key :
+         {"steps", "device", "grad_accum", "precision", "activation_checkpointing", "cuda_graph", "memory_check"})
       (*j)["training"].erase(key);
     j->erase("output"), j->erase("distributed");
   }
   DARK_CHECK(a == b, "--resume: the config differs from the one checkpoint ", checkpoint.filename().string(),
              " was trained with (only training.steps, training.device, training.grad_accum, training.precision, "
-             "training.activation_checkpointing, training.memory_check, distributed and output.dir may change); see ",
+             "training.activation_checkpointing, training.cuda_graph, training.memory_check, distributed and "
+             "output.dir may change); see ",
              (run_dir / "config.json").string());
 }
 
@@ -191,6 +193,19 @@ void check_precision(Precision precision, Device device) {
                   cpu, ": use training.precision f32 on ", device.to_string()));
 }
 
+// training.cuda_graph: a step graph repeats, at every launch, what the host decided at its
+// capture; what would differ from step to step must not be in it.
+void check_cuda_graph(const RunConfig& config, Device device, bool communicates) {
+  if (!config.training.cuda_graph) return;
+  DARK_CHECK(device.is_cuda(), "config: training.cuda_graph: CUDA graphs need a GPU (training.device cuda), not ",
+             device.to_string());
+  DARK_CHECK(config.model.dropout == 0, "config: training.cuda_graph: model.dropout ", config.model.dropout,
+             " draws new masks every step, and a graph would repeat its capture's: set model.dropout 0, or "
+             "training.cuda_graph false");
+  DARK_CHECK(!communicates, "config: training.cuda_graph: not under mpirun yet (the gradients' all-reduce that "
+             "overlaps the last backward is not captured): set training.cuda_graph false");
+}
+
 // Where a run's weights come from: the latest checkpoint (--resume), a finetuning source, or
 // nowhere (a fresh run). A finetuning run takes the architecture of where its weights come from.
 struct WeightsOrigin {
@@ -222,6 +237,7 @@ TrainingRun start_run(RunConfig config, bool resume) {
   // parallelism, and a GPU run takes the GPU of its local rank.
   const bool communicates = run.comm->backend() != dist::BackendKind::single;
   if (run.device.is_cuda() && communicates) run.device = run.comm->device();
+  check_cuda_graph(config, run.device, communicates);
   // Which CUDA backend serves the run: the CUDA runtime, or (in a test program) the emulator.
   if (run.device.is_cuda()) spdlog::info("device {}: served by {}", run.device.to_string(), backend_name(DeviceType::cuda));
   log_as_rank(*run.comm);
@@ -255,6 +271,7 @@ TrainingRun start_run(RunConfig config, bool resume) {
 
   build_trainable_model(run, origin.source, origin.checkpoint, communicates);
   open_data_streams(run);
+  if (c.training.cuda_graph) run.step_graph = std::make_unique<StepGraph>(run.device);
   // Calibration reads the same global batches on every rank, so its result is the same
   // everywhere (and the same as a one-process run's) without communication.
   if (!run.resumed) calibrate_attention(*run.model, c, *run.loader);

@@ -23,6 +23,7 @@
 #include "train/dist/communicator.h"
 #include "train/memory_estimate.h"
 #include "train/run_lock.h"
+#include "train/step_graph.h"
 
 namespace dark::train {
 
@@ -39,6 +40,7 @@ struct TrainingRun {
   std::unique_ptr<DataParallel> parallel;       // under mpirun, even with one rank (declared after model: destroyed first)
   std::unique_ptr<data::TrainLoader> loader;    // delivers batches on `device`
   std::unique_ptr<data::ValidationSet> val;
+  std::unique_ptr<StepGraph> step_graph;        // training.cuda_graph: the captured passes (train/step_graph.h)
   std::vector<std::int64_t> redraw_intervals;   // per layer
   std::int64_t step = 0;                        // optimizer steps taken
   std::int64_t consecutive_skips = 0, skipped_total = 0;  // non-finite steps
