@@ -175,17 +175,19 @@ TEST(GpuTraining, CudaGraphStepsGiveTheEagerStepsBits) {
   for (const Case& c : {Case{"softmax", "f32", 1}, Case{"darkformer", "bf16", 2}}) {
     const std::string what = std::string(c.kind) + " " + c.precision;
     TempDir tmp;
-    auto config = tiny_config(tmp, "x", 12);
-    config["attention"] = {{"kind", c.kind}, {"num_features", 16}, {"redraw_interval", 5}};
-    config["training"]["grad_accum"] = c.grad_accum;
-    config["training"]["log_interval"] = 4;  // steps 3, 7 and 11 measure attention statistics
+    auto config = tiny_config(tmp, "x", 8);
+    // Steps: 0 eager, 1 captures, 2 launches, 3 eager (statistics, new epoch), 4 captures
+    // again, 5 launches, 6 eager (new epoch), 7 eager (statistics).
+    config["attention"] = {{"kind", c.kind}, {"num_features", 16}, {"redraw_interval", 3}};
+    config["training"].merge_patch({{"batch_size", 8 / c.grad_accum}, {"grad_accum", c.grad_accum}, {"log_interval", 4},
+                                    {"checkpoint_interval", 8}, {"generate_tokens", 0}});
     const TrainResult eager = train(parse_config(on(config, tmp, "eager", "cuda", c.precision)), {});
     config["training"]["cuda_graph"] = true;
     const TrainResult graph = train(parse_config(on(config, tmp, "graph", "cuda", c.precision)), {});
     EXPECT_EQ(losses(tmp.path() / "graph"), losses(tmp.path() / "eager")) << what;
     EXPECT_EQ(graph.final_eval.loss, eager.final_eval.loss) << what;
-    const auto a = formats::load_checkpoint(tmp.path() / "eager/checkpoints" / formats::checkpoint_name(10));
-    const auto b = formats::load_checkpoint(tmp.path() / "graph/checkpoints" / formats::checkpoint_name(10));
+    const auto a = formats::load_checkpoint(tmp.path() / "eager/checkpoints" / formats::checkpoint_name(8));
+    const auto b = formats::load_checkpoint(tmp.path() / "graph/checkpoints" / formats::checkpoint_name(8));
     expect_tensor_maps_close(b.model, a.model, 0, what + ": parameter");
     expect_tensor_maps_close(b.optimizer, a.optimizer, 0, what + ": optimizer state");
   }
