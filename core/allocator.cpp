@@ -129,6 +129,12 @@ void CachingAllocator::release_pool(int pool) {
   pools_.erase(it);
 }
 
+bool CachingAllocator::in_capturing_pool(const void* ptr) const {
+  std::lock_guard lock(mutex_);
+  const auto it = pool_of_.find(const_cast<void*>(ptr));
+  return capturing_ != 0 && it != pool_of_.end() && it->second == capturing_;
+}
+
 std::size_t CachingAllocator::pool_bytes(int pool) const {
   std::lock_guard lock(mutex_);
   const auto it = pools_.find(pool);

@@ -62,6 +62,8 @@ class CachingAllocator {
   void release_pool(int pool);
   // The blocks a pool owns (held by live tensors or free for its graph's next launch).
   std::size_t pool_bytes(int pool) const;
+  // Whether `ptr` is a block of the pool capturing now.
+  bool in_capturing_pool(const void* ptr) const;
 
  private:
   std::string out_of_memory_message(std::size_t size) const;

@@ -4,8 +4,31 @@
 #include "core/allocator.h"
 #include "core/backend.h"
 #include "core/error.h"
+#include "core/tensor.h"
 
 namespace dark {
+
+namespace {
+thread_local DeviceGraph* capturing_graph = nullptr;  // the graph this thread is capturing
+
+// Makes `graph` the one capturing on this thread for a scope.
+class Capturing {
+ public:
+  explicit Capturing(DeviceGraph* graph) { capturing_graph = graph; }
+  ~Capturing() { capturing_graph = nullptr; }
+  Capturing(const Capturing&) = delete;
+  Capturing& operator=(const Capturing&) = delete;
+};
+}  // namespace
+
+bool capture_detail::capturing() { return capturing_graph != nullptr; }
+
+void capture_detail::keep(const Tensor& t) {
+  DeviceGraph* graph = capturing_graph;
+  if (graph == nullptr || !t.defined() || t.device() != graph->device_) return;
+  if (allocator_for(graph->device_).in_capturing_pool(t.storage()->data())) return;  // the graph's own block
+  graph->kept_.push_back(t.storage());
+}
 
 DeviceGraph::DeviceGraph(Device device, const std::function<void()>& work) : device_(device) {
   DARK_CHECK(device.is_cuda(), "a device graph needs a CUDA device, not ", device.to_string());
@@ -19,6 +42,7 @@ DeviceGraph::DeviceGraph(Device device, const std::function<void()>& work) : dev
     throw;
   }
   try {
+    const Capturing capturing(this);
     work();
   } catch (...) {
     try {

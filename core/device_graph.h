@@ -7,16 +7,23 @@
 //
 // The memory the captured work allocates or frees belongs to the graph (CachingAllocator's
 // pools): nothing else is handed those blocks while the graph lives, since each launch uses
-// them again. The capture itself runs no kernel, so it cannot copy from or to the host, wait
-// for the device, or read a device value; doing so is an error naming the call. Work that
-// fills caches (first-use allocations, cuBLAS's set-up) should run once eagerly before.
+// them again. Tensors made before the capture that its kernels use are kept alive by the
+// graph (core/dispatch.h), so their memory cannot be freed under it either. The capture
+// itself runs no kernel, so it cannot copy from or to the host, wait for the device, or read
+// a device value; doing so is an error naming the call. Work that fills caches (first-use
+// allocations, cuBLAS's set-up) should run once eagerly before.
 #pragma once
 #include <cstddef>
 #include <functional>
+#include <memory>
+#include <vector>
 
 #include "core/device.h"
+#include "core/dispatch.h"
 
 namespace dark {
+
+class Storage;
 
 class DeviceGraph {
  public:
@@ -35,9 +42,12 @@ class DeviceGraph {
   Device device() const { return device_; }
 
  private:
+  friend void capture_detail::keep(const Tensor& t);
+
   Device device_;
   int pool_ = 0;
   void* graph_ = nullptr;
+  std::vector<std::shared_ptr<Storage>> kept_;  // tensors from before the capture that its kernels use
 };
 
 }  // namespace dark

@@ -2,6 +2,7 @@
 // fill the tables through DARK_REGISTER_KERNEL at load time; a missing entry is an error
 // naming kernel, device and dtype. Nothing falls back or casts silently.
 #pragma once
+#include <type_traits>
 #include <utility>
 
 #include "core/device.h"
@@ -11,16 +12,32 @@
 
 namespace dark {
 
+class Tensor;
+
+namespace capture_detail {
+// While a device graph captures on this thread (core/device_graph.h), the tensors its kernels
+// are called with are kept alive with the graph unless the capture allocated them: each
+// launch uses their memory again, so a cache that lets go of one (RoPE's tables, when
+// decoding walks positions) must not free it under the graph.
+bool capturing();
+void keep(const Tensor& t);
+template <class Arg>
+void keep_if_tensor(const Arg& arg) {
+  if constexpr (std::is_same_v<std::decay_t<Arg>, Tensor>) keep(arg);
+}
+}  // namespace capture_detail
+
 template <class Fn>
 class KernelCall;
 
 // A kernel about to be called: calls it, timed when a kernel profile is alive
-// (core/kernel_profile.h).
+// (core/kernel_profile.h), its tensors kept by the graph a capture is recording.
 template <class R, class... Args>
 class KernelCall<R(Args...)> {
  public:
   KernelCall(R (*fn)(Args...), const char* name, DeviceType device) : fn_(fn), name_(name), device_(device) {}
   R operator()(Args... args) const {
+    if (capture_detail::capturing()) (capture_detail::keep_if_tensor(args), ...);
     if (!KernelProfile::active()) return fn_(std::forward<Args>(args)...);
     profile_detail::Work work;
     (profile_detail::count(work, args), ...);

@@ -27,6 +27,7 @@
 #include "train/config.h"
 #include "train/model_builder.h"
 #include "train/portable_checkpoint.h"
+#include "train/step_graph.h"
 #include "train/train_step.h"
 #include "train/trainer.h"
 #include "train/training_run.h"
@@ -207,6 +208,27 @@ TEST(GpuTraining, CudaGraphNeedsAGpuAndNoDropout) {
   const std::string dropout = error_of([&] { start_run(parse_config(on(config, tmp, "gpu", "cuda")), false); });
   EXPECT_NE(dropout.find("training.cuda_graph: model.dropout 0.1 draws new masks every step"), std::string::npos)
       << dropout;
+}
+
+// A step whose passes cannot be captured says so, names what broke the capture, and says how
+// to train without a graph.
+TEST(GpuTraining, AStepGraphThatCannotCaptureSaysWhyAndHowToGoOn) {
+  DARK_REQUIRE_GPU();
+  const Device gpu = Device::cuda(0);
+  StepGraph graph(gpu);
+  const std::vector<Tensor> batches = {Tensor::zeros({2, 3}, DType::i32, gpu)};
+  auto uploads = [&](const std::vector<Tensor>& inputs) {
+    return add(inputs[0].to(DType::f64), Tensor::ones({2, 3}, DType::f64).to(gpu));  // a host-to-device copy
+  };
+  EXPECT_NE(error_of([&] { graph.launch(batches, {}, uploads); }).find("the step before must have run"),
+            std::string::npos);
+  graph.eager_step_ran({});
+  const std::string e = error_of([&] { graph.launch(batches, {}, uploads); });
+  EXPECT_NE(e.find("training.cuda_graph: the step's passes could not be captured as a CUDA graph (set "
+                   "training.cuda_graph false to train without one)"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("a copy from cpu to cuda:0 inside a CUDA graph capture"), std::string::npos) << e;
 }
 
 #if defined(DARK_TEST_ON_CUDA_EMULATOR)

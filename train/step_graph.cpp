@@ -16,14 +16,18 @@ void StepGraph::capture(const std::vector<Tensor>& batches, const std::vector<st
   for (const Tensor& b : batches) inputs_.push_back(Tensor::empty(b.shape(), b.dtype(), device_));
   for (std::size_t i = 0; i < batches.size(); ++i) inputs_[i].copy_(batches[i]);
   // Before the capture: the checks' device words are set (all clear) once, eagerly.
-  checks_ = std::make_unique<DeferredChecks>(device_);
+  auto checks = std::make_unique<DeferredChecks>(device_);
   try {
     graph_ = std::make_unique<DeviceGraph>(device_, [&] { loss_sum_ = passes(inputs_); });
-  } catch (...) {
-    checks_.reset();
+  } catch (const OutOfMemory&) {  // says itself that a capture ran, and stays an OutOfMemory
     throw;
+  } catch (const Error& e) {
+    throw Error(str("training.cuda_graph: the step's passes could not be captured as a CUDA graph (set "
+                    "training.cuda_graph false to train without one): ",
+                    e.what()));
   }
-  checks_->close();
+  checks->close();
+  checks_ = std::move(checks);
   signature_ = signature;
   ++captures_;
   spdlog::debug("step graph: captured (capture {}; {:.1f} MiB of its own memory)", captures_,
