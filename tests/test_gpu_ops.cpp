@@ -423,6 +423,20 @@ TEST(DeviceGraph, TheEmulatorRefusesLegacyStreamWorkAndSynchronisationInACapture
   g.launch();
   EXPECT_EQ(cuda_emu::graph_launches() - launched, 2u);
 }
+
+// cuBLAS picks its algorithm by the workspace it has, so eager and captured products run on
+// the same one of ours (a graph step then gives the eager step's bits on a GPU too).
+TEST(DeviceGraph, EagerAndCapturedProductsRunOnOurWorkspace) {
+  const Device gpu = Device::cuda(0);
+  const Tensor w = Tensor::randn({16, 24}, 3, 1).to(gpu), x = Tensor::randn({8, 16}, 3, 0).to(gpu);
+  const std::uint64_t before = cuda_emu::gemms_on_cublas_workspace();
+  Tensor eager = matmul(x, w), captured;
+  const DeviceGraph g(gpu, [&] { captured = matmul(x, w); });
+  g.launch();
+  eager = matmul(x, w);
+  EXPECT_EQ(cuda_emu::gemms_on_cublas_workspace() - before, 0u);
+  EXPECT_EQ(captured.to_vector<float>(), eager.to_vector<float>());
+}
 #endif
 
 TEST(Gpu, NoDeviceIsReportedAsUnavailableNotAsACrash) {

@@ -6,9 +6,11 @@
 // swapped, each keeping its own transpose flag. Batch strides may be 0 (broadcast).
 // One cuBLAS handle per device, created on first use (thread-safe) and kept for the life
 // of the process (destroying it during static destruction can outlive the CUDA runtime);
-// each call runs on the thread's current stream (stream.h) like every other kernel. On the
-// legacy stream cuBLAS uses its own workspace; on a capture's stream, one of ours (allocated
-// at the first capture, kept), so that cuBLAS allocates nothing inside a graph.
+// each call runs on the thread's current stream (stream.h) like every other kernel. Every
+// stream, the legacy one included, gets one workspace of ours (allocated with the handle,
+// kept): cuBLAS then allocates nothing inside a graph, and since its choice of algorithm
+// depends on the workspace it has, a captured product picks what the eager one picks, so a
+// CUDA-graph step gives the eager step's bits.
 #include <climits>
 #include <cstdint>
 #include <mutex>
@@ -28,7 +30,7 @@ constexpr std::size_t kWorkspaceBytes = std::size_t{32} << 20;
 struct Handle {
   cublasHandle_t handle = nullptr;
   cudaStream_t stream = nullptr;  // the stream it was last set to
-  void* workspace = nullptr;  // for streams other than the legacy one
+  void* workspace = nullptr;  // set after every stream change (cublasSetStream resets it)
 };
 
 // The handle of the current device (the caller holds a DeviceGuard), set to the thread's
@@ -42,7 +44,9 @@ cublasHandle_t handle_for(int device_index) {
   Handle& h = handles[device_index];
   if (h.handle == nullptr) {
     DARK_CUBLAS_CHECK(cublasCreate(&h.handle));
+    DARK_CUDA_CHECK(cudaMalloc(&h.workspace, kWorkspaceBytes));
     DARK_CUBLAS_CHECK(cublasSetStream(h.handle, h.stream));
+    DARK_CUBLAS_CHECK(cublasSetWorkspace(h.handle, h.workspace, kWorkspaceBytes));
     // Default math keeps fp32 gemms in full fp32 (no TF32); bf16 split-K reductions stay
     // in fp32 rather than rounding partial sums to bf16. No atomics: reproducible results.
     DARK_CUBLAS_CHECK(cublasSetMathMode(
@@ -52,10 +56,7 @@ cublasHandle_t handle_for(int device_index) {
   }
   if (const cudaStream_t stream = current_stream(); stream != h.stream) {
     DARK_CUBLAS_CHECK(cublasSetStream(h.handle, stream));  // which resets the workspace to cuBLAS's own
-    if (stream != nullptr) {
-      if (h.workspace == nullptr) DARK_CUDA_CHECK(cudaMalloc(&h.workspace, kWorkspaceBytes));
-      DARK_CUBLAS_CHECK(cublasSetWorkspace(h.handle, h.workspace, kWorkspaceBytes));
-    }
+    DARK_CUBLAS_CHECK(cublasSetWorkspace(h.handle, h.workspace, kWorkspaceBytes));
     h.stream = stream;
   }
   return h.handle;

@@ -3,16 +3,28 @@
 
 #include <oneapi/dnnl/dnnl.h>
 
+#include <atomic>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <vector>
 
 #include "core/bfloat16.h"
+#include "cuda_emulator/control.h"
 #include "cuda_emulator/memory.h"
 
 struct cublasContext {
   cudaStream_t stream = nullptr;  // cublasSetStream's; the legacy stream until then
+  bool own_workspace = false;     // cublasSetWorkspace's; reset by cublasSetStream, as cuBLAS does
 };
+
+namespace {
+std::atomic<std::uint64_t> gemms_without_a_set_workspace{0};
+}  // namespace
+
+namespace dark::cuda_emu {
+std::uint64_t gemms_on_cublas_workspace() { return gemms_without_a_set_workspace; }
+}  // namespace dark::cuda_emu
 
 namespace {
 
@@ -46,6 +58,7 @@ std::vector<float> widen(const dark::BFloat16* x, int rows, int cols, int ld) {
 // alpha and beta are read at the call, as cuBLAS reads host scalars). A gemm on the legacy
 // stream during a capture fails, as the capture then does.
 cublasStatus_t on_stream(cublasHandle_t handle, std::function<cublasStatus_t()> gemm) {
+  if (!handle->own_workspace) ++gemms_without_a_set_workspace;
   auto status = std::make_shared<cublasStatus_t>(CUBLAS_STATUS_SUCCESS);  // what a gemm run now returned
   const cudaError_t e = dark::cuda_emu::run_or_record(handle->stream, [gemm = std::move(gemm), status] {
     *status = gemm();
@@ -68,11 +81,14 @@ cublasStatus_t cublasDestroy(cublasHandle_t handle) {
 cublasStatus_t cublasSetStream(cublasHandle_t handle, cudaStream_t stream) {
   if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
   handle->stream = stream;
+  handle->own_workspace = false;
   return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasSetWorkspace(cublasHandle_t handle, void* workspace, std::size_t bytes) {
   if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
-  return workspace != nullptr || bytes == 0 ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
+  if (workspace == nullptr && bytes != 0) return CUBLAS_STATUS_INVALID_VALUE;
+  handle->own_workspace = bytes != 0;
+  return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t) {
   return handle ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_INITIALIZED;

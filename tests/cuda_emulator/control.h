@@ -29,5 +29,8 @@ DARK_EMULATOR_API std::size_t memory_capacity();
 DARK_EMULATOR_API std::uint64_t copies_to_host();
 // CUDA graphs launched (cudaGraphLaunch) since the process started.
 DARK_EMULATOR_API std::uint64_t graph_launches();
+// cuBLAS products run with cuBLAS's own workspace (none set since the handle's last
+// cublasSetStream) since the process started.
+DARK_EMULATOR_API std::uint64_t gemms_on_cublas_workspace();
 
 }  // namespace dark::cuda_emu
