@@ -410,6 +410,77 @@ TEST(CudaEmulator, AsyncCopiesCopyOrZeroFillSixteenBytes) {
   for (int i = 16; i < 32; ++i) EXPECT_EQ(got[i], 0);
 }
 
+// A producer warp hands tiles to three consumer warps through two buffers guarded by
+// mbarriers ("full": the tile is written; "free": every consumer has read it), as the
+// warp-specialised flash kernel does: every consumer sees every tile in order, whatever order
+// the threads run in, and the producer never overwrites a buffer still being read.
+TEST(CudaEmulator, MbarriersHandTilesFromAProducerWarpToConsumersInPhases) {
+  constexpr int kTiles = 7, kBuffers = 2, kConsumers = 3;
+  std::vector<int> seen(kConsumers * 32 * kTiles, -1);
+  const LaunchStatus status = run({1, 1, 1}, {32 * (1 + kConsumers), 1, 1}, [&] {
+    auto* bars = static_cast<std::uint64_t*>(dynamic_shared_memory());  // full[2], free[2]
+    int* buffer = reinterpret_cast<int*>(bars + 2 * kBuffers);          // kBuffers x 32 ints
+    const ThreadContext& t = current();
+    if (t.linear == 0)
+      for (int s = 0; s < kBuffers; ++s) {
+        mbarrier_init(&bars[s], 32);                       // each producer lane arrives
+        mbarrier_init(&bars[kBuffers + s], kConsumers * 32);  // each consumer lane arrives
+      }
+    sync_threads();
+    if (t.warp == 0) {
+      for (int i = 0; i < kTiles; ++i) {
+        const int s = i % kBuffers;
+        if (i >= kBuffers) mbarrier_wait_parity(&bars[kBuffers + s], (i / kBuffers - 1) & 1);
+        buffer[s * 32 + t.lane] = 100 * i + t.lane;
+        mbarrier_arrive(&bars[s]);
+      }
+      return;
+    }
+    for (int i = 0; i < kTiles; ++i) {
+      const int s = i % kBuffers;
+      mbarrier_wait_parity(&bars[s], (i / kBuffers) & 1);
+      seen[((t.warp - 1) * 32 + t.lane) * kTiles + i] = buffer[s * 32 + (t.lane + t.warp) % 32];
+      mbarrier_arrive(&bars[kBuffers + s]);
+    }
+  }, 4 * 8 + kBuffers * 32 * sizeof(int));
+  ASSERT_EQ(status, LaunchStatus::ok);
+  for (int w = 1; w <= kConsumers; ++w)
+    for (int lane = 0; lane < 32; ++lane)
+      for (int i = 0; i < kTiles; ++i)
+        ASSERT_EQ(seen[((w - 1) * 32 + lane) * kTiles + i], 100 * i + (lane + w) % 32) << "warp " << w << " tile " << i;
+}
+
+// Waiting for a phase no one completes is a deadlock named as such, not a hang; a barrier used
+// before mbarrier.init, or a bad count, is a fault.
+TEST(CudaEmulator, MbarrierMisuseIsAFaultNotAHang) {
+  const std::string stuck = error_of([&] {
+    run({1, 1, 1}, {64, 1, 1}, [&] {
+      auto* bar = static_cast<std::uint64_t*>(dynamic_shared_memory());
+      if (current().linear == 0) mbarrier_init(bar, 64);
+      sync_threads();
+      if (current().warp == 0) mbarrier_arrive(bar);  // warp 1 never arrives
+      mbarrier_wait_parity(bar, 0);
+    }, 8);
+  });
+  EXPECT_NE(stuck.find("deadlock"), std::string::npos) << stuck;
+  EXPECT_NE(stuck.find("64 at mbarriers"), std::string::npos) << stuck;
+  const std::string uninitialised = error_of([&] {
+    run({1, 1, 1}, {32, 1, 1}, [&] { mbarrier_arrive(dynamic_shared_memory()); }, 8);
+  });
+  EXPECT_NE(uninitialised.find("mbarrier.init did not set up"), std::string::npos) << uninitialised;
+  const std::string zero = error_of([&] { run({1, 1, 1}, {1, 1, 1}, [&] { mbarrier_init(dynamic_shared_memory(), 0); }, 8); });
+  EXPECT_NE(zero.find("count 0"), std::string::npos) << zero;
+  // A passed phase: the previous phase's parity counts as complete at once (how a producer's
+  // first waits for free buffers pass).
+  EXPECT_EQ(run({1, 1, 1}, {1, 1, 1}, [&] {
+    auto* bar = dynamic_shared_memory();
+    mbarrier_init(bar, 1);
+    mbarrier_wait_parity(bar, 1);
+    mbarrier_arrive(bar);
+    mbarrier_wait_parity(bar, 0);
+  }, 8), LaunchStatus::ok);
+}
+
 TEST(CudaEmulator, CudaTensorsLiveInEmulatedDeviceMemory) {
   EXPECT_TRUE(active());
   const std::uint64_t copies = copies_to_host();

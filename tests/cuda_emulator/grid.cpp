@@ -16,7 +16,7 @@
 namespace dark::cuda_emu {
 namespace {
 
-enum class State { ready, at_block_barrier, at_warp_barrier, done };
+enum class State { ready, at_block_barrier, at_warp_barrier, at_mbarrier, done };
 
 struct EmuThread {
   ThreadContext ctx;
@@ -24,7 +24,26 @@ struct EmuThread {
   State state = State::ready;
   std::vector<std::function<void()>> async_open;                 // issued since the last commit
   std::vector<std::vector<std::function<void()>>> async_groups;  // committed, oldest first
+  const unsigned char* mbarrier = nullptr;  // at_mbarrier: the barrier and the parity of the phase awaited
+  unsigned mbarrier_parity = 0;
 };
+
+// An mbarrier's state in its 8 bytes of shared memory: word 0 the arrivals still missing in
+// the current phase, word 1 the arrivals a phase needs with the phase's parity in bit 31.
+struct MbarrierState {
+  std::uint32_t missing, expected_and_parity;
+  std::uint32_t expected() const { return expected_and_parity & 0x7fffffffu; }
+  unsigned parity() const { return expected_and_parity >> 31; }
+};
+constexpr std::uint32_t kMaxMbarrierCount = (1u << 20) - 1;
+
+MbarrierState read_mbarrier(const unsigned char* bar) {
+  MbarrierState s;
+  std::memcpy(&s, bar, sizeof s);
+  return s;
+}
+
+bool mbarrier_phase_done(const unsigned char* bar, unsigned parity) { return read_mbarrier(bar).parity() != parity; }
 
 // One warp-synchronous operation (__syncwarp, a shuffle, a vote, mma.sync, ldmatrix, a
 // gather) of the lanes of `mask`: each lane deposits its operand in `in` and waits until all
@@ -184,7 +203,8 @@ void on_thread_exit(Block& b, EmuThread& t) {
 }
 
 std::string describe_deadlock(const Block& b) {
-  int at_warp = 0;
+  int at_warp = 0, at_mbarrier = 0;
+  for (const EmuThread& t : b.threads) at_mbarrier += t.state == State::at_mbarrier;
   std::string warps;
   for (std::size_t i = 0; i < b.warps.size(); ++i)
     for (const Collective* c : b.warps[i].pending) {
@@ -192,7 +212,8 @@ std::string describe_deadlock(const Block& b) {
       warps += str("; warp ", i, ": lanes 0x", std::hex, c->arrived, " of mask 0x", c->mask, std::dec, " wait");
     }
   return str("block (", b.block_idx.x, ", ", b.block_idx.y, ", ", b.block_idx.z, ") cannot go on: ", b.block_waiting,
-             " thread(s) wait at __syncthreads and ", at_warp, " at warp-synchronous operations, with ", b.live,
+             " thread(s) wait at __syncthreads, ", at_warp, " at warp-synchronous operations and ", at_mbarrier,
+             " at mbarriers, with ", b.live,
              " of ", b.threads.size(), " threads not exited (a barrier some threads never reach)", warps);
 }
 
@@ -239,6 +260,7 @@ void run_block(Block& b, const std::function<void()>& body) {
     bool progressed = false;
     for (std::size_t k = 0; k < count; ++k) {
       EmuThread& t = b.threads[reverse ? count - 1 - k : k];
+      if (t.state == State::at_mbarrier && mbarrier_phase_done(t.mbarrier, t.mbarrier_parity)) t.state = State::ready;
       if (t.state != State::ready) continue;
       if (!t.fiber) t.fiber = std::make_unique<Fiber>(take_stack().release(), body);
       running_thread = &t;
@@ -435,6 +457,55 @@ void copy_async_16(void* dst, const void* src, bool valid) {
   }
   if (reinterpret_cast<std::uintptr_t>(src) % 16 != 0) device_fault(str("a cp.async source at ", src, ": not 16-byte aligned"));
   std::memcpy(dst, src, 16);
+}
+
+namespace {
+// The barrier at bar, checked: in the block's dynamic shared memory, 8-byte aligned, initialised.
+unsigned char* mbarrier_at(void* bar, const char* op) {
+  auto& shared = running_block->dynamic_shared;
+  auto* at = static_cast<unsigned char*>(bar);
+  if (shared.empty() || at < shared.data() || at + 8 > shared.data() + shared.size())
+    device_fault(str(op, " on ", bar, ": outside the block's dynamic shared memory"));
+  if ((at - shared.data()) % 8 != 0) device_fault(str(op, " on ", bar, ": not 8-byte aligned"));
+  return at;
+}
+MbarrierState checked_state(const unsigned char* bar, const char* op) {
+  const MbarrierState s = read_mbarrier(bar);
+  if (s.expected() == 0 || s.expected() > kMaxMbarrierCount || s.missing == 0 || s.missing > s.expected())
+    device_fault(str(op, " on an mbarrier that mbarrier.init did not set up (or that was overwritten)"));
+  return s;
+}
+}  // namespace
+
+void mbarrier_init(void* bar, unsigned count) {
+  (void)self();
+  unsigned char* at = mbarrier_at(bar, "mbarrier.init");
+  if (count == 0 || count > kMaxMbarrierCount) device_fault(str("mbarrier.init with count ", count, " (valid: 1 .. 2^20 - 1)"));
+  const MbarrierState s{count, count};
+  std::memcpy(at, &s, sizeof s);
+}
+
+void mbarrier_arrive(void* bar) {
+  (void)self();
+  unsigned char* at = mbarrier_at(bar, "mbarrier.arrive");
+  MbarrierState s = checked_state(at, "mbarrier.arrive");
+  if (--s.missing == 0) {  // the phase completes: the next one starts, its parity flipped
+    s.missing = s.expected();
+    s.expected_and_parity ^= 0x80000000u;
+  }
+  std::memcpy(at, &s, sizeof s);
+}
+
+void mbarrier_wait_parity(void* bar, unsigned parity) {
+  EmuThread& t = self();
+  const unsigned char* at = mbarrier_at(bar, "mbarrier.try_wait.parity");
+  (void)checked_state(at, "mbarrier.try_wait.parity");
+  if (parity > 1) device_fault(str("mbarrier.try_wait.parity with parity ", parity, " (valid: 0, 1)"));
+  if (mbarrier_phase_done(at, parity)) return;
+  t.state = State::at_mbarrier;  // the scheduler makes it ready once the phase has completed
+  t.mbarrier = at;
+  t.mbarrier_parity = parity;
+  wait_until_released(t);
 }
 
 LaunchStatus set_max_dynamic_shared(const void* kernel, std::size_t bytes) {

@@ -81,6 +81,20 @@ DARK_EMULATOR_API void warp_all_gather(const void* value, void* all, std::size_t
 DARK_EMULATOR_API void async_issue(std::function<void()> op);
 DARK_EMULATOR_API void async_commit();
 DARK_EMULATOR_API void async_wait(int pending_groups);
+// Shared-memory barriers with phases (mbarrier, sm_80+), as warp-specialised kernels use
+// them between the warps that load tiles and those that compute on them. The 8 bytes at
+// `bar` (in the block's dynamic shared memory, 8-byte aligned) hold the state: the arrivals
+// a phase needs, those still missing, and the phase's parity. A barrier used before
+// mbarrier_init, or arrived at more often than a phase allows, is a fault.
+// mbarrier.init: `count` arrivals per phase (1 .. 2^20 - 1).
+DARK_EMULATOR_API void mbarrier_init(void* bar, unsigned count);
+// mbarrier.arrive (and cp.async.mbarrier.arrive.noinc: copies are done at once here, so the
+// arrival their completion triggers happens at the call).
+DARK_EMULATOR_API void mbarrier_arrive(void* bar);
+// mbarrier.try_wait.parity in a loop: returns once the phase of parity `parity` (0 or 1) has
+// completed, that is, once the current phase's parity differs from it. A block whose threads
+// all wait for phases that no one can complete is a deadlock fault.
+DARK_EMULATOR_API void mbarrier_wait_parity(void* bar, unsigned parity);
 // Reports a fault inside a kernel (thrown out of the launch).
 [[noreturn]] DARK_EMULATOR_API void device_fault(const std::string& what);
 
