@@ -90,6 +90,12 @@ std::vector<OpCase> fused_cases() {
       [](auto& x) { return flash_attention(x[0], x[1], x[2], true, 0.09, mask_on(x[0], Padding::holes, 2, 270)); });
   add("flash_tiles_d256[1,150,2/1,256]", {{{1, 150, 2, 256}}, {{1, 150, 1, 256}}, {{1, 150, 1, 256}}},
       [](auto& x) { return flash_attention(x[0], x[1], x[2], true, 1.0 / 16.0); });
+  // More key tiles than the sm_90 forward's three buffers: each buffer is filled again after
+  // every warp freed it, the mbarriers' phases wrapping (parities 0, 1, 0).
+  add("flash_ring_d64[1,100/520,2,64]", {{{1, 100, 2, 64}}, {{1, 520, 2, 64}}, {{1, 520, 2, 64}}},
+      [](auto& x) { return flash_attention(x[0], x[1], x[2], false, 0.125, mask_on(x[0], Padding::holes, 1, 520)); });
+  add("flash_ring_d256[1,40/330,1,256]", {{{1, 40, 1, 256}}, {{1, 330, 1, 256}}, {{1, 330, 1, 256}}},
+      [](auto& x) { return flash_attention(x[0], x[1], x[2], true, 1.0 / 16.0); });
   add("flash_d256[1,40,2,256]", {{{1, 40, 2, 256}}, {{1, 40, 1, 256}}, {{1, 40, 1, 256}}},
       [](auto& x) { return flash_attention(x[0], x[1], x[2], true, 1.0 / 16.0); });
   // D = 20: rows are not 16-byte aligned, so the bf16 kernels load element by element

@@ -3,29 +3,33 @@
 // mma.sync kernel of flash_attention_bf16.cu, whose ldmatrix traffic and register operands
 // leave an H100 / H200 at a fraction of its tensor-core rate. Same contract, same online
 // softmax and the same output bits per element up to the products' summation order.
-//   - A block is kWarpGroups warpgroups of 64 query rows each (one wgmma M; two, one at d
-//     256). Per key tile (128 keys, 64 at d 256): S = Q K^T as kD / 16 products m64nBk16
-//     with both operands in shared memory (K-major), the online softmax on the accumulators
-//     (flash_tiles.cuh), and O += P V as kBc / 16 products m64nDk16 with P in registers (an
-//     accumulator is, lane for lane, half of the next A fragment) and V in shared memory
-//     (MN-major).
-//   - Within a warpgroup the softmax of tile i runs while P V of tile i - 1 is still on the
-//     tensor cores (see the kernel); across the block's warpgroups, one's softmax overlaps the
-//     other's products as the warp schedulers find them (an SM holds one block: 238-255
-//     registers a thread).
-//   - Tiles are stored with the 128-byte swizzle (wgmma.cuh) and loaded with cp.async into
-//     three buffers, two tiles ahead of the products.
-// What FlashAttention-3 adds and this kernel does not (yet): TMA loads by a producer warp
-// with register reallocation, and the explicit ping-pong of softmax and products between
-// warpgroups. The backward: flash_attention_sm90_backward.cu.
+//   - Warp-specialised: a block is kWarpGroups warpgroups that compute, of 64 query rows each
+//     (one wgmma M; two, one at d 256), and one warpgroup that loads. The loading warpgroup
+//     copies Q once and the key tiles (128 keys, 64 at d 256) with cp.async into the 128-byte
+//     swizzle of wgmma.cuh, kStages tiles of K and V in shared memory at once, and hands them
+//     over through mbarriers (mbarrier.cuh): per buffer "K landed", "V landed" and "free"
+//     (every computing warp done with it). It keeps 24 registers (setmaxnreg) so that each
+//     computing thread can hold 240. No block-wide barrier after the start: each computing
+//     warpgroup runs at its own pace, so one's softmax overlaps the other's products as the
+//     warp schedulers find them, and the loads are never in a computing thread's way.
+//   - Per key tile: S = Q K^T as kD / 16 products m64nBk16 with both operands in shared memory
+//     (K-major), the online softmax on the accumulators (flash_tiles.cuh), and O += P V as
+//     kBc / 16 products m64nDk16 with P in registers (an accumulator is, lane for lane, half
+//     of the next A fragment) and V in shared memory (MN-major). Within a warpgroup the
+//     softmax of tile i runs while P V of tile i - 1 is still on the tensor cores (see the
+//     kernel).
+// What FlashAttention-3 adds and this kernel does not (yet): TMA loads (one thread issues a
+// tile; here the loading warpgroup issues 16-byte copies) and the explicit ping-pong of softmax
+// and products between warpgroups (named barriers). The backward: flash_attention_sm90_backward.cu.
 // Used for head dimensions 64, 128 and 256 with 16-byte-aligned rows on compute capability
 // 9.0 (flash_attention.cu picks it); the emulator runs it too (its wgmma follows the PTX ISA,
-// products completing at the wait).
+// products completing at the wait; its mbarriers block a thread until the phase completes).
 #include <cstdint>
 
 #include "core/cuda/async_copy.cuh"
 #include "core/cuda/flash_attention.cuh"
 #include "core/cuda/flash_tiles.cuh"
+#include "core/cuda/mbarrier.cuh"
 #include "core/cuda/wgmma.cuh"
 
 namespace dark::cuda::flash {
@@ -35,25 +39,38 @@ using bf16 = BFloat16;
 
 template <int kD>
 struct Sm90Fwd {
-  static constexpr int kWarpGroups = kD <= 128 ? 2 : 1;  // d 256: three stages leave room for one
-  static constexpr int kThreads = 128 * kWarpGroups;
+  static constexpr int kWarpGroups = kD <= 128 ? 2 : 1;  // computing; d 256: three stages leave room for one
+  static constexpr int kThreads = 128 * (kWarpGroups + 1);  // and the loading warpgroup, the last
   static constexpr int kBr = 64 * kWarpGroups;       // queries per block
   static constexpr int kBc = kD <= 128 ? 128 : 64;  // keys per tile: the N of S = Q K^T (registers at d 256)
   static constexpr int kStages = 3;                 // key tiles in shared memory at once
   static constexpr std::uint32_t kQBytes = kBr * kD * sizeof(bf16);
   static constexpr std::uint32_t kKVBytes = kBc * kD * sizeof(bf16);  // one K or V tile
-  // 1024 bytes of slack to align the tiles to the swizzle's 1024-byte pattern.
-  static constexpr std::size_t kSmem = 1024 + kQBytes + 2 * kStages * kKVBytes;
+  // Registers per thread after reallocation: a block of 384 threads starts with 168 each
+  // (65536 / 384, rounded down to 8); the loader gives 144 of its 168 to the computing
+  // warpgroups, which take 72 more each (128 x 144 = 256 x 72). At d 256 (256 threads) every
+  // thread starts with 255 and nothing is moved.
+  static constexpr bool kReallocate = kWarpGroups == 2;
+  static constexpr int kLoaderRegisters = 24, kComputeRegisters = 240;
+  static_assert(!kReallocate || 128 * (168 - kLoaderRegisters) >= 128 * kWarpGroups * (kComputeRegisters - 168),
+                "the computing warpgroups take more registers than the loader gives");
+  // The pipeline's barriers: Q landed, then per buffer K landed, V landed, free.
+  struct Barriers {
+    std::uint64_t q, k[kStages], v[kStages], free[kStages];
+  };
+  // 1024 bytes of slack to align the tiles to the swizzle's 1024-byte pattern; the barriers
+  // after the tiles.
+  static constexpr std::size_t kSmem = 1024 + kQBytes + 2 * kStages * kKVBytes + sizeof(Barriers);
 };
 
 // grid (ceil(T / kBr), Hq, B), block kThreads.
 //
-// The pipeline, per key tile i and warpgroup: issue S_i = Q K_i, then O += P_(i-1) V_(i-1)
-// (the previous tile's probabilities, kept in registers); wait for S_i only and run its
-// softmax while the P V product is still on the tensor cores; wait for that (the product
-// reads O and P's registers until then), rescale O by tile i's correction, and keep P_i for
-// the next round. Tile i + 2 loads into the buffer tile i - 1 leaves once every warpgroup's
-// P_(i-1) V_(i-1) is done (three buffers).
+// The computing warpgroups' pipeline, per key tile i: issue S_i = Q K_i, then O += P_(i-1)
+// V_(i-1) (the previous tile's probabilities, kept in registers); wait for S_i only and run
+// its softmax while the P V product is still on the tensor cores; wait for that (the product
+// reads O and P's registers until then), free tile i - 1's buffer, rescale O by tile i's
+// correction, and keep P_i for the next round. The loader fills a buffer again once every
+// computing warp has freed it: tile i + kStages - 1 may load while tiles i - 1 and i are read.
 template <int kD>
 __global__ void __launch_bounds__(Sm90Fwd<kD>::kThreads, 1)
     forward_sm90_kernel(const bf16* q, const bf16* k, const bf16* v, AttnShape g, bf16* out, float* lse) {
@@ -61,36 +78,66 @@ __global__ void __launch_bounds__(Sm90Fwd<kD>::kThreads, 1)
   DARK_DYNAMIC_SHARED(unsigned char, raw);
   unsigned char* const sq = raw + (1024 - wgmma::shared_address(raw) % 1024) % 1024;
   unsigned char* const skv = sq + C::kQBytes;  // buffer i % kStages: K at skv + 2 (i % kStages) kKVBytes, V after it
+  auto* const bars = reinterpret_cast<typename C::Barriers*>(skv + 2 * C::kStages * C::kKVBytes);
   auto keys = [&](int i) { return skv + 2 * (i % C::kStages) * C::kKVBytes; };
   auto values = [&](int i) { return keys(i) + C::kKVBytes; };
 
   const int group = static_cast<int>(threadIdx.x) / 128, warp = static_cast<int>(threadIdx.x) / 32 % 4;
   const std::int64_t h = blockIdx.y, b = blockIdx.z, kvh = h / g.group;
   const std::int64_t t0 = static_cast<std::int64_t>(blockIdx.x) * C::kBr;
-  const std::int64_t group_t0 = t0 + 64 * group;  // the warpgroup's first query
-  const bf16* kh = k + b * g.k_stride[0] + kvh * g.k_stride[2];
-  const bf16* vh = v + b * g.v_stride[0] + kvh * g.v_stride[2];
   const std::int64_t begin = g.first_key_tile(t0, C::kBc), end = g.key_end(t0, C::kBr);
   const int tiles = end > begin ? static_cast<int>((end - begin + C::kBc - 1) / C::kBc) : 0;
   auto tile_start = [&](int i) { return begin + static_cast<std::int64_t>(i) * C::kBc; };
-  // Issues the loads of tile i (if there is one) as one group: a group per tile, always.
-  auto load_keys = [&](int i) {
-    if (i < tiles) {
+  // Tile i's uses of its buffer: n = i / kStages, whose phases have parity n & 1.
+  auto use = [](int i) { return static_cast<unsigned>(i / C::kStages); };
+
+  if (threadIdx.x == 0) {
+    mbarrier::init(&bars->q, 128);  // each loading thread's copies arrive
+    for (int s = 0; s < C::kStages; ++s) {
+      mbarrier::init(&bars->k[s], 128);
+      mbarrier::init(&bars->v[s], 128);
+      mbarrier::init(&bars->free[s], 4 * C::kWarpGroups);  // each computing warp arrives
+    }
+  }
+  __syncthreads();  // the barriers are set up; from here on no block-wide barrier
+
+  if (group == C::kWarpGroups) {  // the loader
+    if constexpr (C::kReallocate) mbarrier::shrink_registers<C::kLoaderRegisters>();
+    const int thread = static_cast<int>(threadIdx.x) - 128 * C::kWarpGroups;
+    const bf16* kh = k + b * g.k_stride[0] + kvh * g.k_stride[2];
+    const bf16* vh = v + b * g.v_stride[0] + kvh * g.v_stride[2];
+    wgmma::load_swizzled<kD, C::kBr, 128>(thread, sq, q + b * g.q_stride[0] + h * g.q_stride[2] + t0 * g.q_stride[1],
+                                          g.q_stride[1], g.t - t0, g.d);
+    mbarrier::arrive_when_copies_land(&bars->q);
+    for (int i = 0; i < tiles; ++i) {
+      const int s = i % C::kStages;
       const std::int64_t s0 = tile_start(i);
-      wgmma::load_swizzled<kD, C::kBc, C::kThreads>(keys(i), kh + s0 * g.k_stride[1], g.k_stride[1], g.s - s0, g.d);
-      wgmma::load_swizzled<kD, C::kBc, C::kThreads>(values(i), vh + s0 * g.v_stride[1], g.v_stride[1], g.s - s0, g.d);
+      if (i >= C::kStages) mbarrier::wait(&bars->free[s], (use(i) - 1) & 1);  // its previous tile is done with
+      wgmma::load_swizzled<kD, C::kBc, 128>(thread, keys(i), kh + s0 * g.k_stride[1], g.k_stride[1], g.s - s0, g.d);
+      mbarrier::arrive_when_copies_land(&bars->k[s]);
+      wgmma::load_swizzled<kD, C::kBc, 128>(thread, values(i), vh + s0 * g.v_stride[1], g.v_stride[1], g.s - s0, g.d);
+      mbarrier::arrive_when_copies_land(&bars->v[s]);
     }
     async::commit();
+    async::wait<0>();  // no copy may still be in flight when the thread exits
+    return;
+  }
+
+  if constexpr (C::kReallocate) mbarrier::grow_registers<C::kComputeRegisters>();
+  // Waits until the loader's copies of a tile have landed and hands them to the tensor cores'
+  // proxy (cp.async writes through the generic one).
+  auto landed = [](std::uint64_t* bar, unsigned parity) {
+    mbarrier::wait(bar, parity);
+    wgmma::fence_shared_writes();
   };
-  wgmma::load_swizzled<kD, C::kBr, C::kThreads>(sq, q + b * g.q_stride[0] + h * g.q_stride[2] + t0 * g.q_stride[1],
-                                                g.q_stride[1], g.t - t0, g.d);
-  load_keys(0);  // with the queries
-  load_keys(1);
+  auto free_tile = [&](int i) {  // this warp's products reading tile i are done
+    if (threadIdx.x % 32 == 0) mbarrier::arrive(&bars->free[i % C::kStages]);
+  };
   const std::uint32_t q_tile = wgmma::shared_address(sq);
   auto k_tile = [&](int i) { return wgmma::shared_address(keys(i)); };
   auto v_tile = [&](int i) { return wgmma::shared_address(values(i)); };
   const float scale_log2 = g.scale * kLog2e;
-  const std::int64_t row0 = group_t0 + 16 * warp;  // the warp's first query
+  const std::int64_t row0 = t0 + 64 * group + 16 * warp;  // the warp's first query
   float o[kD / 8][4] = {};
   float m[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};
   std::uint32_t p[C::kBc / 16][4];  // P of the tile whose P V is next
@@ -120,44 +167,39 @@ __global__ void __launch_bounds__(Sm90Fwd<kD>::kThreads, 1)
     online_softmax_step<C::kBc>(sc, m, l, correction, scale_log2, unmasked,
                                 [&](int row, int col) { return g.visible(b, row0 + row, s0 + col); });
   };
-  auto tile_landed = [&] {  // the oldest tile in flight (and the queries) are in shared memory
-    async::wait<1>();
-    wgmma::fence_shared_writes();
-    __syncthreads();
-  };
 
+  landed(&bars->q, 0);
   if (tiles > 0) {
     float sc[C::kBc / 8][4], correction[2];
-    tile_landed();
+    landed(&bars->k[0], 0);
     issue_s(sc, 0);
     wgmma::wait<0>();
     softmax(sc, 0, correction);  // o is 0: nothing to rescale
 #pragma unroll
     for (int kk = 0; kk < C::kBc / 16; ++kk) a_from_accumulators(p[kk], sc[2 * kk], sc[2 * kk + 1]);
-    load_keys(2);  // into the third buffer, unused so far
   }
   for (int i = 1; i < tiles; ++i) {
     float sc[C::kBc / 8][4], correction[2];
-    tile_landed();
+    landed(&bars->k[i % C::kStages], use(i) & 1);
     issue_s(sc, i);
+    landed(&bars->v[(i - 1) % C::kStages], use(i - 1) & 1);
     issue_pv(i - 1);
     wgmma::wait<1>();  // S_i is done; P V of tile i - 1 may still run
     softmax(sc, i, correction);
-    wgmma::wait<0>();  // P V of tile i - 1 is done: o and p are free
+    wgmma::wait<0>();  // P V of tile i - 1 is done: o and p are free, and so is its buffer
+    free_tile(i - 1);
     wgmma::hold(o);
     wgmma::hold(p);
     rescale(o, correction);
 #pragma unroll
     for (int kk = 0; kk < C::kBc / 16; ++kk) a_from_accumulators(p[kk], sc[2 * kk], sc[2 * kk + 1]);
-    __syncthreads();  // every warpgroup is done with tile i - 1: its buffer takes tile i + 2
-    load_keys(i + 2);
   }
   if (tiles > 0) {
+    landed(&bars->v[(tiles - 1) % C::kStages], use(tiles - 1) & 1);
     issue_pv(tiles - 1);
     wgmma::wait<0>();
     wgmma::hold(o);
   }
-  async::wait<0>();  // no copy may still be in flight when the block exits
   store_rows(o, m, l, g, b, h, row0, out, lse);
 }
 

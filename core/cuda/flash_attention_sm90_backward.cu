@@ -62,6 +62,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                    AttnShape g, bf16* dq) {
   using C = Sm90Dq<kD>;
   DARK_DYNAMIC_SHARED(unsigned char, raw);
+  const int thread = static_cast<int>(threadIdx.x);  // every thread loads
   unsigned char* const sq = aligned_shared(raw);
   unsigned char* const sdo = sq + C::kQBytes;
   unsigned char* const skv = sdo + C::kQBytes;  // buffer i: K at skv + 2 i kKBytes, V after it
@@ -80,13 +81,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int tiles = end > begin ? static_cast<int>((end - begin + C::kBk - 1) / C::kBk) : 0;
   auto load_keys = [&](int i) {
     const std::int64_t s0 = begin + static_cast<std::int64_t>(i) * C::kBk;
-    wgmma::load_swizzled<kD, C::kBk, kThreads>(keys(i), kh + s0 * g.k_stride[1], g.k_stride[1], g.s - s0, g.d);
-    wgmma::load_swizzled<kD, C::kBk, kThreads>(values(i), vh + s0 * g.v_stride[1], g.v_stride[1], g.s - s0, g.d);
+    wgmma::load_swizzled<kD, C::kBk, kThreads>(thread, keys(i), kh + s0 * g.k_stride[1], g.k_stride[1], g.s - s0, g.d);
+    wgmma::load_swizzled<kD, C::kBk, kThreads>(thread, values(i), vh + s0 * g.v_stride[1], g.v_stride[1], g.s - s0,
+                                               g.d);
   };
-  wgmma::load_swizzled<kD, C::kBq, kThreads>(sq, q + b * g.q_stride[0] + h * g.q_stride[2] + t0 * g.q_stride[1],
+  wgmma::load_swizzled<kD, C::kBq, kThreads>(thread, sq, q + b * g.q_stride[0] + h * g.q_stride[2] + t0 * g.q_stride[1],
                                              g.q_stride[1], g.t - t0, g.d);
-  wgmma::load_swizzled<kD, C::kBq, kThreads>(sdo, dout + ((b * g.t + t0) * g.hq + h) * g.d, g.hq * g.d, g.t - t0,
-                                             g.d);
+  wgmma::load_swizzled<kD, C::kBq, kThreads>(thread, sdo, dout + ((b * g.t + t0) * g.hq + h) * g.d, g.hq * g.d,
+                                             g.t - t0, g.d);
   load_stats<C::kBq, kThreads>(s_lse, lse + (b * g.hq + h) * g.t + t0, g.t - t0, kLog2e);
   load_stats<C::kBq, kThreads>(s_delta, delta + (b * g.hq + h) * g.t + t0, g.t - t0, 1.0f);
   if (tiles > 0) load_keys(0);
@@ -159,6 +161,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                     const float* delta, AttnShape g, bf16* dk, bf16* dv) {
   using C = Sm90Dkv<kD>;
   DARK_DYNAMIC_SHARED(unsigned char, raw);
+  const int thread = static_cast<int>(threadIdx.x);  // every thread loads
   unsigned char* const sk = aligned_shared(raw);
   unsigned char* const sv = sk + C::kKBytes;
   unsigned char* const sqd = sv + C::kKBytes;  // buffer i: Q at sqd + 2 i kQBytes, dO after it
@@ -171,10 +174,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   const std::int64_t kvh = blockIdx.y, b = blockIdx.z;
   const int c0 = static_cast<int>(blockIdx.x % C::kPasses) * C::kDo;
   const std::int64_t s0 = static_cast<std::int64_t>(blockIdx.x / C::kPasses) * C::kBkv, key0 = s0 + row_in_block;
-  wgmma::load_swizzled<kD, C::kBkv, kThreads>(sk, k + b * g.k_stride[0] + kvh * g.k_stride[2] + s0 * g.k_stride[1],
-                                              g.k_stride[1], g.s - s0, g.d);
-  wgmma::load_swizzled<kD, C::kBkv, kThreads>(sv, v + b * g.v_stride[0] + kvh * g.v_stride[2] + s0 * g.v_stride[1],
-                                              g.v_stride[1], g.s - s0, g.d);
+  wgmma::load_swizzled<kD, C::kBkv, kThreads>(
+      thread, sk, k + b * g.k_stride[0] + kvh * g.k_stride[2] + s0 * g.k_stride[1], g.k_stride[1], g.s - s0, g.d);
+  wgmma::load_swizzled<kD, C::kBkv, kThreads>(
+      thread, sv, v + b * g.v_stride[0] + kvh * g.v_stride[2] + s0 * g.v_stride[1], g.v_stride[1], g.s - s0, g.d);
   // The query tiles of every head of the group that see some key of this block, in order.
   const std::int64_t q_first = g.causal ? std::max<std::int64_t>(0, s0 - (g.s - g.t)) / C::kBq * C::kBq : 0;
   const std::int64_t q_end = g.query_end(std::min(g.s, s0 + C::kBkv) - 1);
@@ -183,9 +186,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto tile_start = [&](int i) { return q_first + static_cast<std::int64_t>(i % per_head) * C::kBq; };
   auto load_queries = [&](int i) {
     const std::int64_t t0 = tile_start(i), h = kvh * g.group + i / per_head;
-    wgmma::load_swizzled<kD, C::kBq, kThreads>(queries(i), q + b * g.q_stride[0] + h * g.q_stride[2] +
-                                                               t0 * g.q_stride[1], g.q_stride[1], g.t - t0, g.d);
-    wgmma::load_swizzled<kD, C::kBq, kThreads>(grads(i), dout + ((b * g.t + t0) * g.hq + h) * g.d, g.hq * g.d,
+    wgmma::load_swizzled<kD, C::kBq, kThreads>(thread, queries(i),
+                                               q + b * g.q_stride[0] + h * g.q_stride[2] + t0 * g.q_stride[1],
+                                               g.q_stride[1], g.t - t0, g.d);
+    wgmma::load_swizzled<kD, C::kBq, kThreads>(thread, grads(i), dout + ((b * g.t + t0) * g.hq + h) * g.d, g.hq * g.d,
                                                g.t - t0, g.d);
     float* st = stats + 2 * (i & 1) * C::kBq;
     load_stats<C::kBq, kThreads>(st, lse + (b * g.hq + h) * g.t + t0, g.t - t0, kLog2e);

@@ -38,16 +38,23 @@ __device__ __forceinline__ std::uint32_t swizzled_offset(int r, int c, int rows)
 }
 
 // Rows [0, kRows) of a (rows, D) bf16 matrix (row r at src + r * row_stride, 16-byte
-// aligned) into a swizzled tile at dst (1024-byte aligned), 16 bytes per cp.async by a block
-// of kThreads threads; zeros past rows_left rows and d columns. The caller commits and waits.
+// aligned) into a swizzled tile at dst (1024-byte aligned), 16 bytes per cp.async by kThreads
+// threads, of which the caller is number `thread`; zeros past rows_left rows and d columns.
+// Each thread copies one 16-byte column piece of every (kThreads / (kD / 8))-th row, so its
+// addresses advance by constant steps (few registers: the loader of a warp-specialised kernel
+// has 24). The caller commits and waits.
 template <int kD, int kRows, int kThreads>
-__device__ __forceinline__ void load_swizzled(unsigned char* dst, const BFloat16* src, std::int64_t row_stride,
-                                              std::int64_t rows_left, std::int64_t d) {
-  constexpr int kPieces = kD / 8;
-  for (int idx = threadIdx.x; idx < kRows * kPieces; idx += kThreads) {
-    const int r = idx / kPieces, c = idx % kPieces * 8;
-    const bool valid = r < rows_left && c < d;
-    async::copy_16(dst + swizzled_offset(r, c, kRows), valid ? src + r * row_stride + c : src, valid);
+__device__ __forceinline__ void load_swizzled(int thread, unsigned char* dst, const BFloat16* src,
+                                              std::int64_t row_stride, std::int64_t rows_left, std::int64_t d) {
+  constexpr int kPieces = kD / 8, kRowStep = kThreads / kPieces;
+  static_assert(kThreads % kPieces == 0 && kRows % kRowStep == 0, "load_swizzled: rows split unevenly");
+  const int c = thread % kPieces * 8;
+  const bool column_valid = c < d;
+  const BFloat16* from = src + (thread / kPieces) * row_stride + c;
+#pragma unroll 1
+  for (int r = thread / kPieces; r < kRows; r += kRowStep, from += kRowStep * row_stride) {
+    const bool valid = column_valid && r < rows_left;
+    async::copy_16(dst + swizzled_offset(r, c, kRows), valid ? from : src, valid);
   }
 }
 
