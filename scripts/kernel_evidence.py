@@ -13,8 +13,12 @@ copies (LDGSTS: cp.async; UTMALDG: TMA), shared loads / stores and barriers the 
 cuobjdump is not part of the CUDA toolkit this project installs; the script installs PyPI's
 nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm into cache/cuobjdump the first time (it needs no GPU and no driver).
 Counts are static (instructions in the code, not executed ones): they show that a hot loop
-uses the tensor cores, not how fast it runs. Exits non-zero when a kernel matching
---require-no-spills spills.
+uses the tensor cores, not how fast it runs. Warp-specialised kernels move registers between
+warpgroups with setmaxnreg: ptxas then reports the count at entry and the spills of every
+region together, so the table adds the counts the SASS sets (computing / loading warpgroups)
+and the local loads and stores (STL, LDL) of the code after the raise, laid out up to the
+lowering. Exits non-zero when a kernel matching --require-no-spills spills (in the computing
+code, for those kernels).
 """
 import argparse
 import json
@@ -113,22 +117,33 @@ def ptxas_rows(log: str):
 def sass_counts(sass: str):
     counts = {}
     current = None
+    region = None  # "grow" after a USETMAXREG.TRY_ALLOC, "shrink" after a USETMAXREG.DEALLOC
     for line in sass.splitlines():
         m = re.match(r"\s*Function : (\S+)", line)
         if m:
             current = m.group(1)
             counts[current] = {op: 0 for op in OPCODES + ["total"]}
+            counts[current].update(grow=None, shrink=None, grow_local=0)
+            region = None
             continue
         if current is None:
             continue
-        m = re.match(r"\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", line)
+        m = re.match(r"\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)([^;]*)", line)
         if not m:
             continue
         op = m.group(1)
-        counts[current]["total"] += 1
+        c = counts[current]
+        c["total"] += 1
         for key in OPCODES:
             if op == key or op.startswith(key + "."):
-                counts[current][key] += 1
+                c[key] += 1
+        if op.startswith("USETMAXREG"):
+            value = re.search(r"0x([0-9a-f]+)", m.group(2))
+            region = "grow" if "TRY_ALLOC" in op else "shrink"
+            if value:
+                c[region] = int(value.group(1), 16)
+        elif region == "grow" and (op.startswith("STL") or op.startswith("LDL")):
+            c["grow_local"] += 1
     return counts
 
 
@@ -144,8 +159,9 @@ def main():
     build_dir = (REPO / args.build_dir) if not os.path.isabs(args.build_dir) else Path(args.build_dir)
     cuobjdump = find_cuobjdump()
     failed = False
-    print(f"| kernel | regs | spill st/ld (B) | stack (B) | {' | '.join(OPCODES)} | SASS instr |")
-    print("|---|" + "---|" * (len(OPCODES) + 4))
+    print(f"| kernel | regs | spill st/ld (B) | stack (B) | setmaxnreg | computing STL+LDL | {' | '.join(OPCODES)} "
+          f"| SASS instr |")
+    print("|---|" + "---|" * (len(OPCODES) + 6))
     with tempfile.TemporaryDirectory() as tmp:
         for source in args.sources:
             path = (REPO / source) if not os.path.isabs(source) else Path(source)
@@ -165,12 +181,15 @@ def main():
                 if args.filter and args.filter not in name:
                     continue
                 r, c = rows[mangled], counts.get(mangled, {})
-                spills = r.get("spill_st", 0) + r.get("spill_ld", 0)
+                reallocates = c.get("grow") is not None
+                spills = c["grow_local"] if reallocates else r.get("spill_st", 0) + r.get("spill_ld", 0)
                 if args.require_no_spills is not None and args.require_no_spills in name and spills:
                     failed = True
                 cells = [str(c.get(op, "?")) for op in OPCODES]
+                moved = f"{c['grow']} / {c.get('shrink') or '-'}" if reallocates else "-"
+                computing = str(c["grow_local"]) if reallocates else "-"
                 print(f"| {name} | {r.get('regs', '?')} | {r.get('spill_st', 0)}/{r.get('spill_ld', 0)} | "
-                      f"{r.get('stack', 0)} | {' | '.join(cells)} | {c.get('total', '?')} |")
+                      f"{r.get('stack', 0)} | {moved} | {computing} | {' | '.join(cells)} | {c.get('total', '?')} |")
     if failed:
         sys.exit(f"kernel_evidence: a kernel matching '{args.require_no_spills}' spills registers")
 

@@ -29,7 +29,7 @@
 #include "core/cuda/async_copy.cuh"
 #include "core/cuda/flash_attention.cuh"
 #include "core/cuda/flash_tiles.cuh"
-#include "core/cuda/mbarrier.cuh"
+#include "core/cuda/tile_pipeline.cuh"
 #include "core/cuda/wgmma.cuh"
 
 namespace dark::cuda::flash {
@@ -46,17 +46,13 @@ struct Sm90Fwd {
   static constexpr int kStages = 3;                 // key tiles in shared memory at once
   static constexpr std::uint32_t kQBytes = kBr * kD * sizeof(bf16);
   static constexpr std::uint32_t kKVBytes = kBc * kD * sizeof(bf16);  // one K or V tile
-  // Registers per thread after reallocation: a block of 384 threads starts with 168 each
-  // (65536 / 384, rounded down to 8); the loader gives 144 of its 168 to the computing
-  // warpgroups, which take 72 more each (128 x 144 = 256 x 72). At d 256 (256 threads) every
-  // thread starts with 255 and nothing is moved.
+  // Registers move to the computing warpgroups in blocks of 384 threads (tile_pipeline.cuh);
+  // at d 256 (256 threads) every thread starts with 255 and nothing moves.
   static constexpr bool kReallocate = kWarpGroups == 2;
-  static constexpr int kLoaderRegisters = 24, kComputeRegisters = 240;
-  static_assert(!kReallocate || 128 * (168 - kLoaderRegisters) >= 128 * kWarpGroups * (kComputeRegisters - 168),
-                "the computing warpgroups take more registers than the loader gives");
-  // The pipeline's barriers: Q landed, then per buffer K landed, V landed, free.
+  // Q once; the key tiles in two parts, K and V.
   struct Barriers {
-    std::uint64_t q, k[kStages], v[kStages], free[kStages];
+    pipeline::TilePipeline<1> queries;
+    pipeline::TilePipeline<kStages, 2> keys;
   };
   // 1024 bytes of slack to align the tiles to the swizzle's 1024-byte pattern; the barriers
   // after the tiles.
@@ -88,51 +84,36 @@ __global__ void __launch_bounds__(Sm90Fwd<kD>::kThreads, 1)
   const std::int64_t begin = g.first_key_tile(t0, C::kBc), end = g.key_end(t0, C::kBr);
   const int tiles = end > begin ? static_cast<int>((end - begin + C::kBc - 1) / C::kBc) : 0;
   auto tile_start = [&](int i) { return begin + static_cast<std::int64_t>(i) * C::kBc; };
-  // Tile i's uses of its buffer: n = i / kStages, whose phases have parity n & 1.
-  auto use = [](int i) { return static_cast<unsigned>(i / C::kStages); };
+  constexpr int kKeys = 0, kValues = 1;  // the parts of a key tile
 
   if (threadIdx.x == 0) {
-    mbarrier::init(&bars->q, 128);  // each loading thread's copies arrive
-    for (int s = 0; s < C::kStages; ++s) {
-      mbarrier::init(&bars->k[s], 128);
-      mbarrier::init(&bars->v[s], 128);
-      mbarrier::init(&bars->free[s], 4 * C::kWarpGroups);  // each computing warp arrives
-    }
+    bars->queries.init(128, 4 * C::kWarpGroups);  // each loading thread's copies arrive
+    bars->keys.init(128, 4 * C::kWarpGroups);
   }
   __syncthreads();  // the barriers are set up; from here on no block-wide barrier
 
   if (group == C::kWarpGroups) {  // the loader
-    if constexpr (C::kReallocate) mbarrier::shrink_registers<C::kLoaderRegisters>();
+    if constexpr (C::kReallocate) mbarrier::shrink_registers<pipeline::kLoaderRegisters>();
     const int thread = static_cast<int>(threadIdx.x) - 128 * C::kWarpGroups;
     const bf16* kh = k + b * g.k_stride[0] + kvh * g.k_stride[2];
     const bf16* vh = v + b * g.v_stride[0] + kvh * g.v_stride[2];
     wgmma::load_swizzled<kD, C::kBr, 128>(thread, sq, q + b * g.q_stride[0] + h * g.q_stride[2] + t0 * g.q_stride[1],
                                           g.q_stride[1], g.t - t0, g.d);
-    mbarrier::arrive_when_copies_land(&bars->q);
+    bars->queries.copies_issued(0, 0);
     for (int i = 0; i < tiles; ++i) {
-      const int s = i % C::kStages;
       const std::int64_t s0 = tile_start(i);
-      if (i >= C::kStages) mbarrier::wait(&bars->free[s], (use(i) - 1) & 1);  // its previous tile is done with
+      bars->keys.wait_free(i);
       wgmma::load_swizzled<kD, C::kBc, 128>(thread, keys(i), kh + s0 * g.k_stride[1], g.k_stride[1], g.s - s0, g.d);
-      mbarrier::arrive_when_copies_land(&bars->k[s]);
+      bars->keys.copies_issued(kKeys, i);
       wgmma::load_swizzled<kD, C::kBc, 128>(thread, values(i), vh + s0 * g.v_stride[1], g.v_stride[1], g.s - s0, g.d);
-      mbarrier::arrive_when_copies_land(&bars->v[s]);
+      bars->keys.copies_issued(kValues, i);
     }
     async::commit();
     async::wait<0>();  // no copy may still be in flight when the thread exits
     return;
   }
 
-  if constexpr (C::kReallocate) mbarrier::grow_registers<C::kComputeRegisters>();
-  // Waits until the loader's copies of a tile have landed and hands them to the tensor cores'
-  // proxy (cp.async writes through the generic one).
-  auto landed = [](std::uint64_t* bar, unsigned parity) {
-    mbarrier::wait(bar, parity);
-    wgmma::fence_shared_writes();
-  };
-  auto free_tile = [&](int i) {  // this warp's products reading tile i are done
-    if (threadIdx.x % 32 == 0) mbarrier::arrive(&bars->free[i % C::kStages]);
-  };
+  if constexpr (C::kReallocate) mbarrier::grow_registers<pipeline::kComputeRegisters>();
   const std::uint32_t q_tile = wgmma::shared_address(sq);
   auto k_tile = [&](int i) { return wgmma::shared_address(keys(i)); };
   auto v_tile = [&](int i) { return wgmma::shared_address(values(i)); };
@@ -168,10 +149,10 @@ __global__ void __launch_bounds__(Sm90Fwd<kD>::kThreads, 1)
                                 [&](int row, int col) { return g.visible(b, row0 + row, s0 + col); });
   };
 
-  landed(&bars->q, 0);
+  bars->queries.wait_landed(0, 0);
   if (tiles > 0) {
     float sc[C::kBc / 8][4], correction[2];
-    landed(&bars->k[0], 0);
+    bars->keys.wait_landed(kKeys, 0);
     issue_s(sc, 0);
     wgmma::wait<0>();
     softmax(sc, 0, correction);  // o is 0: nothing to rescale
@@ -180,14 +161,14 @@ __global__ void __launch_bounds__(Sm90Fwd<kD>::kThreads, 1)
   }
   for (int i = 1; i < tiles; ++i) {
     float sc[C::kBc / 8][4], correction[2];
-    landed(&bars->k[i % C::kStages], use(i) & 1);
+    bars->keys.wait_landed(kKeys, i);
     issue_s(sc, i);
-    landed(&bars->v[(i - 1) % C::kStages], use(i - 1) & 1);
+    bars->keys.wait_landed(kValues, i - 1);
     issue_pv(i - 1);
     wgmma::wait<1>();  // S_i is done; P V of tile i - 1 may still run
     softmax(sc, i, correction);
     wgmma::wait<0>();  // P V of tile i - 1 is done: o and p are free, and so is its buffer
-    free_tile(i - 1);
+    bars->keys.release(i - 1);
     wgmma::hold(o);
     wgmma::hold(p);
     rescale(o, correction);
@@ -195,7 +176,7 @@ __global__ void __launch_bounds__(Sm90Fwd<kD>::kThreads, 1)
     for (int kk = 0; kk < C::kBc / 16; ++kk) a_from_accumulators(p[kk], sc[2 * kk], sc[2 * kk + 1]);
   }
   if (tiles > 0) {
-    landed(&bars->v[(tiles - 1) % C::kStages], use(tiles - 1) & 1);
+    bars->keys.wait_landed(kValues, tiles - 1);
     issue_pv(tiles - 1);
     wgmma::wait<0>();
     wgmma::hold(o);

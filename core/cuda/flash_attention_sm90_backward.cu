@@ -1,28 +1,37 @@
 // Flash attention's bf16 backward for Hopper (sm_90a): the two deterministic kernels of
 // flash_attention_bf16.cu (dQ per query block; dK, dV per key block over the group's query
 // heads and tiles in a fixed order: no atomics, the same bits every run) with their products
-// on wgmma (wgmma.cuh), tiles in the 128-byte swizzled layout loaded by cp.async, the next
-// tile landing while this one is multiplied. Each product fits one of two forms: both
-// operands K-major in shared memory (S = Q K^T and dP = dO V^T, or their transposes), or the
-// A operand in registers (the probabilities or score gradients, an accumulator being half of
-// the next A fragment) times an MN-major tile (dQ += dS K, dV += P^T dO, dK += dS^T Q).
-// A block is two warpgroups of 64 rows (queries for dQ, keys for dK, dV); a warpgroup skips
-// the products of a tile none of its rows meets (causal). Used where the forward of
-// flash_attention_sm90.cu is: d 64, 128 and 256, 16-byte-aligned rows, compute capability
-// 9.0. At d 256 a dK, dV block writes half the columns (two blocks per key block, each
-// recomputing S^T and dP^T, as the mma.sync kernel does), for registers.
+// on wgmma (wgmma.cuh), tiles in the 128-byte swizzled layout. Each product fits one of two
+// forms: both operands K-major in shared memory (S = Q K^T and dP = dO V^T, or their
+// transposes), or the A operand in registers (the probabilities or score gradients, an
+// accumulator being half of the next A fragment) times an MN-major tile (dQ += dS K,
+// dV += P^T dO, dK += dS^T Q).
+// Warp-specialised as the forward is (tile_pipeline.cuh): a block is two computing
+// warpgroups of 64 rows (queries for dQ, keys for dK, dV) with 240 registers a thread, and a
+// loading warpgroup with 24 that copies the block's fixed operands once (dQ: Q, dO and their
+// statistics; dK, dV: K and V) and the streamed tiles (dQ: K and V; dK, dV: Q, dO and their
+// statistics) into two buffers, handing them over through mbarriers; a computing warpgroup
+// skips the products of a tile none of its rows meets (causal) and runs at its own pace.
+// Used where the forward of flash_attention_sm90.cu is: d 64, 128 and 256,
+// 16-byte-aligned rows, compute capability 9.0. At d 256 a dK, dV block writes half the
+// columns (two blocks per key block, each recomputing S^T and dP^T, as the mma.sync kernel
+// does), for registers.
 #include <cstdint>
 
 #include "core/cuda/async_copy.cuh"
 #include "core/cuda/flash_attention.cuh"
 #include "core/cuda/flash_tiles.cuh"
+#include "core/cuda/tile_pipeline.cuh"
 #include "core/cuda/wgmma.cuh"
 
 namespace dark::cuda::flash {
 namespace {
 
 using bf16 = BFloat16;
-constexpr int kThreads = 256;  // two warpgroups
+constexpr int kThreads = 384;  // two computing warpgroups, then the loading one
+constexpr int kLoader = 2;     // the loading warpgroup's index
+constexpr int kStages = 2;     // streamed tiles in shared memory at once
+constexpr unsigned kComputingWarps = 8;
 
 // 1024-byte aligned start of the dynamic shared memory (the swizzle's pattern).
 __device__ __forceinline__ unsigned char* aligned_shared(unsigned char* raw) {
@@ -52,7 +61,13 @@ struct Sm90Dq {
   static constexpr int kBk = kD <= 128 ? 64 : 32;  // keys per tile (shared memory at d 256)
   static constexpr std::uint32_t kQBytes = kBq * kD * sizeof(bf16);  // Q, and dO
   static constexpr std::uint32_t kKBytes = kBk * kD * sizeof(bf16);  // one K or V tile
-  static constexpr std::size_t kSmem = 1024 + 2 * kQBytes + 4 * kKBytes + 2 * kBq * sizeof(float);
+  // Q, dO and their statistics once (copies and plain stores); K and V tiles streamed.
+  struct Barriers {
+    pipeline::TilePipeline<1> queries;
+    pipeline::TilePipeline<kStages> keys;
+  };
+  static constexpr std::size_t kSmem =
+      1024 + 2 * kQBytes + 2 * kStages * kKBytes + 2 * kBq * sizeof(float) + sizeof(Barriers);
 };
 
 // grid (ceil(T / kBq), Hq, B).
@@ -62,47 +77,60 @@ __global__ void __launch_bounds__(kThreads, 1)
                    AttnShape g, bf16* dq) {
   using C = Sm90Dq<kD>;
   DARK_DYNAMIC_SHARED(unsigned char, raw);
-  const int thread = static_cast<int>(threadIdx.x);  // every thread loads
   unsigned char* const sq = aligned_shared(raw);
   unsigned char* const sdo = sq + C::kQBytes;
-  unsigned char* const skv = sdo + C::kQBytes;  // buffer i: K at skv + 2 i kKBytes, V after it
-  float* const s_lse = reinterpret_cast<float*>(skv + 4 * C::kKBytes);
+  unsigned char* const skv = sdo + C::kQBytes;  // buffer i % kStages: K at skv + 2 (i % kStages) kKBytes, V after it
+  float* const s_lse = reinterpret_cast<float*>(skv + 2 * kStages * C::kKBytes);
   float* const s_delta = s_lse + C::kBq;
-  auto keys = [&](int i) { return skv + 2 * (i & 1) * C::kKBytes; };
+  auto* const bars = reinterpret_cast<typename C::Barriers*>(s_delta + C::kBq);
+  auto keys = [&](int i) { return skv + 2 * (i % kStages) * C::kKBytes; };
   auto values = [&](int i) { return keys(i) + C::kKBytes; };
 
   const int group = static_cast<int>(threadIdx.x) / 128, warp = static_cast<int>(threadIdx.x) / 32 % 4;
   const int row_in_block = 64 * group + 16 * warp;  // the warp's first row
   const std::int64_t h = blockIdx.y, b = blockIdx.z, kvh = h / g.group;
   const std::int64_t t0 = static_cast<std::int64_t>(blockIdx.x) * C::kBq, row0 = t0 + row_in_block;
-  const bf16* kh = k + b * g.k_stride[0] + kvh * g.k_stride[2];
-  const bf16* vh = v + b * g.v_stride[0] + kvh * g.v_stride[2];
   const std::int64_t begin = g.first_key_tile(t0, C::kBk), end = g.key_end(t0, C::kBq);
   const int tiles = end > begin ? static_cast<int>((end - begin + C::kBk - 1) / C::kBk) : 0;
-  auto load_keys = [&](int i) {
-    const std::int64_t s0 = begin + static_cast<std::int64_t>(i) * C::kBk;
-    wgmma::load_swizzled<kD, C::kBk, kThreads>(thread, keys(i), kh + s0 * g.k_stride[1], g.k_stride[1], g.s - s0, g.d);
-    wgmma::load_swizzled<kD, C::kBk, kThreads>(thread, values(i), vh + s0 * g.v_stride[1], g.v_stride[1], g.s - s0,
-                                               g.d);
-  };
-  wgmma::load_swizzled<kD, C::kBq, kThreads>(thread, sq, q + b * g.q_stride[0] + h * g.q_stride[2] + t0 * g.q_stride[1],
-                                             g.q_stride[1], g.t - t0, g.d);
-  wgmma::load_swizzled<kD, C::kBq, kThreads>(thread, sdo, dout + ((b * g.t + t0) * g.hq + h) * g.d, g.hq * g.d,
-                                             g.t - t0, g.d);
-  load_stats<C::kBq, kThreads>(s_lse, lse + (b * g.hq + h) * g.t + t0, g.t - t0, kLog2e);
-  load_stats<C::kBq, kThreads>(s_delta, delta + (b * g.hq + h) * g.t + t0, g.t - t0, 1.0f);
-  if (tiles > 0) load_keys(0);
-  async::commit();
 
+  if (threadIdx.x == 0) {
+    bars->queries.init(2 * 128, kComputingWarps);  // each loading thread's copies, then its stores
+    bars->keys.init(128, kComputingWarps);
+  }
+  __syncthreads();  // the barriers are set up; from here on no block-wide barrier
+
+  if (group == kLoader) {
+    mbarrier::shrink_registers<pipeline::kLoaderRegisters>();
+    const int thread = static_cast<int>(threadIdx.x) - 128 * kLoader;
+    wgmma::load_swizzled<kD, C::kBq, 128>(thread, sq, q + b * g.q_stride[0] + h * g.q_stride[2] + t0 * g.q_stride[1],
+                                          g.q_stride[1], g.t - t0, g.d);
+    wgmma::load_swizzled<kD, C::kBq, 128>(thread, sdo, dout + ((b * g.t + t0) * g.hq + h) * g.d, g.hq * g.d,
+                                          g.t - t0, g.d);
+    bars->queries.copies_issued(0, 0);
+    load_stats<C::kBq, 128>(thread, s_lse, lse + (b * g.hq + h) * g.t + t0, g.t - t0, kLog2e);
+    load_stats<C::kBq, 128>(thread, s_delta, delta + (b * g.hq + h) * g.t + t0, g.t - t0, 1.0f);
+    bars->queries.stores_done(0, 0);
+    const bf16* kh = k + b * g.k_stride[0] + kvh * g.k_stride[2];
+    const bf16* vh = v + b * g.v_stride[0] + kvh * g.v_stride[2];
+    for (int i = 0; i < tiles; ++i) {
+      const std::int64_t s0 = begin + static_cast<std::int64_t>(i) * C::kBk;
+      bars->keys.wait_free(i);
+      wgmma::load_swizzled<kD, C::kBk, 128>(thread, keys(i), kh + s0 * g.k_stride[1], g.k_stride[1], g.s - s0, g.d);
+      wgmma::load_swizzled<kD, C::kBk, 128>(thread, values(i), vh + s0 * g.v_stride[1], g.v_stride[1], g.s - s0, g.d);
+      bars->keys.copies_issued(0, i);
+    }
+    async::commit();
+    async::wait<0>();  // no copy may still be in flight when the thread exits
+    return;
+  }
+
+  mbarrier::grow_registers<pipeline::kComputeRegisters>();
   const std::uint32_t q_tile = wgmma::shared_address(sq), do_tile = wgmma::shared_address(sdo);
   const float scale_log2 = g.scale * kLog2e;
   float acc[kD / 8][4] = {};
+  bars->queries.wait_landed(0, 0);
   for (int i = 0; i < tiles; ++i) {
-    if (i + 1 < tiles) load_keys(i + 1);
-    async::commit();
-    async::wait<1>();
-    wgmma::fence_shared_writes();
-    __syncthreads();
+    bars->keys.wait_landed(0, i);
     const std::int64_t s0 = begin + static_cast<std::int64_t>(i) * C::kBk;
     if (!g.causal || s0 <= t0 + 64 * group + 63 + (g.s - g.t)) {  // some row of this warpgroup sees the tile
       const std::uint32_t k_tile = wgmma::shared_address(keys(i)), v_tile = wgmma::shared_address(values(i));
@@ -135,9 +163,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma::wait<0>();
       wgmma::hold(acc);
     }
-    __syncthreads();  // both warpgroups are done with buffer i & 1 before tile i + 2 loads into it
+    bars->keys.release(i);  // this warp's products reading the tile are done (or skipped)
   }
-  async::wait<0>();
   store_gradient<kD>(acc, dq + ((b * g.t + row0) * g.hq + h) * g.d, g.hq * g.d, g.t - row0, g.d);
 }
 
@@ -151,7 +178,13 @@ struct Sm90Dkv {
   static constexpr int kPasses = kD / kDo;
   static constexpr std::uint32_t kKBytes = kBkv * kD * sizeof(bf16);  // K, and V
   static constexpr std::uint32_t kQBytes = kBq * kD * sizeof(bf16);   // one Q or dO tile
-  static constexpr std::size_t kSmem = 1024 + 2 * kKBytes + 4 * kQBytes + 4 * kBq * sizeof(float);
+  // K and V once; Q and dO tiles with their statistics (copies and plain stores) streamed.
+  struct Barriers {
+    pipeline::TilePipeline<1> keys;
+    pipeline::TilePipeline<kStages> queries;
+  };
+  static constexpr std::size_t kSmem =
+      1024 + 2 * kKBytes + 2 * kStages * kQBytes + 2 * kStages * kBq * sizeof(float) + sizeof(Barriers);
 };
 
 // grid (ceil(S / kBkv) * kPasses, Hkv, B); pass p writes columns [p kDo, (p + 1) kDo).
@@ -161,58 +194,74 @@ __global__ void __launch_bounds__(kThreads, 1)
                     const float* delta, AttnShape g, bf16* dk, bf16* dv) {
   using C = Sm90Dkv<kD>;
   DARK_DYNAMIC_SHARED(unsigned char, raw);
-  const int thread = static_cast<int>(threadIdx.x);  // every thread loads
   unsigned char* const sk = aligned_shared(raw);
   unsigned char* const sv = sk + C::kKBytes;
-  unsigned char* const sqd = sv + C::kKBytes;  // buffer i: Q at sqd + 2 i kQBytes, dO after it
-  float* const stats = reinterpret_cast<float*>(sqd + 4 * C::kQBytes);  // buffer i: lse, Delta at stats + 2 i kBq
-  auto queries = [&](int i) { return sqd + 2 * (i & 1) * C::kQBytes; };
+  unsigned char* const sqd = sv + C::kKBytes;  // buffer i % kStages: Q at sqd + 2 (i % kStages) kQBytes, dO after it
+  // buffer i % kStages: lse, Delta at stats + 2 (i % kStages) kBq
+  float* const stats = reinterpret_cast<float*>(sqd + 2 * kStages * C::kQBytes);
+  auto* const bars = reinterpret_cast<typename C::Barriers*>(stats + 2 * kStages * C::kBq);
+  auto queries = [&](int i) { return sqd + 2 * (i % kStages) * C::kQBytes; };
   auto grads = [&](int i) { return queries(i) + C::kQBytes; };
+  auto tile_stats = [&](int i) { return stats + 2 * (i % kStages) * C::kBq; };
 
   const int group = static_cast<int>(threadIdx.x) / 128, warp = static_cast<int>(threadIdx.x) / 32 % 4;
   const int row_in_block = 64 * group + 16 * warp;  // the warp's first key
   const std::int64_t kvh = blockIdx.y, b = blockIdx.z;
   const int c0 = static_cast<int>(blockIdx.x % C::kPasses) * C::kDo;
   const std::int64_t s0 = static_cast<std::int64_t>(blockIdx.x / C::kPasses) * C::kBkv, key0 = s0 + row_in_block;
-  wgmma::load_swizzled<kD, C::kBkv, kThreads>(
-      thread, sk, k + b * g.k_stride[0] + kvh * g.k_stride[2] + s0 * g.k_stride[1], g.k_stride[1], g.s - s0, g.d);
-  wgmma::load_swizzled<kD, C::kBkv, kThreads>(
-      thread, sv, v + b * g.v_stride[0] + kvh * g.v_stride[2] + s0 * g.v_stride[1], g.v_stride[1], g.s - s0, g.d);
   // The query tiles of every head of the group that see some key of this block, in order.
   const std::int64_t q_first = g.causal ? std::max<std::int64_t>(0, s0 - (g.s - g.t)) / C::kBq * C::kBq : 0;
   const std::int64_t q_end = g.query_end(std::min(g.s, s0 + C::kBkv) - 1);
   const int per_head = q_end > q_first ? static_cast<int>((q_end - q_first + C::kBq - 1) / C::kBq) : 0;
   const int tiles = per_head * static_cast<int>(g.group);
   auto tile_start = [&](int i) { return q_first + static_cast<std::int64_t>(i % per_head) * C::kBq; };
-  auto load_queries = [&](int i) {
-    const std::int64_t t0 = tile_start(i), h = kvh * g.group + i / per_head;
-    wgmma::load_swizzled<kD, C::kBq, kThreads>(thread, queries(i),
-                                               q + b * g.q_stride[0] + h * g.q_stride[2] + t0 * g.q_stride[1],
-                                               g.q_stride[1], g.t - t0, g.d);
-    wgmma::load_swizzled<kD, C::kBq, kThreads>(thread, grads(i), dout + ((b * g.t + t0) * g.hq + h) * g.d, g.hq * g.d,
-                                               g.t - t0, g.d);
-    float* st = stats + 2 * (i & 1) * C::kBq;
-    load_stats<C::kBq, kThreads>(st, lse + (b * g.hq + h) * g.t + t0, g.t - t0, kLog2e);
-    load_stats<C::kBq, kThreads>(st + C::kBq, delta + (b * g.hq + h) * g.t + t0, g.t - t0, 1.0f);
-  };
-  if (tiles > 0) load_queries(0);
-  async::commit();
 
+  if (threadIdx.x == 0) {
+    bars->keys.init(128, kComputingWarps);
+    bars->queries.init(2 * 128, kComputingWarps);  // each loading thread's copies, then its stores
+  }
+  __syncthreads();  // the barriers are set up; from here on no block-wide barrier
+
+  if (group == kLoader) {
+    mbarrier::shrink_registers<pipeline::kLoaderRegisters>();
+    const int thread = static_cast<int>(threadIdx.x) - 128 * kLoader;
+    wgmma::load_swizzled<kD, C::kBkv, 128>(
+        thread, sk, k + b * g.k_stride[0] + kvh * g.k_stride[2] + s0 * g.k_stride[1], g.k_stride[1], g.s - s0, g.d);
+    wgmma::load_swizzled<kD, C::kBkv, 128>(
+        thread, sv, v + b * g.v_stride[0] + kvh * g.v_stride[2] + s0 * g.v_stride[1], g.v_stride[1], g.s - s0, g.d);
+    bars->keys.copies_issued(0, 0);
+    for (int i = 0; i < tiles; ++i) {
+      const std::int64_t t0 = tile_start(i), h = kvh * g.group + i / per_head;
+      bars->queries.wait_free(i);
+      wgmma::load_swizzled<kD, C::kBq, 128>(thread, queries(i),
+                                            q + b * g.q_stride[0] + h * g.q_stride[2] + t0 * g.q_stride[1],
+                                            g.q_stride[1], g.t - t0, g.d);
+      wgmma::load_swizzled<kD, C::kBq, 128>(thread, grads(i), dout + ((b * g.t + t0) * g.hq + h) * g.d, g.hq * g.d,
+                                            g.t - t0, g.d);
+      bars->queries.copies_issued(0, i);
+      float* st = tile_stats(i);
+      load_stats<C::kBq, 128>(thread, st, lse + (b * g.hq + h) * g.t + t0, g.t - t0, kLog2e);
+      load_stats<C::kBq, 128>(thread, st + C::kBq, delta + (b * g.hq + h) * g.t + t0, g.t - t0, 1.0f);
+      bars->queries.stores_done(0, i);
+    }
+    async::commit();
+    async::wait<0>();  // no copy may still be in flight when the thread exits
+    return;
+  }
+
+  mbarrier::grow_registers<pipeline::kComputeRegisters>();
   const std::uint32_t k_tile = wgmma::shared_address(sk), v_tile = wgmma::shared_address(sv);
   const float scale_log2 = g.scale * kLog2e;
   float acc_k[C::kDo / 8][4] = {}, acc_v[C::kDo / 8][4] = {};
   // The MN-major B operand of dV += P^T dO and dK += dS^T Q: columns c0 .. c0 + kDo - 1.
   const std::uint32_t columns = c0 / 64 * C::kBq * 128;
+  bars->keys.wait_landed(0, 0);
   for (int i = 0; i < tiles; ++i) {
-    if (i + 1 < tiles) load_queries(i + 1);
-    async::commit();
-    async::wait<1>();
-    wgmma::fence_shared_writes();
-    __syncthreads();
+    bars->queries.wait_landed(0, i);
     const std::int64_t t0 = tile_start(i);
     if (!g.causal || s0 + 64 * group <= t0 + C::kBq - 1 + (g.s - g.t)) {  // some key of this warpgroup is seen
       const std::uint32_t q_tile = wgmma::shared_address(queries(i)), do_tile = wgmma::shared_address(grads(i));
-      const float* s_lse = stats + 2 * (i & 1) * C::kBq;
+      const float* s_lse = tile_stats(i);
       const float* s_delta = s_lse + C::kBq;
       // Rows are this warp's 16 keys, columns the tile's queries: S^T = K Q^T, dP^T = V dO^T.
       float pt[C::kBq / 8][4], dpt[C::kBq / 8][4];
@@ -253,9 +302,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma::hold(acc_k);
       wgmma::hold(acc_v);
     }
-    __syncthreads();
+    bars->queries.release(i);  // this warp's products reading the tile are done (or skipped)
   }
-  async::wait<0>();
   const std::int64_t at = ((b * g.s + key0) * g.hkv + kvh) * g.d + c0;
   store_gradient<C::kDo>(acc_k, dk + at, g.hkv * g.d, g.s - key0, g.d - c0);
   store_gradient<C::kDo>(acc_v, dv + at, g.hkv * g.d, g.s - key0, g.d - c0);

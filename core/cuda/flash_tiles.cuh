@@ -17,10 +17,11 @@ inline constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 inline constexpr float kLog2e = 1.4426950408889634f;
 
 // kRows statistics (lse in base 2, or Delta) of consecutive rows, times factor, 0 past
-// rows_left; a block of kThreads threads loads them.
+// rows_left; kThreads threads load them, of which the caller is number `thread`.
 template <int kRows, int kThreads>
-__device__ __forceinline__ void load_stats(float* dst, const float* src, std::int64_t rows_left, float factor) {
-  for (int r = threadIdx.x; r < kRows; r += kThreads) dst[r] = r < rows_left ? src[r] * factor : 0.0f;
+__device__ __forceinline__ void load_stats(int thread, float* dst, const float* src, std::int64_t rows_left,
+                                           float factor) {
+  for (int r = thread; r < kRows; r += kThreads) dst[r] = r < rows_left ? src[r] * factor : 0.0f;
 }
 
 // The A fragment (16 rows x 16 k) made of two C fragments: columns [16 j, 16 j + 16) of a
