@@ -15,6 +15,8 @@
 #                missing one is named with who needs it); record this machine's CPU (model,
 #                cores, AVX-512 / AVX512_BF16 / AMX flags) and GPU. Without a GPU: say
 #                "no GPU", write the summary and exit 0.
+#   flash-sm90   the flash kernel tests alone, 60 s at most: if they hang (the Hopper kernels
+#                wait on mbarriers), every later stage runs with DARK_FLASH_SM90=off
 #   tests        every GPU test program (kernels against the CPU in float64, training runs
 #                against the CPU, checkpoints across devices, NCCL with one rank)
 #   quickstart   configs/quickstart.json for QUICKSTART_STEPS (300) steps on the CPU, then
@@ -231,8 +233,27 @@ if [[ -z "$bin" ]]; then
   fi
 fi
 
-# ---- tests ----
+# ---- the Hopper flash kernels, first and briefly: their warp-specialised pipelines wait on
+# mbarriers, and a wait that never ends would hang every later stage until its time limit.
+# If they hang, the rest of the check runs on the mma.sync kernels (DARK_FLASH_SM90=off) and
+# the summary says so.
 mkdir -p "$out/tests"
+t0=$(date +%s)
+say "flash-sm90: the flash kernel tests, 60 s at most"
+timeout "$(limit 60)" "$(prog test_gpu_kernels)" --gtest_filter='*flash*:*Flash*' > "$out/tests/flash-sm90.log" 2>&1
+rc=$?
+if [[ $rc == 0 ]]; then
+  stage flash-sm90 passed "" $(($(date +%s) - t0))
+elif [[ $rc == 124 ]]; then
+  export DARK_FLASH_SM90=off
+  say "flash-sm90: the tests did not finish in 60 s (a hang?): every later stage runs with DARK_FLASH_SM90=off"
+  stage flash-sm90 failed "timed out: later stages ran with DARK_FLASH_SM90=off (mma.sync kernels)" $(($(date +%s) - t0))
+else
+  stage flash-sm90 failed "see tests/flash-sm90.log" $(($(date +%s) - t0))
+  grep -E "^\[  FAILED|Failure" "$out/tests/flash-sm90.log" | head -10 >> "$log"
+fi
+
+# ---- tests ----
 for t in "${gpu_tests[@]}"; do
   t0=$(date +%s)
   say "test $t"

@@ -30,6 +30,10 @@
 #include "tests/gpu_compare.h"
 #include "test_util.h"
 
+#if defined(DARK_TEST_ON_CUDA_EMULATOR)
+#include "cuda_emulator/wgmma.h"
+#endif
+
 namespace dark::testing {
 namespace {
 
@@ -291,6 +295,30 @@ TEST(GpuDeferredChecks, ABadIndexIsReportedWhenTheVerdictsAreRead) {
   const std::vector<float> d = dx.to_vector<float>();
   EXPECT_EQ(d, (std::vector<float>{1, 1, 1, 0, 0, 0, 0, 0, 0, 1, 1, 1})) << "a bad index scatters nothing";
 }
+
+#if defined(DARK_TEST_ON_CUDA_EMULATOR)
+// DARK_FLASH_SM90=off keeps an H100 / H200 (the emulated GPU is one) on the mma.sync kernels,
+// read at each call: no wgmma runs then, and the results agree with the wgmma kernels' to
+// bf16 rounding.
+TEST(GpuFlashAttention, SwitchingTheHopperKernelsOffRunsTheMmaSyncOnes) {
+  const Device gpu = Device::cuda(0);
+  auto input = [&](std::uint64_t stream) {
+    return Tensor::randn({1, 150, 2, 64}, 3, stream, DType::f32, gpu).to(DType::bf16);
+  };
+  const Tensor q = input(0), k = input(1), v = input(2);
+  auto run = [&] { return flash_attention(q, k, v, true, 0.125).to(DType::f32).to(Device::cpu()).to_vector<float>(); };
+  const std::uint64_t before = cuda_emu::wgmma_issued();
+  const std::vector<float> hopper = run();
+  const std::uint64_t after = cuda_emu::wgmma_issued();
+  EXPECT_GT(after, before) << "the wgmma kernels by default";
+  ASSERT_EQ(setenv("DARK_FLASH_SM90", "off", 1), 0);
+  const std::vector<float> mma_sync = run();
+  unsetenv("DARK_FLASH_SM90");
+  EXPECT_EQ(cuda_emu::wgmma_issued(), after) << "DARK_FLASH_SM90=off ran wgmma";
+  ASSERT_EQ(hopper.size(), mma_sync.size());
+  for (std::size_t i = 0; i < hopper.size(); ++i) ASSERT_NEAR(hopper[i], mma_sync[i], 2e-2) << "element " << i;
+}
+#endif
 
 // Flash attention's backward on the GPU is bitwise reproducible (no atomics): f32, and bf16
 // at head dimensions 64 and 128 (on an H100 / H200 the wgmma kernels) with GQA and several

@@ -25,6 +25,8 @@
 // 4 minutes of cicc and ptxas on 2 cores, for 12 kernels).
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
 
 #include "core/cuda/flash_attention.cuh"
@@ -400,12 +402,20 @@ void check_architecture(const Tensor& q) {
   }
 }
 
+// DARK_FLASH_SM90=off (or 0) keeps Hopper on the mma.sync kernels: to compare the two, or
+// to go on where the wgmma kernels misbehave (scripts/gpu-check.sh sets it when they hang).
+// Read at every call (a getenv beside a kernel launch), so a test can switch it.
+bool sm90_switched_off() {
+  const char* value = std::getenv("DARK_FLASH_SM90");
+  return value != nullptr && (std::strcmp(value, "off") == 0 || std::strcmp(value, "0") == 0);
+}
+
 // Whether the bf16 call runs on the wgmma kernels (flash_attention_sm90*.cu): compute
 // capability 9.0 in a build that has them, head dimensions 64, 128 and 256, 16-byte-aligned
-// rows.
+// rows, not switched off.
 // Elsewhere the mma.sync kernels (flash_attention_bf16.cu) run.
 bool use_sm90(const Tensor& q, const AttnShape& g, int kd) {
-  return kd >= 64 && g.aligned && flash::sm90_built() && compute_capability(q) == 90;
+  return kd >= 64 && g.aligned && flash::sm90_built() && compute_capability(q) == 90 && !sm90_switched_off();
 }
 
 // f32 through the generic kernels above; bf16 through the tensor-core kernels (use_sm90).

@@ -2,6 +2,7 @@
 #include "cuda_emulator/wgmma.h"
 
 #include <array>
+#include <atomic>
 #include <cstring>
 #include <vector>
 
@@ -47,7 +48,11 @@ struct Descriptor {
   }
 };
 
+std::atomic<std::uint64_t> issued{0};
+
 }  // namespace
+
+std::uint64_t wgmma_issued() { return issued; }
 
 void wgmma_bf16(float* d, int n, std::uint64_t a_desc, const std::uint32_t* a_regs, std::uint64_t b_desc,
                 bool b_mn_major, bool accumulate) {
@@ -55,6 +60,7 @@ void wgmma_bf16(float* d, int n, std::uint64_t a_desc, const std::uint32_t* a_re
   if (c.block_dim.x * c.block_dim.y * c.block_dim.z % 128 != 0)
     device_fault("wgmma needs whole warpgroups (a block of a multiple of 128 threads)");
   if (n < 8 || n > 256 || n % 8 != 0) device_fault(str("wgmma with N = ", n, " (valid: 8, 16, ..., 256)"));
+  ++issued;
   const int lane = c.lane, row_base = 16 * (c.warp % 4);  // the warp's rows of the 64
   const int g = lane / 4, t = lane % 4;
   // Where every lane of the warp keeps its A registers: read when the product runs, as the

@@ -31,5 +31,7 @@ DARK_EMULATOR_API void wgmma_bf16(float* d, int n, std::uint64_t a_desc, const s
 // remain (grid.h's async_wait), warp-synchronously: no lane of the warp passes it before every
 // lane's products are done (a product reads the A registers of the warp's other lanes).
 DARK_EMULATOR_API void wgmma_wait(int pending_groups);
+// wgmma instructions issued (per thread) since the process started: which kernels ran.
+DARK_EMULATOR_API std::uint64_t wgmma_issued();
 
 }  // namespace dark::cuda_emu
