@@ -57,6 +57,7 @@ struct Sm90Fwd {
   // 1024 bytes of slack to align the tiles to the swizzle's 1024-byte pattern; the barriers
   // after the tiles.
   static constexpr std::size_t kSmem = 1024 + kQBytes + 2 * kStages * kKVBytes + sizeof(Barriers);
+  static_assert(kSmem <= 227 * 1024, "more shared memory than a block of an H100 / H200 may have");
 };
 
 // grid (ceil(T / kBr), Hq, B), block kThreads.

@@ -10,7 +10,7 @@
 // warpgroups of 64 rows (queries for dQ, keys for dK, dV) with 240 registers a thread, and a
 // loading warpgroup with 24 that copies the block's fixed operands once (dQ: Q, dO and their
 // statistics; dK, dV: K and V) and the streamed tiles (dQ: K and V; dK, dV: Q, dO and their
-// statistics) into two buffers, handing them over through mbarriers; a computing warpgroup
+// statistics) into three buffers, handing them over through mbarriers; a computing warpgroup
 // skips the products of a tile none of its rows meets (causal) and runs at its own pace.
 // Used where the forward of flash_attention_sm90.cu is: d 64, 128 and 256,
 // 16-byte-aligned rows, compute capability 9.0. At d 256 a dK, dV block writes half the
@@ -30,7 +30,7 @@ namespace {
 using bf16 = BFloat16;
 constexpr int kThreads = 384;  // two computing warpgroups, then the loading one
 constexpr int kLoader = 2;     // the loading warpgroup's index
-constexpr int kStages = 2;     // streamed tiles in shared memory at once
+constexpr int kStages = 3;     // streamed tiles in shared memory at once: the loader runs two ahead
 constexpr unsigned kComputingWarps = 8;
 
 // 1024-byte aligned start of the dynamic shared memory (the swizzle's pattern).
@@ -68,6 +68,7 @@ struct Sm90Dq {
   };
   static constexpr std::size_t kSmem =
       1024 + 2 * kQBytes + 2 * kStages * kKBytes + 2 * kBq * sizeof(float) + sizeof(Barriers);
+  static_assert(kSmem <= 227 * 1024, "more shared memory than a block of an H100 / H200 may have");
 };
 
 // grid (ceil(T / kBq), Hq, B).
@@ -185,6 +186,7 @@ struct Sm90Dkv {
   };
   static constexpr std::size_t kSmem =
       1024 + 2 * kKBytes + 2 * kStages * kQBytes + 2 * kStages * kBq * sizeof(float) + sizeof(Barriers);
+  static_assert(kSmem <= 227 * 1024, "more shared memory than a block of an H100 / H200 may have");
 };
 
 // grid (ceil(S / kBkv) * kPasses, Hkv, B); pass p writes columns [p kDo, (p + 1) kDo).
