@@ -14,7 +14,9 @@
 #      checked and printed (MET / MISSED): flash >= 0.9x SDPA at L >= 2048 and >= 0.7x at
 #      L = 1024 (d 64, 128); random features at m 64, d 64 <= 3 ms per call at every L from
 #      4096, faster than SDPA from L = 4096 (m 64) and 16384 (m 256), darkformer <= 1.10x
-#      performer, t(131072) / t(4096) <= 1.2; and peak memory.
+#      performer, t(131072) / t(4096) <= 1.2; and peak memory. The flash calls at L 4096
+#      (d 64, 128) once more on the mma.sync kernels (DARK_FLASH_SM90=off): what the Hopper
+#      kernels gain over them.
 #   3. the payoff of random-feature attention in training (issue 30): model tokens/s of the
 #      GPT-2-small-sized model with softmax and with darkformer attention (m 64) against
 #      seq_len (1024 ... 32768) at a constant 32768 tokens per step, with the targets
@@ -90,6 +92,10 @@ echo "== attention: forward + backward, bf16" | tee "$out/attention.log"
   2>> "$out/attention.log" || failed=1
 "$py" bench/torch_gpu.py attention --lens "$lens" --dims 64,128,256 --reps "$reps" >> "$out/attention.jsonl" \
   2>> "$out/attention.log" || { echo "torch attention failed (see attention.log)"; failed=1; }
+# The same flash calls on the mma.sync kernels (DARK_FLASH_SM90=off): what the Hopper ones gain.
+: > "$out/attention-mma-sync.jsonl"
+DARK_FLASH_SM90=off "$bench_attn" --kinds softmax --lens 4096 --dims 64,128 --reps "$reps" \
+  >> "$out/attention-mma-sync.jsonl" 2>> "$out/attention.log" || failed=1
 
 "$py" - "$out" "$peak" << 'EOF'
 import json, sys
@@ -155,6 +161,16 @@ for d in sorted({k[2] for k in ours_a}):
             print(f"  {kind} m {m}: faster than our softmax from L = {cross}, than SDPA from L = {cross_sdpa}; "
                   f"t({lens[-1] if lens else '-'}) / t(4096) = {lin if lin is None else round(lin, 2)} "
                   f"(constant tokens per call: linear = 1.0)")
+
+mma_sync = {(r["d"], r["len"]): r for r in rows("attention-mma-sync.jsonl") if r.get("kind") == "softmax"}
+if mma_sync:
+    print("\nflash on the Hopper kernels (wgmma, warp-specialised) against the mma.sync ones (DARK_FLASH_SM90=off)")
+    summary["attention"]["sm90_over_mma_sync"] = {}
+    for (d, L), r in sorted(mma_sync.items()):
+        s = ours_a.get(("softmax", 0, d, L))
+        if s:
+            print(f"  d {d} L {L}: {s['ms']:.2f} ms against {r['ms']:.2f} ms: {r['ms'] / s['ms']:.2f}x faster")
+            summary["attention"]["sm90_over_mma_sync"][f"d{d}_L{L}"] = r["ms"] / s["ms"]
 
 # Issue 29's targets, each MET, MISSED or not measured (a row missing from this run).
 targets = []

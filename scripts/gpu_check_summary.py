@@ -138,9 +138,12 @@ def bench_summary(out, peak_tflops=989.0):
     for r in attn:
         if "ms" in r:
             s["attention"].append({k: r.get(k) for k in ("side", "kind", "m", "d", "len", "ms", "tflops")})
-    targets = (load(f"{out}/bench/summary.json") or {}).get("targets")
-    if targets:
-        s["targets"] = targets
+    bench_json = load(f"{out}/bench/summary.json") or {}
+    if bench_json.get("targets"):
+        s["targets"] = bench_json["targets"]
+    gains = (bench_json.get("attention") or {}).get("sm90_over_mma_sync")
+    if gains:  # the Hopper flash kernels against the mma.sync ones (DARK_FLASH_SM90=off)
+        s["sm90_over_mma_sync"] = gains
     return s
 
 
@@ -243,6 +246,9 @@ def summary(out):
                 lines.append(f"  kernels {prof['kernels_ms_per_step']:.1f} ms of a {prof['median_step_ms']:.1f} ms step; top: " +
                              ", ".join(f"{p['phase']}/{p['kernel']} {p['ms_per_step']:.1f}{rate(p)}" for p in prof["rows"][:10]))
         lines += fmt_attention(bench["attention"])
+        if bench.get("sm90_over_mma_sync"):
+            lines.append("flash, Hopper kernels over mma.sync ones (time ratio): " +
+                         ", ".join(f"{k} {v:.2f}x" for k, v in bench["sm90_over_mma_sync"].items()))
         targets = bench.get("targets") or []
         if targets:
             met = [t for t in targets if t["met"]]
