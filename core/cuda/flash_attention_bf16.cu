@@ -230,9 +230,10 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(const bf16* q, const bf16*
   load_tile<kD, C::kBq>(sq, q + b * g.q_stride[0] + h * g.q_stride[2] + t0 * g.q_stride[1], g.q_stride[1], g.t - t0,
                         g.d, g.aligned);
   load_tile<kD, C::kBq>(sdo, dout + ((b * g.t + t0) * g.hq + h) * g.d, g.hq * g.d, g.t - t0, g.d, g.aligned);
-  load_stats<C::kBq, kThreads>(static_cast<int>(threadIdx.x), s_lse, lse + (b * g.hq + h) * g.t + t0, g.t - t0, kLog2e);
-  load_stats<C::kBq, kThreads>(static_cast<int>(threadIdx.x), s_delta, delta + (b * g.hq + h) * g.t + t0, g.t - t0,
-                               1.0f);
+  load_stats<C::kBq, kThreads>(static_cast<int>(threadIdx.x), s_lse, lse + (b * g.hq + h) * g.t + t0,
+                               rows_in_tile(g.t, t0, C::kBq), kLog2e);
+  load_stats<C::kBq, kThreads>(static_cast<int>(threadIdx.x), s_delta, delta + (b * g.hq + h) * g.t + t0,
+                               rows_in_tile(g.t, t0, C::kBq), 1.0f);
   const KeyTiles<kD, C::kBk> tiles(g, t0, C::kBq);
   if (tiles.count > 0) tiles.load(0, skv, kh, vh, g);
   async::commit();
@@ -322,9 +323,10 @@ __global__ void __launch_bounds__(kThreads) dkv_kernel(const bf16* q, const bf16
     load_tile<kD, C::kBqv>(buf + C::kBqv * C::kLd, dout + ((b * g.t + t0) * g.hq + h) * g.d, g.hq * g.d, g.t - t0, g.d,
                            g.aligned);
     float* st = stats + 2 * (i & 1) * C::kBqv;
-    load_stats<C::kBqv, kThreads>(static_cast<int>(threadIdx.x), st, lse + (b * g.hq + h) * g.t + t0, g.t - t0, kLog2e);
+    load_stats<C::kBqv, kThreads>(static_cast<int>(threadIdx.x), st, lse + (b * g.hq + h) * g.t + t0,
+                                  rows_in_tile(g.t, t0, C::kBqv), kLog2e);
     load_stats<C::kBqv, kThreads>(static_cast<int>(threadIdx.x), st + C::kBqv, delta + (b * g.hq + h) * g.t + t0,
-                                  g.t - t0, 1.0f);
+                                  rows_in_tile(g.t, t0, C::kBqv), 1.0f);
   };
   if (tiles > 0) load_queries(0);
   async::commit();

@@ -8,10 +8,11 @@
 //     copies Q once and the key tiles (128 keys, 64 at d 256) with cp.async into the 128-byte
 //     swizzle of wgmma.cuh, kStages tiles of K and V in shared memory at once, and hands them
 //     over through mbarriers (mbarrier.cuh): per buffer "K landed", "V landed" and "free"
-//     (every computing warp done with it). It keeps 24 registers (setmaxnreg) so that each
-//     computing thread can hold 240. No block-wide barrier after the start: each computing
-//     warpgroup runs at its own pace, so one's softmax overlaps the other's products as the
-//     warp schedulers find them, and the loads are never in a computing thread's way.
+//     (every computing warp done with it). It keeps 40 registers (setmaxnreg) so that each
+//     computing thread can hold 232 (tile_pipeline.cuh). No block-wide barrier after the
+//     start: each computing warpgroup runs at its own pace, so one's softmax overlaps the
+//     other's products as the warp schedulers find them, and the loads are never in a
+//     computing thread's way.
 //   - Per key tile: S = Q K^T as kD / 16 products m64nBk16 with both operands in shared memory
 //     (K-major), the online softmax on the accumulators (flash_tiles.cuh), and O += P V as
 //     kBc / 16 products m64nDk16 with P in registers (an accumulator is, lane for lane, half
@@ -49,6 +50,7 @@ struct Sm90Fwd {
   // Registers move to the computing warpgroups in blocks of 384 threads (tile_pipeline.cuh);
   // at d 256 (256 threads) every thread starts with 255 and nothing moves.
   static constexpr bool kReallocate = kWarpGroups == 2;
+  using Registers = pipeline::RoomyLoader;
   // Q once; the key tiles in two parts, K and V.
   struct Barriers {
     pipeline::TilePipeline<1> queries;
@@ -94,19 +96,21 @@ __global__ void __launch_bounds__(Sm90Fwd<kD>::kThreads, 1)
   __syncthreads();  // the barriers are set up; from here on no block-wide barrier
 
   if (group == C::kWarpGroups) {  // the loader
-    if constexpr (C::kReallocate) mbarrier::shrink_registers<pipeline::kLoaderRegisters>();
+    if constexpr (C::kReallocate) mbarrier::shrink_registers<C::Registers::kLoaderRegisters>();
     const int thread = static_cast<int>(threadIdx.x) - 128 * C::kWarpGroups;
     const bf16* kh = k + b * g.k_stride[0] + kvh * g.k_stride[2];
     const bf16* vh = v + b * g.v_stride[0] + kvh * g.v_stride[2];
     wgmma::load_swizzled<kD, C::kBr, 128>(thread, sq, q + b * g.q_stride[0] + h * g.q_stride[2] + t0 * g.q_stride[1],
-                                          g.q_stride[1], g.t - t0, g.d);
+                                          g.q_stride[1], rows_in_tile(g.t, t0, C::kBr), static_cast<int>(g.d));
     bars->queries.copies_issued(0, 0);
     for (int i = 0; i < tiles; ++i) {
       const std::int64_t s0 = tile_start(i);
       bars->keys.wait_free(i);
-      wgmma::load_swizzled<kD, C::kBc, 128>(thread, keys(i), kh + s0 * g.k_stride[1], g.k_stride[1], g.s - s0, g.d);
+      wgmma::load_swizzled<kD, C::kBc, 128>(thread, keys(i), kh + s0 * g.k_stride[1], g.k_stride[1],
+                                            rows_in_tile(g.s, s0, C::kBc), static_cast<int>(g.d));
       bars->keys.copies_issued(kKeys, i);
-      wgmma::load_swizzled<kD, C::kBc, 128>(thread, values(i), vh + s0 * g.v_stride[1], g.v_stride[1], g.s - s0, g.d);
+      wgmma::load_swizzled<kD, C::kBc, 128>(thread, values(i), vh + s0 * g.v_stride[1], g.v_stride[1],
+                                            rows_in_tile(g.s, s0, C::kBc), static_cast<int>(g.d));
       bars->keys.copies_issued(kValues, i);
     }
     async::commit();
@@ -114,7 +118,7 @@ __global__ void __launch_bounds__(Sm90Fwd<kD>::kThreads, 1)
     return;
   }
 
-  if constexpr (C::kReallocate) mbarrier::grow_registers<pipeline::kComputeRegisters>();
+  if constexpr (C::kReallocate) mbarrier::grow_registers<C::Registers::kComputeRegisters>();
   const std::uint32_t q_tile = wgmma::shared_address(sq);
   auto k_tile = [&](int i) { return wgmma::shared_address(keys(i)); };
   auto v_tile = [&](int i) { return wgmma::shared_address(values(i)); };

@@ -7,16 +7,18 @@
 // accumulator being half of the next A fragment) times an MN-major tile (dQ += dS K,
 // dV += P^T dO, dK += dS^T Q).
 // Warp-specialised as the forward is (tile_pipeline.cuh): a block is two computing
-// warpgroups of 64 rows (queries for dQ, keys for dK, dV) with 240 registers a thread, and a
-// loading warpgroup with 24 that copies the block's fixed operands once (dQ: Q, dO and their
-// statistics; dK, dV: K and V) and the streamed tiles (dQ: K and V; dK, dV: Q, dO and their
-// statistics) into three buffers, handing them over through mbarriers; a computing warpgroup
-// skips the products of a tile none of its rows meets (causal) and runs at its own pace.
+// warpgroups of 64 rows (queries for dQ, keys for dK, dV) with 232 registers a thread (240
+// for dK, dV at d 256), and a loading warpgroup with 40 (24) that copies the block's fixed
+// operands once (dQ: Q, dO and their statistics; dK, dV: K and V) and the streamed tiles
+// (dQ: K and V; dK, dV: Q, dO and their statistics) into three buffers, handing them over
+// through mbarriers; a computing warpgroup skips the products of a tile none of its rows
+// meets (causal) and runs at its own pace.
 // Used where the forward of flash_attention_sm90.cu is: d 64, 128 and 256,
 // 16-byte-aligned rows, compute capability 9.0. At d 256 a dK, dV block writes half the
 // columns (two blocks per key block, each recomputing S^T and dP^T, as the mma.sync kernel
 // does), for registers.
 #include <cstdint>
+#include <type_traits>
 
 #include "core/cuda/async_copy.cuh"
 #include "core/cuda/flash_attention.cuh"
@@ -61,6 +63,7 @@ struct Sm90Dq {
   static constexpr int kBk = kD <= 128 ? 64 : 32;  // keys per tile (shared memory at d 256)
   static constexpr std::uint32_t kQBytes = kBq * kD * sizeof(bf16);  // Q, and dO
   static constexpr std::uint32_t kKBytes = kBk * kD * sizeof(bf16);  // one K or V tile
+  using Registers = pipeline::RoomyLoader;
   // Q, dO and their statistics once (copies and plain stores); K and V tiles streamed.
   struct Barriers {
     pipeline::TilePipeline<1> queries;
@@ -101,23 +104,25 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();  // the barriers are set up; from here on no block-wide barrier
 
   if (group == kLoader) {
-    mbarrier::shrink_registers<pipeline::kLoaderRegisters>();
+    mbarrier::shrink_registers<C::Registers::kLoaderRegisters>();
     const int thread = static_cast<int>(threadIdx.x) - 128 * kLoader;
     wgmma::load_swizzled<kD, C::kBq, 128>(thread, sq, q + b * g.q_stride[0] + h * g.q_stride[2] + t0 * g.q_stride[1],
-                                          g.q_stride[1], g.t - t0, g.d);
+                                          g.q_stride[1], rows_in_tile(g.t, t0, C::kBq), static_cast<int>(g.d));
     wgmma::load_swizzled<kD, C::kBq, 128>(thread, sdo, dout + ((b * g.t + t0) * g.hq + h) * g.d, g.hq * g.d,
-                                          g.t - t0, g.d);
+                                          rows_in_tile(g.t, t0, C::kBq), static_cast<int>(g.d));
     bars->queries.copies_issued(0, 0);
-    load_stats<C::kBq, 128>(thread, s_lse, lse + (b * g.hq + h) * g.t + t0, g.t - t0, kLog2e);
-    load_stats<C::kBq, 128>(thread, s_delta, delta + (b * g.hq + h) * g.t + t0, g.t - t0, 1.0f);
+    load_stats<C::kBq, 128>(thread, s_lse, lse + (b * g.hq + h) * g.t + t0, rows_in_tile(g.t, t0, C::kBq), kLog2e);
+    load_stats<C::kBq, 128>(thread, s_delta, delta + (b * g.hq + h) * g.t + t0, rows_in_tile(g.t, t0, C::kBq), 1.0f);
     bars->queries.stores_done(0, 0);
     const bf16* kh = k + b * g.k_stride[0] + kvh * g.k_stride[2];
     const bf16* vh = v + b * g.v_stride[0] + kvh * g.v_stride[2];
     for (int i = 0; i < tiles; ++i) {
       const std::int64_t s0 = begin + static_cast<std::int64_t>(i) * C::kBk;
       bars->keys.wait_free(i);
-      wgmma::load_swizzled<kD, C::kBk, 128>(thread, keys(i), kh + s0 * g.k_stride[1], g.k_stride[1], g.s - s0, g.d);
-      wgmma::load_swizzled<kD, C::kBk, 128>(thread, values(i), vh + s0 * g.v_stride[1], g.v_stride[1], g.s - s0, g.d);
+      wgmma::load_swizzled<kD, C::kBk, 128>(thread, keys(i), kh + s0 * g.k_stride[1], g.k_stride[1],
+                                            rows_in_tile(g.s, s0, C::kBk), static_cast<int>(g.d));
+      wgmma::load_swizzled<kD, C::kBk, 128>(thread, values(i), vh + s0 * g.v_stride[1], g.v_stride[1],
+                                            rows_in_tile(g.s, s0, C::kBk), static_cast<int>(g.d));
       bars->keys.copies_issued(0, i);
     }
     async::commit();
@@ -125,7 +130,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     return;
   }
 
-  mbarrier::grow_registers<pipeline::kComputeRegisters>();
+  mbarrier::grow_registers<C::Registers::kComputeRegisters>();
   const std::uint32_t q_tile = wgmma::shared_address(sq), do_tile = wgmma::shared_address(sdo);
   const float scale_log2 = g.scale * kLog2e;
   float acc[kD / 8][4] = {};
@@ -177,6 +182,8 @@ struct Sm90Dkv {
   static constexpr int kBq = kD <= 64 ? 64 : 32;  // queries per tile (at d 128, 64 would spill)
   static constexpr int kDo = kD <= 128 ? kD : 128;  // dK, dV columns per block (registers)
   static constexpr int kPasses = kD / kDo;
+  // The computing code at d 256 needs more than 232 registers.
+  using Registers = std::conditional_t<kD <= 128, pipeline::RoomyLoader, pipeline::RoomyCompute>;
   static constexpr std::uint32_t kKBytes = kBkv * kD * sizeof(bf16);  // K, and V
   static constexpr std::uint32_t kQBytes = kBq * kD * sizeof(bf16);   // one Q or dO tile
   // K and V once; Q and dO tiles with their statistics (copies and plain stores) streamed.
@@ -225,33 +232,40 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();  // the barriers are set up; from here on no block-wide barrier
 
   if (group == kLoader) {
-    mbarrier::shrink_registers<pipeline::kLoaderRegisters>();
+    mbarrier::shrink_registers<C::Registers::kLoaderRegisters>();
     const int thread = static_cast<int>(threadIdx.x) - 128 * kLoader;
-    wgmma::load_swizzled<kD, C::kBkv, 128>(
-        thread, sk, k + b * g.k_stride[0] + kvh * g.k_stride[2] + s0 * g.k_stride[1], g.k_stride[1], g.s - s0, g.d);
-    wgmma::load_swizzled<kD, C::kBkv, 128>(
-        thread, sv, v + b * g.v_stride[0] + kvh * g.v_stride[2] + s0 * g.v_stride[1], g.v_stride[1], g.s - s0, g.d);
+    wgmma::load_swizzled<kD, C::kBkv, 128>(thread, sk, k + b * g.k_stride[0] + kvh * g.k_stride[2] + s0 * g.k_stride[1],
+                                           g.k_stride[1], rows_in_tile(g.s, s0, C::kBkv), static_cast<int>(g.d));
+    wgmma::load_swizzled<kD, C::kBkv, 128>(thread, sv, v + b * g.v_stride[0] + kvh * g.v_stride[2] + s0 * g.v_stride[1],
+                                           g.v_stride[1], rows_in_tile(g.s, s0, C::kBkv), static_cast<int>(g.d));
     bars->keys.copies_issued(0, 0);
-    for (int i = 0; i < tiles; ++i) {
-      const std::int64_t t0 = tile_start(i), h = kvh * g.group + i / per_head;
-      bars->queries.wait_free(i);
-      wgmma::load_swizzled<kD, C::kBq, 128>(thread, queries(i),
-                                            q + b * g.q_stride[0] + h * g.q_stride[2] + t0 * g.q_stride[1],
-                                            g.q_stride[1], g.t - t0, g.d);
-      wgmma::load_swizzled<kD, C::kBq, 128>(thread, grads(i), dout + ((b * g.t + t0) * g.hq + h) * g.d, g.hq * g.d,
-                                            g.t - t0, g.d);
-      bars->queries.copies_issued(0, i);
-      float* st = tile_stats(i);
-      load_stats<C::kBq, 128>(thread, st, lse + (b * g.hq + h) * g.t + t0, g.t - t0, kLog2e);
-      load_stats<C::kBq, 128>(thread, st + C::kBq, delta + (b * g.hq + h) * g.t + t0, g.t - t0, 1.0f);
-      bars->queries.stores_done(0, i);
+    // Tile i is query tile j of head hh of the group, i = hh per_head + j (no division: the
+    // loader's registers are few).
+    const int first_head = static_cast<int>(kvh * g.group);
+    for (int hh = 0, i = 0; hh < g.group; ++hh) {
+      const int h = first_head + hh;
+      for (int j = 0; j < per_head; ++j, ++i) {
+        const std::int64_t t0 = q_first + static_cast<std::int64_t>(j) * C::kBq;
+        const int rows = rows_in_tile(g.t, t0, C::kBq);
+        bars->queries.wait_free(i);
+        wgmma::load_swizzled<kD, C::kBq, 128>(thread, queries(i),
+                                              q + b * g.q_stride[0] + h * g.q_stride[2] + t0 * g.q_stride[1],
+                                              g.q_stride[1], rows, static_cast<int>(g.d));
+        wgmma::load_swizzled<kD, C::kBq, 128>(thread, grads(i), dout + ((b * g.t + t0) * g.hq + h) * g.d, g.hq * g.d,
+                                              rows, static_cast<int>(g.d));
+        bars->queries.copies_issued(0, i);
+        float* st = tile_stats(i);
+        load_stats<C::kBq, 128>(thread, st, lse + (b * g.hq + h) * g.t + t0, rows, kLog2e);
+        load_stats<C::kBq, 128>(thread, st + C::kBq, delta + (b * g.hq + h) * g.t + t0, rows, 1.0f);
+        bars->queries.stores_done(0, i);
+      }
     }
     async::commit();
     async::wait<0>();  // no copy may still be in flight when the thread exits
     return;
   }
 
-  mbarrier::grow_registers<pipeline::kComputeRegisters>();
+  mbarrier::grow_registers<C::Registers::kComputeRegisters>();
   const std::uint32_t k_tile = wgmma::shared_address(sk), v_tile = wgmma::shared_address(sv);
   const float scale_log2 = g.scale * kLog2e;
   float acc_k[C::kDo / 8][4] = {}, acc_v[C::kDo / 8][4] = {};

@@ -16,12 +16,22 @@ namespace dark::cuda::flash {
 inline constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 inline constexpr float kLog2e = 1.4426950408889634f;
 
+// The rows of a tile of `rows` starting at `start` that lie before `total`: an int whatever
+// the lengths, so the loaders compare rows in 32 bits (the loading warpgroups have 24-40
+// registers a thread).
+__device__ __forceinline__ int rows_in_tile(std::int64_t total, std::int64_t start, int rows) {
+  return total - start < rows ? static_cast<int>(total - start) : rows;
+}
+
 // kRows statistics (lse in base 2, or Delta) of consecutive rows, times factor, 0 past
 // rows_left; kThreads threads load them, of which the caller is number `thread`.
 template <int kRows, int kThreads>
-__device__ __forceinline__ void load_stats(int thread, float* dst, const float* src, std::int64_t rows_left,
-                                           float factor) {
-  for (int r = thread; r < kRows; r += kThreads) dst[r] = r < rows_left ? src[r] * factor : 0.0f;
+__device__ __forceinline__ void load_stats(int thread, float* dst, const float* src, int rows_left, float factor) {
+#pragma unroll
+  for (int k = 0; k < (kRows + kThreads - 1) / kThreads; ++k) {  // a fixed count: no loop where kRows <= kThreads
+    const int r = thread + k * kThreads;
+    if (kRows % kThreads == 0 || r < kRows) dst[r] = r < rows_left ? src[r] * factor : 0.0f;
+  }
 }
 
 // The A fragment (16 rows x 16 k) made of two C fragments: columns [16 j, 16 j + 16) of a

@@ -22,11 +22,19 @@
 namespace dark::cuda::pipeline {
 
 // A block of two computing warpgroups and a loading one (384 threads) starts with 168
-// registers a thread (65536 / 384, rounded down to 8); the loader gives 144 of its 168 to
-// the computing warpgroups, which take 72 more each (128 x 144 = 256 x 72).
-inline constexpr int kLoaderRegisters = 24, kComputeRegisters = 240;
-static_assert(128 * (168 - kLoaderRegisters) >= 2 * 128 * (kComputeRegisters - 168),
-              "the computing warpgroups take more registers than the loader gives");
+// registers a thread (65536 / 384, rounded down to 8); setmaxnreg then moves what the loader
+// gives, 128 (168 - kLoader), to the computing warpgroups, 256 (kCompute - 168). The loader
+// keeps its tile addresses without spilling in 40; computing code that needs more than 232
+// (dK, dV at d 256) takes 240 and leaves the loader 24 (ptxas -v and scripts/kernel_evidence.py
+// show the spills of each choice).
+template <int kLoader, int kCompute>
+struct RegisterSplit {
+  static_assert(128 * (168 - kLoader) >= 2 * 128 * (kCompute - 168),
+                "the computing warpgroups take more registers than the loader gives");
+  static constexpr int kLoaderRegisters = kLoader, kComputeRegisters = kCompute;
+};
+using RoomyLoader = RegisterSplit<40, 232>;
+using RoomyCompute = RegisterSplit<24, 240>;
 
 template <int kStages, int kParts = 1>
 struct TilePipeline {

@@ -42,10 +42,10 @@ __device__ __forceinline__ std::uint32_t swizzled_offset(int r, int c, int rows)
 // threads, of which the caller is number `thread`; zeros past rows_left rows and d columns.
 // Each thread copies one 16-byte column piece of every (kThreads / (kD / 8))-th row, so its
 // addresses advance by constant steps (few registers: the loader of a warp-specialised kernel
-// has 24). The caller commits and waits.
+// has 24-40). The caller commits and waits.
 template <int kD, int kRows, int kThreads>
 __device__ __forceinline__ void load_swizzled(int thread, unsigned char* dst, const BFloat16* src,
-                                              std::int64_t row_stride, std::int64_t rows_left, std::int64_t d) {
+                                              std::int64_t row_stride, int rows_left, int d) {
   constexpr int kPieces = kD / 8, kRowStep = kThreads / kPieces;
   static_assert(kThreads % kPieces == 0 && kRows % kRowStep == 0, "load_swizzled: rows split unevenly");
   const int c = thread % kPieces * 8;
