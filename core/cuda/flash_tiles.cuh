@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #include "core/cuda/async_copy.cuh"
 #include "core/cuda/block_mma.cuh"
@@ -102,20 +103,27 @@ __device__ __forceinline__ void softmax_backward_step(float (&s)[kCols / 8][4], 
                                                       const float* lse, const float* delta, int stat_row0,
                                                       float scale_log2, float scale, bool unmasked,
                                                       Visible&& visible) {
+  auto step = [&](auto masked) {
 #pragma unroll
-  for (int nt = 0; nt < kCols / 8; ++nt)
+    for (int nt = 0; nt < kCols / 8; ++nt)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int row = tile::frag_row(e), col = nt * 8 + tile::frag_col(e);
-      const int stat = kQueriesAreColumns ? col : stat_row0 + row;
-      float p = 0.0f, ds = 0.0f;
-      if (unmasked || visible(row, col)) {
-        p = exp2f(s[nt][e] * scale_log2 - lse[stat]);
-        ds = p * (dp[nt][e] - delta[stat]) * scale;
+      for (int e = 0; e < 4; ++e) {
+        const int row = tile::frag_row(e), col = nt * 8 + tile::frag_col(e);
+        const int stat = kQueriesAreColumns ? col : stat_row0 + row;
+        float p = 0.0f, ds = 0.0f;
+        if (!masked || visible(row, col)) {
+          p = exp2f(s[nt][e] * scale_log2 - lse[stat]);
+          ds = p * (dp[nt][e] - delta[stat]) * scale;
+        }
+        s[nt][e] = p;
+        dp[nt][e] = ds;
       }
-      s[nt][e] = p;
-      dp[nt][e] = ds;
-    }
+  };
+  // Two copies of the loop: the unmasked one asks nothing per element.
+  if (unmasked)
+    step(std::false_type{});
+  else
+    step(std::true_type{});
 }
 
 // Writes the warp's 16 rows of output (o / l, bf16, (B, T, Hq, D)) and their log-sum-exp
