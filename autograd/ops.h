@@ -118,6 +118,8 @@ Tensor cumsum(const Tensor& x, int axis);
 
 // ---- fused ops (one tape entry each, hand-written backward; Llama-style models) ----
 // RMSNorm over the last axis: x: (..., D), weight: (D) -> x * rsqrt(mean(x^2) + eps) * weight.
+// The weight is in x's dtype, or an f32 master weight of bf16 x (multiplied as its bf16 copy,
+// autograd/weights.h, and given its f32 gradient unrounded).
 Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps);
 // The residual add and the RMSNorm after it in one pass each way: sum = x + residual (same
 // shapes) and normed = rms_norm(sum, weight, eps), with the bits of add then rms_norm, and

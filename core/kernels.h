@@ -123,7 +123,8 @@ DARK_DECLARE_KERNEL(grad_sum, void(const Tensor& a, const Tensor& b, const Tenso
 DARK_DECLARE_KERNEL(rms_norm_forward, void(const Tensor& x, const Tensor& weight, Tensor& y, Tensor& rstd,
                                            double eps, const Tensor& residual, Tensor& sum))
 // dx: (R, D) and dweight: (D) are written (not accumulated); either may be undefined, and
-// is then not computed. dweight is summed over rows in a fixed order (deterministic). dsum:
+// is then not computed. dweight is in x's dtype or grad_dtype(x) (an f32 master weight of
+// bf16 x: the sum unrounded). dweight is summed over rows in a fixed order (deterministic). dsum:
 // undefined, or the gradient reaching x from elsewhere (the fused residual add's output),
 // added to dx: dx = dtype(dtype(dx of the norm) + dsum), the bits of the tape's sum of the two.
 DARK_DECLARE_KERNEL(rms_norm_backward, void(const Tensor& x, const Tensor& weight, const Tensor& rstd,

@@ -43,9 +43,11 @@ RMSNorm::RMSNorm(std::int64_t dim, double eps_, DType dtype) : eps(eps_) {
   weight = &register_parameter("weight", Tensor::ones({dim}, dtype));
 }
 
-Tensor RMSNorm::forward(const Tensor& x) const { return rms_norm(x, to_compute(*weight), eps); }
+// The f32 weight itself: the op multiplies by the step's bf16 copy of it and gives it an f32
+// gradient (autograd/ops/rms_norm.cpp), where a recorded cast cost a kernel each way.
+Tensor RMSNorm::forward(const Tensor& x) const { return rms_norm(x, *weight, eps); }
 SumAndNorm RMSNorm::forward(const Tensor& x, const Tensor& residual) const {
-  return add_rms_norm(x, residual, to_compute(*weight), eps);
+  return add_rms_norm(x, residual, *weight, eps);
 }
 
 GatedMlp::GatedMlp(std::int64_t dim, std::int64_t hidden, MlpKind kind_, const Init& init, const Init& out_init)

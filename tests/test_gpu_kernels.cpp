@@ -674,3 +674,43 @@ TEST(GpuAddRmsNorm, EqualsAddThenRmsNormBitForBit) {
 }
 
 }  // namespace dark::testing
+
+namespace dark::testing {
+
+// Mixed precision's norm weights: rms_norm with an f32 weight and bf16 x multiplies by the
+// weight's bf16 copy (the output has the bits of the bf16 weight's) and gives the weight the
+// kernel's f32 sum of dy x rstd unrounded: within f32 rounding of the float64 sum, where a
+// bf16 gradient (as a recorded cast of the weight gave) is off by up to 2^-9 of it.
+TEST(GpuRmsNorm, AnF32WeightOfBf16ActivationsGetsItsGradientUnrounded) {
+  DARK_REQUIRE_GPU();
+  const Device gpu = Device::cuda(0);
+  const std::int64_t rows = 300, d = 96;
+  const Tensor x = Tensor::randn({rows, d}, 11, 0, DType::f32, gpu).to(DType::bf16);
+  const Tensor dy = Tensor::randn({rows, d}, 11, 1, DType::f32, gpu).to(DType::bf16);
+  Tensor w = Tensor::randn({d}, 11, 2, DType::f32, gpu).set_requires_grad(true);
+  const Tensor y = rms_norm(x, w, 1e-5);
+  const Tensor y_bf16_weight = rms_norm(x, w.detach().to(DType::bf16), 1e-5);
+  EXPECT_EQ(y.dtype(), DType::bf16);
+  EXPECT_EQ(y.to(DType::f32).to_vector<float>(), y_bf16_weight.to(DType::f32).to_vector<float>());
+  backward(y, dy);
+  ASSERT_EQ(w.grad().dtype(), DType::f32);
+  const std::vector<float> grad = w.grad().to_vector<float>();
+
+  const std::vector<float> xs = x.to(DType::f32).to_vector<float>(), dys = dy.to(DType::f32).to_vector<float>();
+  int beyond_bf16 = 0;
+  for (std::int64_t j = 0; j < d; ++j) {
+    double sum = 0, magnitude = 0;
+    for (std::int64_t r = 0; r < rows; ++r) {
+      double sq = 0;
+      for (std::int64_t c = 0; c < d; ++c) sq += double{xs[r * d + c]} * xs[r * d + c];
+      const double term = double{dys[r * d + j]} * xs[r * d + j] / std::sqrt(sq / d + 1e-5);
+      sum += term, magnitude += std::abs(term);
+    }
+    EXPECT_NEAR(grad[j], sum, 1e-6 * magnitude) << "column " << j;
+    const double rounded = static_cast<double>(static_cast<float>(BFloat16(static_cast<float>(sum))));
+    if (std::abs(rounded - sum) > 1e-6 * magnitude) ++beyond_bf16;
+  }
+  EXPECT_GT(beyond_bf16, d / 2) << "the tolerance does not tell an unrounded gradient from a bf16 one";
+}
+
+}  // namespace dark::testing

@@ -94,8 +94,10 @@ __global__ void rms_norm_dweight_partial_kernel(const T* x, const acc_t<T>* rstd
   }
 }
 
-template <class T>
-__global__ void rms_norm_dweight_sum_kernel(const acc_t<T>* partial, T* dweight, std::int64_t parts, std::int64_t d) {
+// dweight in the activations' dtype T, or unrounded in acc_t<T> (an f32 master weight of
+// bf16 activations).
+template <class T, class Out>
+__global__ void rms_norm_dweight_sum_kernel(const acc_t<T>* partial, Out* dweight, std::int64_t parts, std::int64_t d) {
   for (std::int64_t j = global_thread(); j < d; j += grid_threads()) {
     acc_t<T> sum = acc_t<T>(0);
     for (std::int64_t p = 0; p < parts; ++p) sum += partial[p * d + j];
@@ -133,7 +135,12 @@ void rms_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& rstd
     launch(rms_norm_dweight_partial_kernel<T>,
            {dim3(static_cast<unsigned>((d + 31) / 32), static_cast<unsigned>(parts)), dim3(32, kColumnLanes)}, x.data<T>(),
            rstd.data<acc_t<T>>(), dy.data<T>(), partial.data<acc_t<T>>(), rows, d);
-  launch(rms_norm_dweight_sum_kernel<T>, {grid_for(d), kThreads}, partial.data<acc_t<T>>(), dweight.data<T>(), parts, d);
+  if (dweight.dtype() == x.dtype())
+    launch(rms_norm_dweight_sum_kernel<T, T>, {grid_for(d), kThreads}, partial.data<acc_t<T>>(), dweight.data<T>(),
+           parts, d);
+  else
+    launch(rms_norm_dweight_sum_kernel<T, acc_t<T>>, {grid_for(d), kThreads}, partial.data<acc_t<T>>(),
+           dweight.data<acc_t<T>>(), parts, d);
 }
 
 DARK_REGISTER_KERNEL(rms_norm_forward, cuda, f32, &rms_norm_forward<float>);
