@@ -286,12 +286,13 @@ TEST(GpuTraining, ARunLogsWhichCudaBackendServesIt) {
 // between ops and the norm took one kernel; the count is printed.)
 TEST(GpuTraining, Bf16StepsLaunchAsManyKernelsAtAnyWidthAndAllocateNothingNew) {
   DARK_REQUIRE_GPU();
-  auto launches_per_step = [](int d_model, int d_ff) {
+  auto launches_per_step = [](int d_model, int d_ff, int layers, const char* precision) {
     TempDir tmp;
     auto config = tiny_config(tmp, "x", 10);
     config["model"]["d_model"] = d_model;
     config["model"]["d_ff"] = d_ff;
-    TrainingRun run = start_run(parse_config(on(config, tmp, "run", "cuda", "bf16")), false);
+    config["model"]["n_layers"] = layers;
+    TrainingRun run = start_run(parse_config(on(config, tmp, "run", "cuda", precision)), false);
     train_step(run);  // the first steps fill the allocator's cache and the feature draws
     train_step(run);
     const std::size_t allocs = allocator_for(Device::cuda(0)).stats().system_allocs;
@@ -303,9 +304,15 @@ TEST(GpuTraining, Bf16StepsLaunchAsManyKernelsAtAnyWidthAndAllocateNothingNew) {
     EXPECT_GT(run.params->numel(), d_model == 256 ? 2'000'000 : 0);
     return calls;
   };
-  const std::int64_t narrow = launches_per_step(32, 64);
-  EXPECT_EQ(launches_per_step(256, 1024), narrow);
-  std::printf("kernel calls per bf16 step, 2 layers: %lld\n", static_cast<long long>(narrow));
+  const std::int64_t narrow = launches_per_step(32, 64, 2, "bf16");
+  EXPECT_EQ(launches_per_step(256, 1024, 2, "bf16"), narrow);
+  // What bf16 adds to the f32 step is per step, not per layer (the cast of every weight in one
+  // kernel, the embedding's cast each way, the LM head's three): no layer casts anything.
+  const std::int64_t added = narrow - launches_per_step(32, 64, 2, "f32");
+  EXPECT_EQ(launches_per_step(32, 64, 3, "bf16") - launches_per_step(32, 64, 3, "f32"), added);
+  EXPECT_LE(added, 6);
+  std::printf("kernel calls per bf16 step, 2 layers: %lld (f32: %lld)\n", static_cast<long long>(narrow),
+              static_cast<long long>(narrow - added));
 }
 
 TEST(GpuTraining, OutOfMemorySaysHowMuchAndWhatShrinksIt) {
