@@ -85,7 +85,8 @@ DARK_DECLARE_KERNEL(matmul, void(const Tensor& a, const Tensor& b, Tensor& out, 
 DARK_DECLARE_KERNEL(gather, void(const Tensor& x, const Tensor& index, Tensor& out,
                                  std::int64_t outer, std::int64_t n, std::int64_t inner))
 // dx (outer, n, inner) += scatter of dout (outer, k, inner) at index: the backward of gather.
-// Deterministic: repeated indices are summed in index order.
+// Deterministic: repeated indices are summed in index order. dx is in dout's dtype or, on
+// CUDA, grad_dtype(dout) (bf16 gradients of an f32 master weight, summed in f32).
 // On every device, an index outside [0, n) in gather or scatter_add throws the error
 // index_out_of_range builds, naming the first bad position; scatter_add leaves dx unchanged.
 DARK_DECLARE_KERNEL(scatter_add, void(const Tensor& dout, const Tensor& index, Tensor& dx,

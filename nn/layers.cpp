@@ -37,7 +37,10 @@ Embedding::Embedding(std::int64_t num_embeddings, std::int64_t dim, const Init& 
 }
 
 // Rows are gathered from the (master) table, then cast: cheaper than casting the table.
-Tensor Embedding::forward(const Tensor& ids) const { return to_compute(embedding(*weight, ids)); }
+// Gathered from the step's bf16 copy under mixed precision, not cast after (autograd/ops.h).
+Tensor Embedding::forward(const Tensor& ids) const {
+  return embedding(*weight, ids, compute_dtype().value_or(weight->dtype()));
+}
 
 RMSNorm::RMSNorm(std::int64_t dim, double eps_, DType dtype) : eps(eps_) {
   weight = &register_parameter("weight", Tensor::ones({dim}, dtype));

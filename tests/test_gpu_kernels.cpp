@@ -713,4 +713,25 @@ TEST(GpuRmsNorm, AnF32WeightOfBf16ActivationsGetsItsGradientUnrounded) {
   EXPECT_GT(beyond_bf16, d / 2) << "the tolerance does not tell an unrounded gradient from a bf16 one";
 }
 
+// Mixed precision's embedding: the rows gathered from the weight's bf16 copy and the bf16
+// gradients summed into an f32 one give the bits of the recorded cast they replace (rows cast
+// after the gather, gradients widened before the scatter), repeated ids included.
+TEST(GpuEmbedding, BF16RowsOfAnF32WeightHaveTheBitsOfACastAfterTheGather) {
+  DARK_REQUIRE_GPU();
+  const Device gpu = Device::cuda(0);
+  const Tensor ids = Tensor::from_vector<std::int32_t>({3, 0, 3, 7, 1, 3, 0, 5}, {2, 4}).to(gpu);
+  const Tensor dout = Tensor::randn({2, 4, 40}, 12, 0, DType::f32, gpu).to(DType::bf16);
+  Tensor w = Tensor::randn({9, 40}, 12, 1, DType::f32, gpu).set_requires_grad(true);
+  Tensor w_cast = w.detach().clone().set_requires_grad(true);
+  const Tensor rows = embedding(w, ids, DType::bf16);
+  backward(rows, dout);
+  const Tensor cast_rows = to_dtype(embedding(w_cast, ids), DType::bf16);  // one backward per tape
+  backward(cast_rows, dout);
+  ASSERT_EQ(rows.dtype(), DType::bf16);
+  EXPECT_EQ(rows.to(DType::f32).to_vector<float>(), cast_rows.to(DType::f32).to_vector<float>());
+  ASSERT_EQ(w.grad().dtype(), DType::f32);
+  EXPECT_EQ(w.grad().to_vector<float>(), w_cast.grad().to_vector<float>());
+  EXPECT_NE(w.grad().to_vector<float>(), std::vector<float>(9 * 40, 0.0f));
+}
+
 }  // namespace dark::testing

@@ -1,7 +1,9 @@
 // Indexing ops: embedding and index_select are gathers along one axis; their backward is
 // a deterministic scatter-add into zeros.
+#include "autograd/grad_mode.h"
 #include "autograd/ops.h"
 #include "autograd/ops/op_util.h"
+#include "autograd/weights.h"
 
 namespace dark {
 
@@ -44,6 +46,29 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
   Shape out_shape = ids.shape();
   out_shape.push_back(weight.shape()[1]);
   return reshape(index_select(weight, 0, core::reshape(ids, {ids.numel()})), out_shape);
+}
+
+Tensor embedding(const Tensor& weight, const Tensor& ids, DType dtype) {
+  if (dtype == weight.dtype()) return embedding(weight, ids);
+  Tensor rows;
+  {
+    NoGradGuard no_grad;  // the copy's gather; the entry below differentiates the weight
+    rows = embedding(weight_for("embedding", weight, dtype, weight.device()), ids);
+  }
+  if (should_record({&weight})) {
+    record("embedding", {weight}, {&rows}, [shape = weight.shape(), ids = ids.contiguous()](BackwardContext& g) {
+      const Tensor dout = g.out_grad().contiguous();
+      const std::int64_t n = shape[0], dim = shape[1];
+      // The f32 sums of the bf16 gradients, into the zeroed buffer where the tape offers it.
+      Tensor dx = g.take_zeroed_grad(0);
+      const bool into_buffer = dx.defined();
+      if (!into_buffer) dx = Tensor::zeros(shape, grad_dtype(dout.dtype()), dout.device());
+      kernels::scatter_add().get(dout.device().type, dout.dtype())(dout, core::reshape(ids, {ids.numel()}), dx, 1, n,
+                                                                   dim);
+      if (!into_buffer) g.set_input_grad(0, dx);
+    });
+  }
+  return rows;
 }
 
 }  // namespace dark

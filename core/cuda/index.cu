@@ -136,10 +136,12 @@ __global__ void scatter_keys_kernel(const I* index, std::uint64_t* keys, std::in
 }
 
 // One thread per (o, p, i) of the sorted order; only the first entry p of each run of
-// equal keys works, summing the run in (stable, i.e. original) order.
-template <class T>
+// equal keys works, summing the run in (stable, i.e. original) order. dx is in dout's dtype
+// or its accumulation type (bf16 gradients summed into an f32 master weight's: the bits of
+// casting dout first).
+template <class T, class Out>
 __global__ void scatter_sum_kernel(const T* dout, const std::uint64_t* keys,
-                                   const std::int64_t* positions, T* dx, std::int64_t outer,
+                                   const std::int64_t* positions, Out* dx, std::int64_t outer,
                                    std::int64_t n, std::int64_t k, std::int64_t inner) {
   const std::int64_t total = outer * k * inner;
   for (std::int64_t e = global_thread(); e < total; e += grid_threads()) {
@@ -149,7 +151,7 @@ __global__ void scatter_sum_kernel(const T* dout, const std::uint64_t* keys,
     const std::uint64_t key = keys[p];
     if ((p > 0 && keys[p - 1] == key) || key >= static_cast<std::uint64_t>(n)) continue;
     const std::int64_t r = static_cast<std::int64_t>(key);
-    T* target = dx + (o * n + r) * inner + i;
+    Out* target = dx + (o * n + r) * inner + i;
     acc_t<T> acc = load(target, 0);
     for (std::int64_t q = p; q < k && keys[q] == key; ++q)
       acc += load(dout, (o * k + positions[q]) * inner + i);
@@ -170,7 +172,9 @@ void scatter_add(const Tensor& dout, const Tensor& index, Tensor& dx, std::int64
   const std::int64_t k = index.numel();
   check_3d("scatter_add", "dout", dout, outer, k, inner);
   check_3d("scatter_add", "dx", dx, outer, n, inner);
-  check_dtype<T>("scatter_add", {{"dout", &dout}, {"dx", &dx}});
+  check_dtype<T>("scatter_add", {{"dout", &dout}});
+  DARK_CHECK(dx.dtype() == dout.dtype() || dx.dtype() == dtype_of<acc_t<T>>::value, "scatter_add: dx ", dx.describe(),
+             " is neither dout's dtype nor its accumulation type, ", dtype_name(dtype_of<acc_t<T>>::value));
   DARK_CHECK(dout.device() == dx.device(), "scatter_add: dout ", dout.describe(), " and dx ",
              dx.describe(), " are on different devices");
   if (k == 0) return;
@@ -206,9 +210,12 @@ void scatter_add(const Tensor& dout, const Tensor& index, Tensor& dx, std::int64
                                                   k, 0, end_bit, current_stream()));
 
   const std::int64_t total = outer * k * inner;
-  launch(scatter_sum_kernel<T>, {grid_for(total), kThreads}, dout.data<T>(), keys_out_p,
-                                                       pos_out.data<std::int64_t>(), dx.data<T>(),
-                                                       outer, n, k, inner);
+  if (dx.dtype() == dout.dtype())
+    launch(scatter_sum_kernel<T, T>, {grid_for(total), kThreads}, dout.data<T>(), keys_out_p,
+           pos_out.data<std::int64_t>(), dx.data<T>(), outer, n, k, inner);
+  else
+    launch(scatter_sum_kernel<T, acc_t<T>>, {grid_for(total), kThreads}, dout.data<T>(), keys_out_p,
+           pos_out.data<std::int64_t>(), dx.data<acc_t<T>>(), outer, n, k, inner);
   DARK_CUDA_CHECK_LAUNCH();
 }
 
