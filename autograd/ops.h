@@ -105,10 +105,11 @@ Tensor to_dtype(const Tensor& x, DType dtype);
 // ---- indexing ----
 // weight: (V, D), ids: any shape of i32/i64 -> ids.shape + (D). Backward scatter-adds.
 Tensor embedding(const Tensor& weight, const Tensor& ids);
-// The same rows as `dtype`: for an f32 master weight of bf16 activations, gathered from the
-// weight's bf16 copy (autograd/weights.h) and given an f32 gradient (bf16 output gradients
-// summed in f32), where a recorded cast of the rows cost a kernel each way; otherwise
-// embedding(weight, ids) itself.
+// The same rows as `dtype`: for an f32 master weight of bf16 activations with the step's copy
+// of the weights live (autograd/weights.h), gathered from its bf16 copy and given an f32
+// gradient (bf16 output gradients summed in f32), where a recorded cast of the rows cost a
+// kernel each way; without one, the rows cast (a recorded to_dtype); embedding(weight, ids)
+// where the dtypes agree.
 Tensor embedding(const Tensor& weight, const Tensor& ids, DType dtype);
 // Selects entries of index (1-D, i32/i64) along axis.
 Tensor index_select(const Tensor& x, int axis, const Tensor& index);

@@ -32,15 +32,20 @@ void WeightCopies::add(const Tensor& weight, const Tensor& copy) {
   copies_[weight.autograd_meta().get()] = copy.detach();
 }
 
+Tensor live_weight_copy(const Tensor& weight, DType dtype) {
+  if (live_copies && weight.defined() && weight.autograd_meta()) {
+    const auto it = live_copies->find(weight.autograd_meta().get());
+    if (it != live_copies->end() && it->second.dtype() == dtype) return it->second;
+  }
+  return Tensor();
+}
+
 Tensor weight_for(const char* op, const Tensor& weight, DType dtype, Device device) {
   ops_detail::check_defined(op, weight);
   DARK_CHECK(weight.device() == device, op, ": the weight ", weight.describe(), " is not on the activations' device ",
              device.to_string());
   if (weight.dtype() == dtype) return weight;
-  if (live_copies && weight.autograd_meta()) {
-    const auto it = live_copies->find(weight.autograd_meta().get());
-    if (it != live_copies->end() && it->second.dtype() == dtype) return it->second;
-  }
+  if (Tensor copy = live_weight_copy(weight, dtype); copy.defined()) return copy;
   DARK_CHECK(weight.dtype() == DType::f32 && dtype == DType::bf16, op, ": a ", dtype_name(weight.dtype()),
              " weight ", weight.describe(), " cannot multiply ", dtype_name(dtype),
              " activations (only f32 master weights with bf16 activations mix)");

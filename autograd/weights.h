@@ -20,6 +20,10 @@ namespace dark {
 // cast copy (not recorded) of an f32 weight for bf16 activations. Any other pair of dtypes or
 // devices is an error naming `op`.
 Tensor weight_for(const char* op, const Tensor& weight, DType dtype, Device device);
+// The copy a live WeightCopies holds for `weight` in `dtype`, else an undefined tensor: for an
+// op that would rather cast part of the weight than all of it when there is none (the
+// embedding gathers rows, then casts them).
+Tensor live_weight_copy(const Tensor& weight, DType dtype);
 
 // Weights cast once per step: while one lives on this thread, weight_for gives each added
 // weight (a leaf, by its autograd state) the copy added with it, so a training step casts

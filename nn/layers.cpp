@@ -36,8 +36,8 @@ Embedding::Embedding(std::int64_t num_embeddings, std::int64_t dim, const Init& 
   weight = &register_parameter("weight", normal_init({num_embeddings, dim}, init.with_name(init.name + ".weight")));
 }
 
-// Rows are gathered from the (master) table, then cast: cheaper than casting the table.
-// Gathered from the step's bf16 copy under mixed precision, not cast after (autograd/ops.h).
+// Rows in the compute dtype: under mixed precision gathered from the step's bf16 copy of the
+// weights, or gathered and then cast outside a step, never the table cast (autograd/ops.h).
 Tensor Embedding::forward(const Tensor& ids) const {
   return embedding(*weight, ids, compute_dtype().value_or(weight->dtype()));
 }

@@ -19,11 +19,13 @@
 #include <functional>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "autograd/grad_mode.h"
 #include "autograd/ops.h"
+#include "autograd/weights.h"
 #include "core/deferred_checks.h"
 #include "core/kernels.h"
 #include "tests/fused_op_checks.h"
@@ -713,25 +715,31 @@ TEST(GpuRmsNorm, AnF32WeightOfBf16ActivationsGetsItsGradientUnrounded) {
   EXPECT_GT(beyond_bf16, d / 2) << "the tolerance does not tell an unrounded gradient from a bf16 one";
 }
 
-// Mixed precision's embedding: the rows gathered from the weight's bf16 copy and the bf16
-// gradients summed into an f32 one give the bits of the recorded cast they replace (rows cast
-// after the gather, gradients widened before the scatter), repeated ids included.
+// Mixed precision's embedding: within a step (the weights' bf16 copy live) the rows gathered
+// from the copy and the bf16 gradients summed into an f32 one give the bits of the recorded
+// cast they replace (rows cast after the gather, gradients widened before the scatter),
+// repeated ids included; outside one, that cast itself.
 TEST(GpuEmbedding, BF16RowsOfAnF32WeightHaveTheBitsOfACastAfterTheGather) {
   DARK_REQUIRE_GPU();
   const Device gpu = Device::cuda(0);
   const Tensor ids = Tensor::from_vector<std::int32_t>({3, 0, 3, 7, 1, 3, 0, 5}, {2, 4}).to(gpu);
   const Tensor dout = Tensor::randn({2, 4, 40}, 12, 0, DType::f32, gpu).to(DType::bf16);
-  Tensor w = Tensor::randn({9, 40}, 12, 1, DType::f32, gpu).set_requires_grad(true);
-  Tensor w_cast = w.detach().clone().set_requires_grad(true);
-  const Tensor rows = embedding(w, ids, DType::bf16);
-  backward(rows, dout);
-  const Tensor cast_rows = to_dtype(embedding(w_cast, ids), DType::bf16);  // one backward per tape
+  Tensor w_cast = Tensor::randn({9, 40}, 12, 1, DType::f32, gpu).set_requires_grad(true);
+  const Tensor cast_rows = to_dtype(embedding(w_cast, ids), DType::bf16);
   backward(cast_rows, dout);
-  ASSERT_EQ(rows.dtype(), DType::bf16);
-  EXPECT_EQ(rows.to(DType::f32).to_vector<float>(), cast_rows.to(DType::f32).to_vector<float>());
-  ASSERT_EQ(w.grad().dtype(), DType::f32);
-  EXPECT_EQ(w.grad().to_vector<float>(), w_cast.grad().to_vector<float>());
-  EXPECT_NE(w.grad().to_vector<float>(), std::vector<float>(9 * 40, 0.0f));
+  ASSERT_EQ(w_cast.grad().dtype(), DType::f32);
+  EXPECT_NE(w_cast.grad().to_vector<float>(), std::vector<float>(9 * 40, 0.0f));
+  for (const bool in_step : {true, false}) {
+    Tensor w = w_cast.detach().clone().set_requires_grad(true);
+    std::optional<WeightCopies> copies;
+    if (in_step) copies.emplace().add(w, w.detach().to(DType::bf16));
+    const Tensor rows = embedding(w, ids, DType::bf16);
+    backward(rows, dout);
+    ASSERT_EQ(rows.dtype(), DType::bf16);
+    EXPECT_EQ(rows.to(DType::f32).to_vector<float>(), cast_rows.to(DType::f32).to_vector<float>()) << in_step;
+    ASSERT_EQ(w.grad().dtype(), DType::f32);
+    EXPECT_EQ(w.grad().to_vector<float>(), w_cast.grad().to_vector<float>()) << in_step;
+  }
 }
 
 }  // namespace dark::testing

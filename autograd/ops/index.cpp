@@ -50,10 +50,13 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
 
 Tensor embedding(const Tensor& weight, const Tensor& ids, DType dtype) {
   if (dtype == weight.dtype()) return embedding(weight, ids);
+  const Tensor copy = live_weight_copy(weight, dtype);
+  // No step's copy (evaluation, generation): the rows, then their cast, not the whole table's.
+  if (!copy.defined()) return to_dtype(embedding(weight, ids), dtype);
   Tensor rows;
   {
     NoGradGuard no_grad;  // the copy's gather; the entry below differentiates the weight
-    rows = embedding(weight_for("embedding", weight, dtype, weight.device()), ids);
+    rows = embedding(copy, ids);
   }
   if (should_record({&weight})) {
     record("embedding", {weight}, {&rows}, [shape = weight.shape(), ids = ids.contiguous()](BackwardContext& g) {
