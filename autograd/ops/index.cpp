@@ -6,6 +6,23 @@
 #include "autograd/weights.h"
 
 namespace dark {
+namespace {
+
+// The backward of a gather of (outer, n, inner) rows at `index`: dout scattered into a `dtype`
+// gradient of input 0, written into its zeroed gradient buffer where the tape offers one (an
+// embedding not tied to an LM head that wrote it first: no zeros to write, no sum to add
+// after), else into zeros. `dtype` is dout's, or f32 for bf16 dout (an f32 master weight's).
+void set_gather_grad(BackwardContext& g, const Tensor& index, const Shape& shape, DType dtype, std::int64_t outer,
+                     std::int64_t n, std::int64_t inner) {
+  const Tensor dout = g.out_grad().contiguous();
+  Tensor dx = dtype == grad_dtype(dtype) ? g.take_zeroed_grad(0) : Tensor();  // buffers are grad_dtype
+  const bool into_buffer = dx.defined();
+  if (!into_buffer) dx = Tensor::zeros(shape, dtype, dout.device());
+  kernels::scatter_add().get(dout.device().type, dout.dtype())(dout, index, dx, outer, n, inner);
+  if (!into_buffer) g.set_input_grad(0, dx);
+}
+
+}  // namespace
 
 Tensor index_select(const Tensor& x_in, int axis_in, const Tensor& index_in) {
   ops_detail::check_defined("index_select", x_in);
@@ -25,16 +42,10 @@ Tensor index_select(const Tensor& x_in, int axis_in, const Tensor& index_in) {
   Tensor out = Tensor::empty(out_shape, x.dtype(), x.device());
   kernels::gather().get(x.device().type, x.dtype())(x, index, out, outer, n, inner);
   if (should_record({&x_in})) {
-    record("index_select", {x_in}, {&out}, [shape = x.shape(), index, outer, n, inner](BackwardContext& g) {
-      const Tensor dout = g.out_grad().contiguous();
-      // Into the table's zeroed gradient buffer where the tape offers it (an embedding not
-      // tied to an LM head that wrote it first): no zeros to write, no sum to add after.
-      Tensor dx = dout.dtype() == grad_dtype(dout.dtype()) ? g.take_zeroed_grad(0) : Tensor();
-      const bool into_buffer = dx.defined();
-      if (!into_buffer) dx = Tensor::zeros(shape, dout.dtype(), dout.device());
-      kernels::scatter_add().get(dout.device().type, dout.dtype())(dout, index, dx, outer, n, inner);
-      if (!into_buffer) g.set_input_grad(0, dx);
-    });
+    record("index_select", {x_in}, {&out},
+           [shape = x.shape(), dtype = x.dtype(), index, outer, n, inner](BackwardContext& g) {
+             set_gather_grad(g, index, shape, dtype, outer, n, inner);
+           });
   }
   return out;
 }
@@ -59,17 +70,10 @@ Tensor embedding(const Tensor& weight, const Tensor& ids, DType dtype) {
     rows = embedding(copy, ids);
   }
   if (should_record({&weight})) {
-    record("embedding", {weight}, {&rows}, [shape = weight.shape(), ids = ids.contiguous()](BackwardContext& g) {
-      const Tensor dout = g.out_grad().contiguous();
-      const std::int64_t n = shape[0], dim = shape[1];
-      // The f32 sums of the bf16 gradients, into the zeroed buffer where the tape offers it.
-      Tensor dx = g.take_zeroed_grad(0);
-      const bool into_buffer = dx.defined();
-      if (!into_buffer) dx = Tensor::zeros(shape, grad_dtype(dout.dtype()), dout.device());
-      kernels::scatter_add().get(dout.device().type, dout.dtype())(dout, core::reshape(ids, {ids.numel()}), dx, 1, n,
-                                                                   dim);
-      if (!into_buffer) g.set_input_grad(0, dx);
-    });
+    // The bf16 gradients summed into the weight's f32 one.
+    record("embedding", {weight}, {&rows},
+           [shape = weight.shape(), dtype = weight.dtype(), ids = core::reshape(ids.contiguous(), {ids.numel()})](
+               BackwardContext& g) { set_gather_grad(g, ids, shape, dtype, 1, shape[0], shape[1]); });
   }
   return rows;
 }

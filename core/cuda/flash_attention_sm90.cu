@@ -97,20 +97,19 @@ __global__ void __launch_bounds__(Sm90Fwd<kD>::kThreads, 1)
 
   if (group == C::kWarpGroups) {  // the loader
     if constexpr (C::kReallocate) mbarrier::shrink_registers<C::Registers::kLoaderRegisters>();
-    const int thread = static_cast<int>(threadIdx.x) - 128 * C::kWarpGroups;
+    const int thread = static_cast<int>(threadIdx.x) - 128 * C::kWarpGroups, d = static_cast<int>(g.d);
     const bf16* kh = k + b * g.k_stride[0] + kvh * g.k_stride[2];
     const bf16* vh = v + b * g.v_stride[0] + kvh * g.v_stride[2];
     wgmma::load_swizzled<kD, C::kBr, 128>(thread, sq, q + b * g.q_stride[0] + h * g.q_stride[2] + t0 * g.q_stride[1],
-                                          g.q_stride[1], rows_in_tile(g.t, t0, C::kBr), static_cast<int>(g.d));
+                                          g.q_stride[1], rows_in_tile(g.t, t0, C::kBr), d);
     bars->queries.copies_issued(0, 0);
     for (int i = 0; i < tiles; ++i) {
       const std::int64_t s0 = tile_start(i);
+      const int rows = rows_in_tile(g.s, s0, C::kBc);
       bars->keys.wait_free(i);
-      wgmma::load_swizzled<kD, C::kBc, 128>(thread, keys(i), kh + s0 * g.k_stride[1], g.k_stride[1],
-                                            rows_in_tile(g.s, s0, C::kBc), static_cast<int>(g.d));
+      wgmma::load_swizzled<kD, C::kBc, 128>(thread, keys(i), kh + s0 * g.k_stride[1], g.k_stride[1], rows, d);
       bars->keys.copies_issued(kKeys, i);
-      wgmma::load_swizzled<kD, C::kBc, 128>(thread, values(i), vh + s0 * g.v_stride[1], g.v_stride[1],
-                                            rows_in_tile(g.s, s0, C::kBc), static_cast<int>(g.d));
+      wgmma::load_swizzled<kD, C::kBc, 128>(thread, values(i), vh + s0 * g.v_stride[1], g.v_stride[1], rows, d);
       bars->keys.copies_issued(kValues, i);
     }
     async::commit();

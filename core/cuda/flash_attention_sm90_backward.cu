@@ -105,24 +105,24 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (group == kLoader) {
     mbarrier::shrink_registers<C::Registers::kLoaderRegisters>();
-    const int thread = static_cast<int>(threadIdx.x) - 128 * kLoader;
+    const int thread = static_cast<int>(threadIdx.x) - 128 * kLoader, d = static_cast<int>(g.d);
+    const int query_rows = rows_in_tile(g.t, t0, C::kBq);
     wgmma::load_swizzled<kD, C::kBq, 128>(thread, sq, q + b * g.q_stride[0] + h * g.q_stride[2] + t0 * g.q_stride[1],
-                                          g.q_stride[1], rows_in_tile(g.t, t0, C::kBq), static_cast<int>(g.d));
+                                          g.q_stride[1], query_rows, d);
     wgmma::load_swizzled<kD, C::kBq, 128>(thread, sdo, dout + ((b * g.t + t0) * g.hq + h) * g.d, g.hq * g.d,
-                                          rows_in_tile(g.t, t0, C::kBq), static_cast<int>(g.d));
+                                          query_rows, d);
     bars->queries.copies_issued(0, 0);
-    load_stats<C::kBq, 128>(thread, s_lse, lse + (b * g.hq + h) * g.t + t0, rows_in_tile(g.t, t0, C::kBq), kLog2e);
-    load_stats<C::kBq, 128>(thread, s_delta, delta + (b * g.hq + h) * g.t + t0, rows_in_tile(g.t, t0, C::kBq), 1.0f);
+    load_stats<C::kBq, 128>(thread, s_lse, lse + (b * g.hq + h) * g.t + t0, query_rows, kLog2e);
+    load_stats<C::kBq, 128>(thread, s_delta, delta + (b * g.hq + h) * g.t + t0, query_rows, 1.0f);
     bars->queries.stores_done(0, 0);
     const bf16* kh = k + b * g.k_stride[0] + kvh * g.k_stride[2];
     const bf16* vh = v + b * g.v_stride[0] + kvh * g.v_stride[2];
     for (int i = 0; i < tiles; ++i) {
       const std::int64_t s0 = begin + static_cast<std::int64_t>(i) * C::kBk;
+      const int rows = rows_in_tile(g.s, s0, C::kBk);
       bars->keys.wait_free(i);
-      wgmma::load_swizzled<kD, C::kBk, 128>(thread, keys(i), kh + s0 * g.k_stride[1], g.k_stride[1],
-                                            rows_in_tile(g.s, s0, C::kBk), static_cast<int>(g.d));
-      wgmma::load_swizzled<kD, C::kBk, 128>(thread, values(i), vh + s0 * g.v_stride[1], g.v_stride[1],
-                                            rows_in_tile(g.s, s0, C::kBk), static_cast<int>(g.d));
+      wgmma::load_swizzled<kD, C::kBk, 128>(thread, keys(i), kh + s0 * g.k_stride[1], g.k_stride[1], rows, d);
+      wgmma::load_swizzled<kD, C::kBk, 128>(thread, values(i), vh + s0 * g.v_stride[1], g.v_stride[1], rows, d);
       bars->keys.copies_issued(0, i);
     }
     async::commit();
@@ -233,11 +233,12 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (group == kLoader) {
     mbarrier::shrink_registers<C::Registers::kLoaderRegisters>();
-    const int thread = static_cast<int>(threadIdx.x) - 128 * kLoader;
+    const int thread = static_cast<int>(threadIdx.x) - 128 * kLoader, d = static_cast<int>(g.d);
+    const int key_rows = rows_in_tile(g.s, s0, C::kBkv);
     wgmma::load_swizzled<kD, C::kBkv, 128>(thread, sk, k + b * g.k_stride[0] + kvh * g.k_stride[2] + s0 * g.k_stride[1],
-                                           g.k_stride[1], rows_in_tile(g.s, s0, C::kBkv), static_cast<int>(g.d));
+                                           g.k_stride[1], key_rows, d);
     wgmma::load_swizzled<kD, C::kBkv, 128>(thread, sv, v + b * g.v_stride[0] + kvh * g.v_stride[2] + s0 * g.v_stride[1],
-                                           g.v_stride[1], rows_in_tile(g.s, s0, C::kBkv), static_cast<int>(g.d));
+                                           g.v_stride[1], key_rows, d);
     bars->keys.copies_issued(0, 0);
     // Tile i is query tile j of head hh of the group, i = hh per_head + j (no division: the
     // loader's registers are few).
@@ -250,9 +251,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         bars->queries.wait_free(i);
         wgmma::load_swizzled<kD, C::kBq, 128>(thread, queries(i),
                                               q + b * g.q_stride[0] + h * g.q_stride[2] + t0 * g.q_stride[1],
-                                              g.q_stride[1], rows, static_cast<int>(g.d));
+                                              g.q_stride[1], rows, d);
         wgmma::load_swizzled<kD, C::kBq, 128>(thread, grads(i), dout + ((b * g.t + t0) * g.hq + h) * g.d, g.hq * g.d,
-                                              rows, static_cast<int>(g.d));
+                                              rows, d);
         bars->queries.copies_issued(0, i);
         float* st = tile_stats(i);
         load_stats<C::kBq, 128>(thread, st, lse + (b * g.hq + h) * g.t + t0, rows, kLog2e);
