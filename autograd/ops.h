@@ -141,6 +141,17 @@ SumAndNorm add_rms_norm(const Tensor& x, const Tensor& residual, const Tensor& w
 // Angles, cos and sin are computed in double (then rounded to x's dtype) and cached per
 // (T, D, theta, offset, dtype, device).
 Tensor rope(const Tensor& x, double theta, std::int64_t position_offset = 0);
+// A counter-based random stream's key: `base`, plus the value of `offset` where it is defined
+// (an i64 scalar on the data's device, read by the kernels: a CUDA graph's launch writes a new
+// one, so that a captured step draws new masks).
+struct RandomStream {
+  std::uint64_t base = 0;
+  Tensor offset;
+};
+// Inverted dropout: x * (u >= p ? 1 / (1 - p) : 0) with u = Tensor::rand(x's shape, seed, stream)
+// in x's dtype: the values of the ops written out, in one pass each way, keeping 1 bit per
+// element for backward. p in [0, 1); p 0 returns x.
+Tensor dropout(const Tensor& x, double p, std::uint64_t seed, const RandomStream& stream);
 // softmax(q k^T * scale + mask) v without the (T, S) matrix: tiled online softmax forward,
 // FlashAttention-2 backward (recomputes probabilities per tile; deterministic).
 // q: (B, T, Hq, D), k and v: (B, S, Hkv, D) with Hq % Hkv == 0 (grouped-query attention:

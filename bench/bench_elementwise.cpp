@@ -1,6 +1,7 @@
 // Elementwise benchmark: dark::add and dark::gelu on 16M f32 elements are memory-bound, so
 // their peer is memcpy of 16M floats. Effective bandwidth = bytes moved / time (add reads two
 // and writes one 64 MB tensor, gelu and memcpy read one and write one); ratio = ours / memcpy.
+// Dropout's peer is the ops it fused (run_dropout).
 //
 // The memcpy destination is touched before timing, and it is split over the same OpenMP
 // threads our kernels use (one memcpy per contiguous chunk), so the peer is the bandwidth
@@ -18,6 +19,7 @@
 
 #include "autograd/grad_mode.h"
 #include "autograd/ops.h"
+#include "autograd/tape.h"
 #include "bench/harness.h"
 #include "core/cpu/parallel.h"
 #include "core/error.h"
@@ -133,11 +135,53 @@ Row run_gelu(const Options& opt) {
   return row;
 }
 
+// Dropout forward and backward (through the tape, as training runs it) against the ops it
+// fused, written out: rand, ge, mul_scalar and mul, whose backward multiplies by the kept mask.
+// Both draw the same Philox numbers once; ours then moves x, out and a 1-bit mask where the
+// ops wrote and read the uniform, the comparison and the mask as f32 tensors. Elements per
+// second; ratio = their time / ours.
+Row run_dropout(const Options& opt) {
+  Row row;
+  row.name = "dropout fwd+bwd 16M f32";
+  row.peer_name = "rand, ge, mul_scalar, mul";
+  row.unit = "Gelem/s";
+  row.work_ours = row.work_peer = static_cast<double>(kElements);
+  row.target = 1.0;
+  constexpr double p = 0.1;
+  const Tensor x = Tensor::randn({kElements}, /*seed=*/6), dy = Tensor::randn({kElements}, /*seed=*/7);
+  const auto written_out = [&](const Tensor& in) {
+    Tensor keep;
+    {
+      NoGradGuard no_grad;
+      keep = mul_scalar(ge(Tensor::rand(in.shape(), 9, 1), Tensor::scalar(p)), 1.0 / (1.0 - p));
+    }
+    return mul(in, keep);
+  };
+  const auto fwd_bwd = [&](auto&& f) {
+    EnableGradGuard grad;  // the harness runs cases without grad mode
+    Tensor leaf = x.detach();
+    leaf.set_requires_grad(true);
+    backward(f(leaf), dy);
+    escape(leaf.grad().data<float>());
+  };
+  {
+    NoGradGuard no_grad;
+    if (dropout(x, p, 9, {1, Tensor()}).to_vector<float>() != written_out(x).to_vector<float>()) {
+      row.error = "validation: the fused dropout's values differ from the ops written out";
+      return row;
+    }
+  }
+  const auto fused = [&](const Tensor& in) { return dropout(in, p, 9, {1, Tensor()}); };
+  measure_pair(row, [&] { fwd_bwd(fused); }, [&] { fwd_bwd(written_out); }, opt);
+  return row;
+}
+
 }  // namespace
 
 void add_elementwise_cases(std::vector<Case>& cases) {
   cases.push_back({"add 16M f32", run_add});
   cases.push_back({"gelu 16M f32", run_gelu});
+  cases.push_back({"dropout fwd+bwd 16M f32", run_dropout});
 }
 
 }  // namespace dark::bench

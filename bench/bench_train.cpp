@@ -248,8 +248,7 @@ int main(int argc, char** argv) {
     nn::Optimizer optimizer(params, config.optimizer);
     model->train(true);
     const int accum = config.training.grad_accum;
-    DARK_CHECK(!config.training.cuda_graph || (device.is_cuda() && config.model.dropout == 0),
-               "training.cuda_graph needs training.device cuda and model.dropout 0");
+    DARK_CHECK(!config.training.cuda_graph || device.is_cuda(), "training.cuda_graph needs training.device cuda");
     std::unique_ptr<train::StepGraph> graph;
     if (config.training.cuda_graph) graph = std::make_unique<train::StepGraph>(device);
 
@@ -277,12 +276,14 @@ int main(int argc, char** argv) {
         // forward phase is then forward and backward together, read back once.
         const auto f0 = Clock::now();
         const std::vector<std::int64_t> epochs = train::redrawing_feature_epochs(*model);
-        auto passes = [&](const std::vector<Tensor>& inputs) {
+        std::vector<std::uint64_t> dropout_steps;
+        for (int micro = 0; micro < accum; ++micro) dropout_steps.push_back(step * accum + micro);
+        auto passes = [&](const std::vector<Tensor>& inputs, const std::vector<nn::DropoutKey>& dropout) {
           // The casts inside the passes: a graph must redo them from each step's weights.
           const auto copies = bf16 ? params.cast_values(DType::bf16) : nullptr;
           Tensor loss_sum;
           for (int micro = 0; micro < accum; ++micro) {
-            Tensor loss = model->loss(inputs[micro], static_cast<std::uint64_t>(step * accum + micro));
+            Tensor loss = model->loss(inputs[micro], dropout[micro]);
             if (accum > 1) loss = mul_scalar(loss, 1.0 / accum);
             backward(loss);
             const Tensor value = loss.detach().to(DType::f64);
@@ -292,11 +293,11 @@ int main(int argc, char** argv) {
         };
         Tensor loss_sum;
         if (graph->applies(epochs, KernelProfile::active())) {
-          loss_sum = graph->launch(batches, epochs, passes);
+          loss_sum = graph->launch(batches, dropout_steps, epochs, passes);
         } else {
           graph->eager_step_ran(epochs);
           const ProfilePass pass("forward");
-          loss_sum = passes(batches);
+          loss_sum = passes(batches, train::host_dropout_keys(dropout_steps));
         }
         loss_value = loss_sum.item();
         fwd = std::chrono::duration<double>(Clock::now() - f0).count();

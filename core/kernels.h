@@ -104,6 +104,18 @@ DARK_DECLARE_KERNEL(fill_normal, void(Tensor& out, std::uint64_t seed, std::uint
                                       std::uint64_t offset, double mean, double std))
 DARK_DECLARE_KERNEL(fill_uniform, void(Tensor& out, std::uint64_t seed, std::uint64_t stream,
                                        std::uint64_t offset, double low, double high))
+// Inverted dropout, forward: out = x * (u >= p ? scale : 0) for contiguous x and out of one
+// shape and dtype, where u is element i of fill_uniform(seed, stream + *stream_offset, offset 0,
+// [0, 1)) rounded to x's dtype, p rounded to it, and scale = 1 / (1 - p) rounded to its
+// compute type, then to the dtype: the bits of mul(x, mul_scalar(ge(u, p), scale)). mask: i32
+// (ceil(N / 32)) gets the kept units, element i as bit i % 32 of word i / 32 (what backward
+// reads: 1 bit per element where the ops kept a whole tensor). stream_offset is an undefined
+// tensor or an i64 scalar on x's device that the kernel reads, so that a CUDA graph can take
+// a new stream at each launch (train/step_graph.h).
+DARK_DECLARE_KERNEL(dropout_forward, void(const Tensor& x, Tensor& out, Tensor& mask, double p, std::uint64_t seed,
+                                          std::uint64_t stream, const Tensor& stream_offset))
+// Its backward: dx = dy * (kept ? scale : 0), the bits of mul(dy, mul_scalar(ge(u, p), scale)).
+DARK_DECLARE_KERNEL(dropout_backward, void(const Tensor& dy, const Tensor& mask, Tensor& dx, double p))
 
 // A gradient sum of mixed precision (autograd/tape.cpp): out = float(a) + float(b), plus
 // float(c) when c is defined, summed in f32 in that order and rounded to out's dtype (f32, or

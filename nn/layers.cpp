@@ -1,4 +1,4 @@
-// Linear, Embedding, RMSNorm, gated MLP, dropout.
+// Linear, Embedding, RMSNorm, gated MLP.
 #include "nn/layers.h"
 
 #include "autograd/grad_mode.h"
@@ -133,18 +133,6 @@ Tensor GatedMlp::forward(const Tensor& x) const {
            if (g.needs_grad(2)) set_weight_grad(g, 2, dy.contiguous(), reshape(h, {h.numel() / hidden, hidden}), weight_dtype);
          });
   return out;
-}
-
-Tensor dropout(const Tensor& x, double p, std::uint64_t seed, std::uint64_t stream) {
-  if (p <= 0.0) return x;
-  DARK_CHECK(p < 1.0, "dropout: probability must be in [0, 1), got ", p);
-  Tensor keep;
-  {
-    NoGradGuard no_grad;
-    const Tensor u = Tensor::rand(x.shape(), seed, stream, x.dtype(), x.device());
-    keep = mul_scalar(ge(u, Tensor::scalar(p, x.dtype(), x.device())), 1.0 / (1.0 - p));
-  }
-  return mul(x, keep);
 }
 
 }  // namespace dark::nn

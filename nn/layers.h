@@ -55,9 +55,6 @@ class GatedMlp : public Module {
   MlpKind kind;
 };
 
-// Inverted dropout with a counter-based mask: the same (seed, stream) drops the same units.
-Tensor dropout(const Tensor& x, double p, std::uint64_t seed, std::uint64_t stream);
-
 }  // namespace dark::nn
 
 namespace dark {

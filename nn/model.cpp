@@ -98,7 +98,7 @@ SumAndNorm Residual::normed_by(const RMSNorm& norm) const {
   return {stream, norm.forward(stream)};
 }
 
-Residual DecoderBlock::forward(const Residual& in, std::uint64_t dropout_stream, const Tensor& key_mask) {
+Residual DecoderBlock::forward(const Residual& in, const RandomStream& dropout_stream, const Tensor& key_mask) {
   const bool drop = training() && dropout_p > 0.0;
   const auto [x, normed_x] = in.normed_by(input_layernorm);
   Tensor h = self_attn.forward(normed_x, key_mask);
@@ -107,11 +107,11 @@ Residual DecoderBlock::forward(const Residual& in, std::uint64_t dropout_stream,
   const auto [x1, normed] = mlp_input_norm.forward(x, h);  // x1 = x + h, and its norm, in one pass
   Tensor m = mlp.forward(normed);
   if (mlp_output_norm) m = mlp_output_norm->forward(m);
-  if (drop) m = dropout(m, dropout_p, seed, dropout_stream + 1);
+  if (drop) m = dropout(m, dropout_p, seed, {dropout_stream.base + 1, dropout_stream.offset});
   return {x1, m};  // added by the next norm
 }
 
-Tensor DecoderBlock::forward(const Tensor& x, std::uint64_t dropout_stream, const Tensor& key_mask) {
+Tensor DecoderBlock::forward(const Tensor& x, const RandomStream& dropout_stream, const Tensor& key_mask) {
   return forward(Residual{x, Tensor()}, dropout_stream, key_mask).sum();
 }
 
@@ -164,14 +164,17 @@ Tensor CausalLM::embed(const Tensor& ids) {
   return mul_scalar(h, std::sqrt(static_cast<double>(config_.d_model)));
 }
 
-Residual CausalLM::hidden_states(const Tensor& ids, std::uint64_t step, const Tensor& key_mask) {
+std::uint64_t dropout_stream_offset(std::uint64_t step) { return step << 16; }
+
+Residual CausalLM::hidden_states(const Tensor& ids, const DropoutKey& dropout, const Tensor& key_mask) {
   DARK_CHECK(ids.dim() == 2, "CausalLM: token ids must be (batch, time), got ", ids.describe());
   DARK_CHECK(!key_mask.defined() || key_mask.shape() == ids.shape(), "CausalLM: key_mask ", key_mask.describe(),
              " must have the token ids' shape ", ids.describe());
   Residual h{embed(ids), Tensor()};
   for (std::size_t i = 0; i < model.layers.size(); ++i) {
     DecoderBlock& layer = *model.layers[i];
-    const std::uint64_t stream = (step << 16) + 2 * i + 1;  // distinct dropout stream per (step, layer, site)
+    // A distinct dropout stream per (step, layer, site).
+    const RandomStream stream{dropout_stream_offset(dropout.step) + 2 * i + 1, dropout.device_offset};
     if (!activation_checkpointing || !training()) {
       h = layer.forward(h, stream, key_mask);
       continue;
@@ -188,10 +191,14 @@ Residual CausalLM::hidden_states(const Tensor& ids, std::uint64_t step, const Te
 }
 
 Tensor CausalLM::forward(const Tensor& ids, std::uint64_t step, const Tensor& key_mask) {
-  return logits_of(hidden_states(ids, step, key_mask));
+  return logits_of(hidden_states(ids, {step, Tensor()}, key_mask));
 }
 
 Tensor CausalLM::loss(const Tensor& tokens, std::uint64_t step, const Tensor& padding) {
+  return loss(tokens, DropoutKey{step, Tensor()}, padding);
+}
+
+Tensor CausalLM::loss(const Tensor& tokens, const DropoutKey& dropout, const Tensor& padding) {
   DARK_CHECK(tokens.dim() == 2 && tokens.size(1) >= 2, "CausalLM::loss: tokens must be (batch, time + 1), got ",
              tokens.describe());
   DARK_CHECK(!padding.defined() || padding.shape() == tokens.shape(), "CausalLM::loss: padding ", padding.describe(),
@@ -208,7 +215,8 @@ Tensor CausalLM::loss(const Tensor& tokens, std::uint64_t step, const Tensor& pa
     targets = where(real, targets, Tensor::full({}, -100, targets.dtype(), targets.device()));
   }
   // The head and the loss in chunks of tokens: the (B T, V) logits never exist at once.
-  const Tensor normed = reshape(hidden_states(inputs, step, key_mask).normed_by(model.norm).normed, {B * T, config_.d_model});
+  const Tensor normed =
+      reshape(hidden_states(inputs, dropout, key_mask).normed_by(model.norm).normed, {B * T, config_.d_model});
   // The master weight itself: the op casts it for bf16 and keeps its gradient f32.
   return linear_cross_entropy(normed, lm_head ? *lm_head->weight : *model.embed_tokens.weight, targets);
 }

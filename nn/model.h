@@ -104,10 +104,10 @@ struct Residual {
 class DecoderBlock : public Module {
  public:
   DecoderBlock(const ModelConfig& c, int layer, const AttentionFactory& factory);
-  // dropout_stream keys this block's dropout masks (0 when dropout is off).
-  Residual forward(const Residual& x, std::uint64_t dropout_stream, const Tensor& key_mask = Tensor());
+  // dropout_stream keys this block's dropout masks (its two sites use it and the next stream).
+  Residual forward(const Residual& x, const RandomStream& dropout_stream, const Tensor& key_mask = Tensor());
   // The same with the residual add done: x + block(x).
-  Tensor forward(const Tensor& x, std::uint64_t dropout_stream, const Tensor& key_mask = Tensor());
+  Tensor forward(const Tensor& x, const RandomStream& dropout_stream, const Tensor& key_mask = Tensor());
   Tensor decode(const Tensor& x, std::int64_t position, std::unique_ptr<DecodeState>& state);
   RMSNorm input_layernorm;
   SelfAttention self_attn;
@@ -125,6 +125,16 @@ struct DecodeCache {
   std::int64_t position = 0;  // tokens seen so far
 };
 
+// What keys a training forward's dropout masks: the step (the micro-batch index), and in a
+// CUDA graph an i64 scalar on the device that holds dropout_stream_offset of the step the
+// launch runs (written at each launch: train/step_graph.h), the step then 0.
+struct DropoutKey {
+  std::uint64_t step = 0;
+  Tensor device_offset;
+};
+// Where step `step`'s dropout streams start: layer i's two sites use this plus 2 i + 1 and 2 i + 2.
+std::uint64_t dropout_stream_offset(std::uint64_t step);
+
 class CausalLM : public Module {
  public:
   CausalLM(const ModelConfig& config, const AttentionFactory& factory);
@@ -135,6 +145,7 @@ class CausalLM : public Module {
   // undefined, or (B, T + 1) with zeros at padded tokens, which are masked as keys and
   // never predicted.
   Tensor loss(const Tensor& tokens, std::uint64_t step = 0, const Tensor& padding = Tensor());
+  Tensor loss(const Tensor& tokens, const DropoutKey& dropout, const Tensor& padding = Tensor());
   // Incremental decoding (no gradient, eval semantics): ids (B, T) are the tokens after the
   // cache.position already seen -> their logits (B, T, vocab); equals forward() on the whole
   // sequence at those positions. Softmax keeps keys and values; the random-feature kinds keep
@@ -164,7 +175,7 @@ class CausalLM : public Module {
 
  private:
   // The last decoder block's output (B, T, d_model), its residual add not yet done.
-  Residual hidden_states(const Tensor& ids, std::uint64_t step, const Tensor& key_mask);
+  Residual hidden_states(const Tensor& ids, const DropoutKey& dropout, const Tensor& key_mask);
   Tensor logits_of(const Residual& hidden);  // final norm and LM head
   Tensor embed(const Tensor& ids);         // token embeddings, scaled for gemma3
 };

@@ -67,6 +67,31 @@ TEST(Gpu, PhiloxGivesTheSameBitsAsTheCpu) {
   }
 }
 
+// The fused dropout on the GPU has the bits of its ops written out on the GPU (bf16
+// included: the uniform, p and the scale each rounded as those ops round them), forward and
+// backward, with its stream's offset read from device memory (a graph launch's key); in f32
+// and f64 those are the CPU's bits too.
+TEST(Gpu, DropoutHasTheBitsOfItsOpsWrittenOut) {
+  DARK_REQUIRE_GPU();
+  const Device gpu = Device::cuda(0);
+  for (DType dt : {DType::f32, DType::f64, DType::bf16}) {
+    const Tensor x = Tensor::randn({5, 411}, 3, 0, dt, gpu), dy = Tensor::randn({5, 411}, 4, 0, dt, gpu);
+    const double p = 0.15;
+    const Tensor keep =
+        mul_scalar(ge(Tensor::rand(x.shape(), 8, 70000, dt, gpu), Tensor::scalar(p, dt, gpu)), 1.0 / (1.0 - p));
+    const RandomStream stream{4464, Tensor::from_vector<std::int64_t>({65536}, {1}).to(gpu)};  // 70000 in all
+    Tensor leaf = x.clone();
+    leaf.set_requires_grad(true);
+    const Tensor y = dropout(leaf, p, 8, stream);
+    backward(sum(mul(y, dy)));
+    EXPECT_EQ(compare(y.to(Device::cpu()), mul(x, keep).to(Device::cpu()), {0, 0}), "") << dtype_name(dt);
+    EXPECT_EQ(compare(leaf.grad().to(Device::cpu()), mul(dy, keep).to(Device::cpu()), {0, 0}), "") << dtype_name(dt);
+    if (dt == DType::bf16) continue;
+    EXPECT_EQ(compare(y.to(Device::cpu()), dropout(x.to(Device::cpu()), p, 8, {70000, Tensor()}), {0, 0}), "")
+        << dtype_name(dt) << ": the CPU's dropout";
+  }
+}
+
 TEST(Gpu, LargeMatmulMatchesCpu) {
   DARK_REQUIRE_GPU();
   const Tensor a = Tensor::randn({257, 513}, 1), b = Tensor::randn({513, 129}, 2);

@@ -68,7 +68,9 @@ TEST(Layers, SelfAttentionAndDecoderBlockGradcheck) {
   SelfAttention attn(c, 0, f64_init("attn"), f64_init("attn"), factory);
   check_layer(attn, Tensor::randn({2, 5, 8}, 5, 0, DType::f64), [&](const Tensor& x) { return attn.forward(x); });
   DecoderBlock block(c, 1, factory);
-  check_layer(block, Tensor::randn({1, 6, 8}, 6, 0, DType::f64), [&](const Tensor& x) { return block.forward(x, 0); });
+  check_layer(block, Tensor::randn({1, 6, 8}, 6, 0, DType::f64), [&](const Tensor& x) {
+    return block.forward(x, {0, Tensor()});
+  });
 }
 
 // A block hands its last residual add on to the next block's input norm (or the final norm),
@@ -93,7 +95,8 @@ TEST(Layers, BlocksHandingOnTheirResidualAddHaveTheBitsOfAddingFirst) {
         const Tensor targets = core::reshape(core::slice(tokens, 1, 1, 6).contiguous(), {10});
         Tensor h = model.model.embed_tokens.forward(inputs);
         if (family == ModelFamily::gemma3) h = mul_scalar(h, std::sqrt(8.0));
-        for (std::size_t i = 0; i < model.model.layers.size(); ++i) h = model.model.layers[i]->forward(h, 2 * i + 1);
+        for (std::size_t i = 0; i < model.model.layers.size(); ++i)
+          h = model.model.layers[i]->forward(h, {2 * i + 1, Tensor()});
         const Tensor normed = reshape(model.model.norm.forward(h), {10, 8});
         loss = linear_cross_entropy(normed, *model.model.embed_tokens.weight, targets);
       }
@@ -159,16 +162,49 @@ TEST(Layers, LlamaParameterNamesAndInitialisation) {
 
 TEST(Layers, DropoutIsInvertedAndKeyedByStream) {
   const Tensor x = Tensor::ones({1000});
-  const auto a = dropout(x, 0.25, 7, 1).to_vector<float>();
-  EXPECT_EQ(a, dropout(x, 0.25, 7, 1).to_vector<float>());
-  EXPECT_NE(a, dropout(x, 0.25, 7, 2).to_vector<float>());
+  const auto a = dropout(x, 0.25, 7, {1, Tensor()}).to_vector<float>();
+  EXPECT_EQ(a, dropout(x, 0.25, 7, {1, Tensor()}).to_vector<float>());
+  EXPECT_NE(a, dropout(x, 0.25, 7, {2, Tensor()}).to_vector<float>());
   int kept = 0;
   for (float v : a) {
     EXPECT_TRUE(v == 0.0f || std::fabs(v - 1.0f / 0.75f) < 1e-6f);
     kept += v != 0.0f;
   }
   EXPECT_NEAR(kept / 1000.0, 0.75, 0.05);
-  EXPECT_THROW(dropout(x, 1.0, 0, 0), Error);
+  EXPECT_THROW(dropout(x, 1.0, 0, {0, Tensor()}), Error);
+  EXPECT_THROW(dropout(x, -0.1, 0, {0, Tensor()}), Error);
+  // A stream offset in a tensor (what a CUDA graph's launch writes) adds to the base.
+  const Tensor offset = Tensor::from_vector<std::int64_t>({65536}, {1});
+  EXPECT_EQ(dropout(x, 0.25, 7, {3, offset}).to_vector<float>(),
+            dropout(x, 0.25, 7, {65539, Tensor()}).to_vector<float>());
+}
+
+// The fused dropout has the bits of the ops it replaces, x * (rand >= p) / (1 - p) written
+// out, forward and backward (from its 1-bit mask), at a size that ends inside a Philox block
+// and a mask word, with NaN, infinity and -0 passing through dropped and kept units alike.
+TEST(Layers, DropoutHasTheBitsOfItsOpsWrittenOutBothWays) {
+  for (DType dt : {DType::f32, DType::f64}) {
+    Tensor x = Tensor::randn({3, 337}, 11, 0, dt);
+    x = where(lt(Tensor::rand(x.shape(), 12, 0, dt), Tensor::scalar(0.02, dt)),
+              Tensor::from_vector<double>({NAN, INFINITY, -0.0}, {3, 1}).to(dt), x);
+    const Tensor dy = Tensor::randn(x.shape(), 13, 0, dt);
+    const double p = 0.3;
+    const std::uint64_t seed = 5, stream = 9;
+    const Tensor keep =
+        mul_scalar(ge(Tensor::rand(x.shape(), seed, stream, dt), Tensor::scalar(p, dt)), 1.0 / (1.0 - p));
+    Tensor leaf = x.clone();
+    leaf.set_requires_grad(true);
+    backward(sum(mul(dropout(leaf, p, seed, {stream, Tensor()}), dy)));
+    const auto bits = [](const Tensor& t) { return t.to(DType::f64).to_vector<double>(); };
+    const std::vector<double> got = bits(dropout(x, p, seed, {stream, Tensor()})), want = bits(mul(x, keep));
+    ASSERT_EQ(got.size(), want.size());
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      ASSERT_TRUE(std::isnan(want[i]) ? std::isnan(got[i])
+                                      : got[i] == want[i] && std::signbit(got[i]) == std::signbit(want[i]))
+          << dtype_name(dt) << " element " << i << ": " << got[i] << " vs " << want[i];
+    }
+    EXPECT_EQ(bits(leaf.grad()), bits(mul(dy, keep))) << dtype_name(dt);
+  }
 }
 
 }  // namespace

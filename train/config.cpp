@@ -473,7 +473,7 @@ std::vector<Field> make_schema() {
               "about one more forward pass of time); same losses and gradients"),
       boolean(DARK_CONFIG_MEMBER(training.cuda_graph),
               "GPU: capture the forward and backward passes of a step once as a CUDA graph and launch that each step "
-              "(one launch instead of one per kernel; same losses and gradients); needs model.dropout 0 and one "
+              "(one launch instead of one per kernel; same losses and gradients, dropout masks included); needs one "
               "process; steps that log attention statistics and the first step of a feature epoch run eagerly"),
       choice(DARK_CONFIG_MEMBER(training.memory_check),
              "when the estimated peak memory (logged at start-up) exceeds what the machine allows: error = refuse "

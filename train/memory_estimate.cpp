@@ -85,7 +85,8 @@ BlockMemory block_memory(const RunConfig& config, int layer, const Dims& s) {
   // Of width d: two RMSNorm outputs, q and its RoPE, o_proj, two residual adds, down; of the
   // kv width: k and its RoPE, v; of d_ff: gate, up, the GLU; the norms' per-row rstd.
   b.kept = blocks(8, Nd, s.act) + blocks(3, Nkv, s.act) + blocks(3, Nf, s.act) + blocks(2, s.N, kF32);
-  if (config.model.dropout > 0) b.kept += blocks(4, Nd, s.act);  // mask and output at both sites
+  // Dropout at both sites: its output beside its input, and the kept units, 1 bit each.
+  if (config.model.dropout > 0) b.kept += blocks(2, Nd, s.act) + blocks(2, (Nd + 31) / 32, 4);
   const AttentionMemory a = attention_memory(attention_for_layer(config, layer), s);
   b.kept += a.kept;
   // Backward of the MLP: the incoming gradient, d(glu), d(gate), d(up), the recomputed GLU

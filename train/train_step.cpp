@@ -44,10 +44,10 @@ StepScalars gradients_final(TrainingRun& run, const Tensor& loss_sum, const Defe
 
 namespace {
 
-// Forward and backward of the step's micro-batches (`batches`, keyed for dropout by
-// `indices`), gradients accumulating in the flat buffer: the float64 sum of their scaled losses.
+// Forward and backward of the step's micro-batches (`batches`, their dropout masks keyed by
+// `dropout`), gradients accumulating in the flat buffer: the float64 sum of their scaled losses.
 Tensor accumulate_gradients(TrainingRun& run, const std::vector<Tensor>& batches,
-                            const std::vector<std::int64_t>& indices) {
+                            const std::vector<nn::DropoutKey>& dropout) {
   const TrainingConfig& tc = run.config.training;
   const int world = run.parallel ? run.parallel->world_size() : 1;
   // The gradients summed over the micro-batches of every rank are the mean over the global batch.
@@ -57,7 +57,7 @@ Tensor accumulate_gradients(TrainingRun& run, const std::vector<Tensor>& batches
   auto weight_copies = tc.precision == Precision::bf16 ? run.params->cast_values(DType::bf16) : nullptr;
   for (int micro = 0; micro < tc.grad_accum; ++micro) {
     if (run.parallel && micro == tc.grad_accum - 1) run.parallel->arm();  // only the last backward communicates
-    Tensor loss = run.model->loss(batches[micro], static_cast<std::uint64_t>(indices[micro]));
+    Tensor loss = run.model->loss(batches[micro], dropout[micro]);
     if (parts > 1) loss = mul_scalar(loss, 1.0 / parts);
     backward(loss);
     const Tensor value = loss.detach().to(DType::f64);
@@ -79,12 +79,13 @@ StepResult train_step(TrainingRun& run) {
   r.lr = nn::learning_rate_at(c.schedule, c.optimizer.lr, run.step, tc.steps);
   run.params->zero_grad();
   const int rank = run.parallel ? run.parallel->rank() : 0, world = run.parallel ? run.parallel->world_size() : 1;
-  std::vector<std::int64_t> indices;
+  std::vector<std::uint64_t> indices;
   std::vector<Tensor> batches;
   for (int micro = 0; micro < tc.grad_accum; ++micro) {
     // Keys the batch and the dropout masks (which so differ between ranks).
-    indices.push_back(micro_batch_index(run.step, rank, world, tc.grad_accum, micro));
-    batches.push_back(run.loader->batch(indices.back()));
+    const std::int64_t index = micro_batch_index(run.step, rank, world, tc.grad_accum, micro);
+    indices.push_back(static_cast<std::uint64_t>(index));
+    batches.push_back(run.loader->batch(index));
   }
   Tensor loss_sum;
   const DeferredChecks* checks = nullptr;
@@ -94,9 +95,10 @@ StepResult train_step(TrainingRun& run) {
     const std::vector<std::int64_t> epochs = redrawing_feature_epochs(*run.model);
     launched_graph = run.step_graph->applies(epochs, attention_stats_requested(*run.model) || KernelProfile::active());
     if (launched_graph) {
-      loss_sum = run.step_graph->launch(batches, epochs, [&](const std::vector<Tensor>& inputs) {
-        return accumulate_gradients(run, inputs, indices);
-      });
+      loss_sum = run.step_graph->launch(
+          batches, indices, epochs, [&](const std::vector<Tensor>& inputs, const std::vector<nn::DropoutKey>& dropout) {
+            return accumulate_gradients(run, inputs, dropout);
+          });
       checks = &run.step_graph->checks();
     } else {
       run.step_graph->eager_step_ran(epochs);
@@ -104,7 +106,7 @@ StepResult train_step(TrainingRun& run) {
   }
   if (!launched_graph) {
     checks = &eager_checks.emplace(run.device);  // index checks wait for the step's one read-back
-    loss_sum = accumulate_gradients(run, batches, indices);
+    loss_sum = accumulate_gradients(run, batches, host_dropout_keys(indices));
   }
   const StepScalars s = gradients_final(run, loss_sum, checks);
   r.loss = s.loss;

@@ -199,9 +199,6 @@ void check_cuda_graph(const RunConfig& config, Device device, bool communicates)
   if (!config.training.cuda_graph) return;
   DARK_CHECK(device.is_cuda(), "config: training.cuda_graph: CUDA graphs need a GPU (training.device cuda), not ",
              device.to_string());
-  DARK_CHECK(config.model.dropout == 0, "config: training.cuda_graph: model.dropout ", config.model.dropout,
-             " draws new masks every step, and a graph would repeat its capture's: set model.dropout 0, or "
-             "training.cuda_graph false");
   DARK_CHECK(!communicates, "config: training.cuda_graph: not under mpirun yet (the gradients' all-reduce that "
              "overlaps the last backward is not captured): set training.cuda_graph false");
 }
