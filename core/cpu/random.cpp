@@ -2,6 +2,7 @@
 #include <cstdint>
 
 #include "core/cpu/parallel.h"
+#include "core/cpu/vec_math.h"
 #include "core/kernels.h"
 #include "core/philox.h"
 
@@ -39,43 +40,91 @@ void fill_uniform_kernel(Tensor& out, std::uint64_t seed, std::uint64_t stream, 
                  [&](const philox::Block& b, int lane) { return philox::scaled_uniform(b, lane, low, high); });
 }
 
+#define DARK_CPU_CLONES __attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4")))
+
 // Dropout computes in T: float for f32 (as the CPU's mul_scalar and mul do), double for f64.
-// A word of the mask is 32 elements: 8 Philox blocks.
+// A word of the mask is 32 elements: 8 Philox blocks, drawn first (scalar: one block is a few
+// dozen integer instructions, which vector lanes did not make faster), then the 32 elements
+// in vector lanes. The uniform is philox::uniform01 itself: scaled_uniform(0, 1) adds 0 to it
+// and multiplies it by 1, exactly.
+template <class T>
+DARK_INLINE void dropout_words(const T* x, T* out, std::int32_t* mask, std::int64_t begin, std::int64_t end,
+                               std::int64_t n, T threshold, T scale, std::uint64_t seed, std::uint64_t stream) {
+  for (std::int64_t w = begin; w < end; ++w) {
+    std::uint32_t bits[32];
+    for (int blk = 0; blk < 8; ++blk) {
+      const philox::Block b = philox::block(seed, stream, static_cast<std::uint64_t>(8 * w + blk));
+      for (int lane = 0; lane < 4; ++lane) bits[4 * blk + lane] = b.v[lane];
+    }
+    const int count = n - 32 * w < 32 ? static_cast<int>(n - 32 * w) : 32;
+    const T* xw = x + 32 * w;
+    T* ow = out + 32 * w;
+    std::uint32_t word = 0;
+#pragma omp simd reduction(| : word)
+    for (int e = 0; e < count; ++e) {
+      const bool keep = static_cast<T>(philox::uniform01(bits[e])) >= threshold;
+      ow[e] = xw[e] * (keep ? scale : T(0));
+      word |= static_cast<std::uint32_t>(keep) << e;
+    }
+    mask[w] = static_cast<std::int32_t>(word);
+  }
+}
+
+template <class T>
+DARK_INLINE void dropout_backward_words(const T* dy, const std::int32_t* mask, T* dx, std::int64_t begin,
+                                        std::int64_t end, std::int64_t n, T scale) {
+  for (std::int64_t w = begin; w < end; ++w) {
+    const int count = n - 32 * w < 32 ? static_cast<int>(n - 32 * w) : 32;
+    const auto word = static_cast<std::uint32_t>(mask[w]);
+#pragma omp simd
+    for (int e = 0; e < count; ++e) dx[32 * w + e] = dy[32 * w + e] * ((word >> e) & 1u ? scale : T(0));
+  }
+}
+
+DARK_CPU_CLONES void dropout_words_f32(const float* x, float* out, std::int32_t* mask, std::int64_t begin,
+                                       std::int64_t end, std::int64_t n, float threshold, float scale,
+                                       std::uint64_t seed, std::uint64_t stream) {
+  dropout_words(x, out, mask, begin, end, n, threshold, scale, seed, stream);
+}
+DARK_CPU_CLONES void dropout_words_f64(const double* x, double* out, std::int32_t* mask, std::int64_t begin,
+                                       std::int64_t end, std::int64_t n, double threshold, double scale,
+                                       std::uint64_t seed, std::uint64_t stream) {
+  dropout_words(x, out, mask, begin, end, n, threshold, scale, seed, stream);
+}
+DARK_CPU_CLONES void dropout_backward_words_f32(const float* dy, const std::int32_t* mask, float* dx,
+                                                std::int64_t begin, std::int64_t end, std::int64_t n, float scale) {
+  dropout_backward_words(dy, mask, dx, begin, end, n, scale);
+}
+DARK_CPU_CLONES void dropout_backward_words_f64(const double* dy, const std::int32_t* mask, double* dx,
+                                                std::int64_t begin, std::int64_t end, std::int64_t n, double scale) {
+  dropout_backward_words(dy, mask, dx, begin, end, n, scale);
+}
+
 template <class T>
 void dropout_forward_kernel(const Tensor& x, Tensor& out, Tensor& mask, double p, std::uint64_t seed,
                             std::uint64_t stream, const Tensor& stream_offset) {
-  const T* px = x.data<T>();
-  T* po = out.data<T>();
-  auto* bits = mask.data<std::int32_t>();
   if (stream_offset.defined()) stream += static_cast<std::uint64_t>(stream_offset.data<std::int64_t>()[0]);
   const T threshold = static_cast<T>(p), scale = static_cast<T>(1.0 / (1.0 - p));
   const std::int64_t n = x.numel();
-  parallel_for((n + 31) / 32, 1 << 10, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t w = begin; w < end; ++w) {
-      std::uint32_t word = 0;
-      for (int blk = 0; blk < 8 && 32 * w + 4 * blk < n; ++blk) {
-        const philox::Block b = philox::block(seed, stream, static_cast<std::uint64_t>(8 * w + blk));
-        for (int lane = 0; lane < 4 && 32 * w + 4 * blk + lane < n; ++lane) {
-          const std::int64_t i = 32 * w + 4 * blk + lane;
-          const bool keep = static_cast<T>(philox::scaled_uniform(b, lane, 0.0, 1.0)) >= threshold;
-          po[i] = px[i] * (keep ? scale : T(0));
-          word |= static_cast<std::uint32_t>(keep) << (4 * blk + lane);
-        }
-      }
-      bits[w] = static_cast<std::int32_t>(word);
-    }
+  parallel_for((n + 31) / 32, 1 << 9, [&](std::int64_t begin, std::int64_t end) {
+    if constexpr (std::is_same_v<T, float>)
+      dropout_words_f32(x.data<T>(), out.data<T>(), mask.data<std::int32_t>(), begin, end, n, threshold, scale, seed,
+                        stream);
+    else
+      dropout_words_f64(x.data<T>(), out.data<T>(), mask.data<std::int32_t>(), begin, end, n, threshold, scale, seed,
+                        stream);
   });
 }
 
 template <class T>
 void dropout_backward_kernel(const Tensor& dy, const Tensor& mask, Tensor& dx, double p) {
-  const T* pdy = dy.data<T>();
-  const auto* bits = mask.data<std::int32_t>();
-  T* pdx = dx.data<T>();
   const T scale = static_cast<T>(1.0 / (1.0 - p));
-  parallel_for(dy.numel(), kGrainCheap, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t i = begin; i < end; ++i)
-      pdx[i] = pdy[i] * ((static_cast<std::uint32_t>(bits[i / 32]) >> (i % 32)) & 1u ? scale : T(0));
+  const std::int64_t n = dy.numel();
+  parallel_for((n + 31) / 32, kGrainCheap / 32, [&](std::int64_t begin, std::int64_t end) {
+    if constexpr (std::is_same_v<T, float>)
+      dropout_backward_words_f32(dy.data<T>(), mask.data<std::int32_t>(), dx.data<T>(), begin, end, n, scale);
+    else
+      dropout_backward_words_f64(dy.data<T>(), mask.data<std::int32_t>(), dx.data<T>(), begin, end, n, scale);
   });
 }
 
