@@ -141,6 +141,12 @@ SumAndNorm add_rms_norm(const Tensor& x, const Tensor& residual, const Tensor& w
 // Angles, cos and sin are computed in double (then rounded to x's dtype) and cached per
 // (T, D, theta, offset, dtype, device).
 Tensor rope(const Tensor& x, double theta, std::int64_t position_offset = 0);
+// rope of a layer's queries (B, T, Hq, D) and keys (B, T, Hkv, D) in one launch each way: the
+// bits of rope(q) and rope(k). k may be undefined (then k stays so).
+struct RopedPair {
+  Tensor q, k;
+};
+RopedPair rope_pair(const Tensor& q, const Tensor& k, double theta, std::int64_t position_offset = 0);
 // A counter-based random stream's key: `base`, plus the value of `offset` where it is defined
 // (an i64 scalar on the data's device, read by the kernels: a CUDA graph's launch writes a new
 // one, so that a captured step draws new masks).

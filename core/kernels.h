@@ -145,9 +145,11 @@ DARK_DECLARE_KERNEL(rms_norm_backward, void(const Tensor& x, const Tensor& weigh
 
 // Rotary embedding, rotate-half convention: for each (b, t, h) row of x: (B, T, H, D),
 // pairs (i, i + D/2) rotate by the angle whose cos / sin are cos[t, i], sin[t, i]
-// (tables (T, D/2) in grad_dtype(x)). inverse = true rotates by the negative angle (the
-// backward). x, y contiguous.
-DARK_DECLARE_KERNEL(rope, void(const Tensor& x, const Tensor& cos, const Tensor& sin, Tensor& y, bool inverse))
+// (tables (T, D/2) in grad_dtype(x)), into y. inverse = true rotates by the negative angle
+// (the backward). x2 -> y2: undefined, or a second tensor (B, T, H2, D) rotated by the same
+// tables in the same pass (a layer's queries and keys: one launch for both). All contiguous.
+DARK_DECLARE_KERNEL(rope, void(const Tensor& x, const Tensor& x2, const Tensor& cos, const Tensor& sin, Tensor& y,
+                               Tensor& y2, bool inverse))
 
 // Flash attention with grouped-query heads (query head h reads kv head h / (Hq / Hkv)).
 // q: (B, T, Hq, D); k, v: (B, S, Hkv, D); each with unit stride on D and a stride >= D on

@@ -55,8 +55,8 @@ SelfAttention::Heads SelfAttention::project(const Tensor& x, std::int64_t positi
     q = q_norm->forward(q);
     k = k_norm->forward(k);
   }
-  return {rope(q, rope_theta, position), rope(k, rope_theta, position),
-          reshape(v_proj.forward(x), {B, T, n_kv_heads, head_dim})};
+  const RopedPair rotated = rope_pair(q, k, rope_theta, position);  // one launch for both
+  return {rotated.q, rotated.k, reshape(v_proj.forward(x), {B, T, n_kv_heads, head_dim})};
 }
 
 Tensor SelfAttention::forward(const Tensor& x, const Tensor& key_mask) {

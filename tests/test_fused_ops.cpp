@@ -219,6 +219,32 @@ TEST(FusedRope, MatchesNaive) {
   }
 }
 
+// A layer's queries and keys rotated in one launch each way (rope_pair) get the bits of two
+// rope calls, values and gradients, whichever of them wants a gradient.
+TEST(FusedRope, APairHasTheBitsOfTwoRopes) {
+  for (DType dt : {DType::f64, DType::f32}) {
+    for (const auto [q_grad, k_grad] : {std::pair{true, true}, std::pair{false, true}, std::pair{true, false}}) {
+      const auto run = [&](bool paired) {
+        Tensor q = randn({2, 5, 4, 8}, 1, dt), k = randn({2, 5, 2, 8}, 2, dt);
+        q.set_requires_grad(q_grad);
+        k.set_requires_grad(k_grad);
+        RopedPair r{};
+        if (paired)
+          r = rope_pair(q, k, 500.0, 3);
+        else
+          r = {rope(q, 500.0, 3), rope(k, 500.0, 3)};
+        backward(add(sum(mul(r.q, randn({2, 5, 4, 8}, 3, dt))), sum(mul(r.k, randn({2, 5, 2, 8}, 4, dt)))));
+        return std::vector<std::vector<double>>{values(r.q), values(r.k),
+                                                q_grad ? values(q.grad()) : std::vector<double>{},
+                                                k_grad ? values(k.grad()) : std::vector<double>{}};
+      };
+      EXPECT_EQ(run(true), run(false)) << dtype_name(dt) << " q grad " << q_grad << ", k grad " << k_grad;
+    }
+  }
+  EXPECT_THROW(rope_pair(randn({2, 5, 4, 8}, 1, DType::f32), randn({2, 4, 2, 8}, 2, DType::f32), 500.0), Error);
+  EXPECT_THROW(rope_pair(randn({2, 5, 4, 8}, 1, DType::f32), randn({2, 5, 2, 8}, 2, DType::f64), 500.0), Error);
+}
+
 TEST(FusedRope, PositionZeroIsIdentityAndErrors) {
   const Tensor x = randn({1, 1, 2, 8}, 1, DType::f32);
   EXPECT_EQ(values(rope(x, 10000.0)), values(x));

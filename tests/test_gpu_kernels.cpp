@@ -62,6 +62,15 @@ std::vector<OpCase> fused_cases() {
   add("rope[1,5,2,64]+7", {{{1, 5, 2, 64}}}, [](auto& x) { return rope(x[0], 500000.0, 7); });
   // more pairs per position (9 x 35) than a block's 256 threads, an odd half
   add("rope[2,3,9,70]", {{{2, 3, 9, 70}}}, [](auto& x) { return rope(x[0], 10000.0); });
+  // queries and keys in one launch; the second with 12 x 35 pairs per position, over 256 threads
+  add("rope_pair[2,9,4,16]+[2,9,2,16]", {{{2, 9, 4, 16}}, {{2, 9, 2, 16}}}, [](auto& x) {
+    const RopedPair r = rope_pair(x[0], x[1], 10000.0);
+    return concat({r.q, r.k}, 2);
+  });
+  add("rope_pair[1,3,9,70]+[1,3,3,70]+5", {{{1, 3, 9, 70}}, {{1, 3, 3, 70}}}, [](auto& x) {
+    const RopedPair r = rope_pair(x[0], x[1], 500000.0, 5);
+    return concat({r.q, r.k}, 2);
+  });
   add("swiglu[7,33]", {{{7, 33}}, {{7, 33}}}, [](auto& x) { return swiglu(x[0], x[1]); });
   add("geglu[4,65]", {{{4, 65}}, {{4, 65}}}, [](auto& x) { return geglu(x[0], x[1]); });
   add("geglu_tanh[4,65]", {{{4, 65}}, {{4, 65}}}, [](auto& x) { return geglu_tanh(x[0], x[1]); });

@@ -1,5 +1,6 @@
 // Rotary position embedding (Hugging Face Llama convention, rotate_half), fused: one tape
-// entry whose backward is the rotation by the negative angle. The cos / sin tables (T, D/2)
+// entry whose backward is the rotation by the negative angle, a layer's queries and keys
+// together (rope_pair: one kernel launch each way for both). The cos / sin tables (T, D/2)
 // are computed in double, rounded to the compute dtype, and kept in a small cache keyed by
 // (T, D, theta, offset, dtype, device) so a training loop builds them once.
 #include <cmath>
@@ -73,28 +74,59 @@ RopeTables rope_tables(const RopeKey& key) {
   return cache->get(key);
 }
 
+void check_rope_input(const Tensor& x, double theta) {
+  ops_detail::check_floating("rope", x);
+  DARK_CHECK(x.dim() == 4, "rope: x must be (B, T, H, D), got ", x.describe());
+  DARK_CHECK(x.shape()[3] % 2 == 0, "rope: the head dimension D must be even, got ", x.describe());
+  DARK_CHECK(theta > 0, "rope: theta must be > 0, got ", theta);
+}
+
+// Rotates x (and x2 where defined, in the same launch) by the tables: the new tensors.
+std::pair<Tensor, Tensor> rotate(const Tensor& x, const Tensor& x2, const RopeTables& tables, bool inverse) {
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  Tensor y2 = x2.defined() ? Tensor::empty(x2.shape(), x2.dtype(), x2.device()) : Tensor();
+  kernels::rope().get(x.device().type, x.dtype())(x, x2, tables.cos, tables.sin, y, y2, inverse);
+  return {y, y2};
+}
+
 }  // namespace
 
 Tensor rope(const Tensor& x_in, double theta, std::int64_t position_offset) {
-  ops_detail::check_floating("rope", x_in);
-  DARK_CHECK(x_in.dim() == 4, "rope: x must be (B, T, H, D), got ", x_in.describe());
-  const std::int64_t t = x_in.shape()[1], d = x_in.shape()[3];
-  DARK_CHECK(d % 2 == 0, "rope: the head dimension D must be even, got ", x_in.describe());
-  DARK_CHECK(theta > 0, "rope: theta must be > 0, got ", theta);
-  const Tensor x = x_in.contiguous();
-  const RopeTables tables =
-      rope_tables({t, d, theta, position_offset, grad_dtype(x.dtype()), x.device()});
-  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
-  kernels::rope().get(x.device().type, x.dtype())(x, tables.cos, tables.sin, y, false);
-  if (should_record({&x_in})) {
-    record("rope", {x_in}, {&y}, [tables](BackwardContext& g) {
-      const Tensor dy = g.out_grad().contiguous();
-      Tensor dx = Tensor::empty(dy.shape(), dy.dtype(), dy.device());
-      kernels::rope().get(dy.device().type, dy.dtype())(dy, tables.cos, tables.sin, dx, true);
-      g.set_input_grad(0, dx);
-    });
+  return rope_pair(x_in, Tensor(), theta, position_offset).q;
+}
+
+RopedPair rope_pair(const Tensor& q_in, const Tensor& k_in, double theta, std::int64_t position_offset) {
+  check_rope_input(q_in, theta);
+  if (k_in.defined()) {
+    check_rope_input(k_in, theta);
+    ops_detail::check_same("rope", q_in, k_in);
+    DARK_CHECK(
+        k_in.shape()[0] == q_in.shape()[0] && k_in.shape()[1] == q_in.shape()[1] && k_in.shape()[3] == q_in.shape()[3],
+        "rope: queries ", q_in.describe(), " and keys ", k_in.describe(), " differ in more than their heads");
   }
-  return y;
+  const Tensor q = q_in.contiguous(), k = k_in.defined() ? k_in.contiguous() : Tensor();
+  const RopeTables tables =
+      rope_tables({q.shape()[1], q.shape()[3], theta, position_offset, grad_dtype(q.dtype()), q.device()});
+  auto [yq, yk] = rotate(q, k, tables, false);
+  if (should_record({&q_in, &k_in})) {
+    std::vector<Tensor*> outputs = {&yq};
+    if (k.defined()) outputs.push_back(&yk);
+    const std::size_t inputs = outputs.size();
+    record("rope", k.defined() ? std::vector<Tensor>{q_in, k_in} : std::vector<Tensor>{q_in}, outputs,
+           [tables, inputs](BackwardContext& g) {
+             // The inputs that want a gradient, rotated back in one launch.
+             std::vector<std::size_t> wanted;
+             for (std::size_t i = 0; i < inputs; ++i)
+               if (g.needs_grad(i)) wanted.push_back(i);
+             if (wanted.empty()) return;
+             const Tensor d0 = g.out_grad(wanted[0]).contiguous();
+             const Tensor d1 = wanted.size() > 1 ? g.out_grad(wanted[1]).contiguous() : Tensor();
+             const auto [dx0, dx1] = rotate(d0, d1, tables, true);
+             g.set_input_grad(wanted[0], dx0);
+             if (wanted.size() > 1) g.set_input_grad(wanted[1], dx1);
+           });
+  }
+  return {yq, yk};
 }
 
 }  // namespace dark

@@ -38,7 +38,7 @@ DARK_CPU_CLONES void rope_rows_f32(const float* x, const float* cos, const float
 }
 
 template <class T>
-void rope_kernel(const Tensor& x, const Tensor& cos, const Tensor& sin, Tensor& y, bool inverse) {
+void rope_one(const Tensor& x, const Tensor& cos, const Tensor& sin, Tensor& y, bool inverse) {
   const std::int64_t t_len = x.shape()[1], heads = x.shape()[2], d = x.shape()[3];
   const std::int64_t rows = x.shape()[0] * t_len * heads;
   const T* px = x.data<T>();
@@ -53,6 +53,13 @@ void rope_kernel(const Tensor& x, const Tensor& cos, const Tensor& sin, Tensor& 
                  else
                    rope_rows(px, pc, ps, py, begin, end, t_len, heads, d, sign);
                });
+}
+
+template <class T>
+void rope_kernel(const Tensor& x, const Tensor& x2, const Tensor& cos, const Tensor& sin, Tensor& y, Tensor& y2,
+                 bool inverse) {
+  rope_one<T>(x, cos, sin, y, inverse);
+  if (x2.defined()) rope_one<T>(x2, cos, sin, y2, inverse);
 }
 
 DARK_REGISTER_KERNEL(rope, cpu, f32, rope_kernel<float>);
