@@ -54,12 +54,8 @@ void rope(const Tensor& x, const Tensor& x2, const Tensor& cos, const Tensor& si
   DARK_CHECK(cos.dtype() == dtype_of<acc_t<T>>::value && sin.dtype() == cos.dtype(), "rope: tables ", cos.describe(),
              " must be ", dtype_name(dtype_of<acc_t<T>>::value));
   const std::int64_t t_len = x.shape()[1], heads = x.shape()[2], half = x.shape()[3] / 2;
-  const std::int64_t heads2 = x2.defined() ? x2.shape()[2] : 0;
-  if (x2.defined()) {
-    check_dtype<T>("rope", {{"x2", &x2}, {"y2", &y2}});
-    DARK_CHECK(x2.shape()[0] == x.shape()[0] && x2.shape()[1] == t_len && x2.shape()[3] == 2 * half,
-               "rope: ", x2.describe(), " and ", x.describe(), " differ in more than their heads");
-  }
+  const std::int64_t heads2 = x2.defined() ? x2.shape()[2] : 0;  // its other sizes are x's (rope_pair checked)
+  if (x2.defined()) check_dtype<T>("rope", {{"x2", &x2}, {"y2", &y2}});
   const std::int64_t slices = x.shape()[0] * t_len;
   if (slices * (heads + heads2) * half == 0) return;
   DARK_CHECK((heads + heads2) * half <= (std::int64_t{1} << 30), "rope: ", heads + heads2, " heads of ", 2 * half,
