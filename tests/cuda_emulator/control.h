@@ -1,6 +1,7 @@
 // What tests may ask of the CUDA emulator (libdarkformer_cuda_emulator.so): to install it as
-// the CUDA backend of this process, whether it is, its capacity, and how many device-to-host copies the
-// host has made (a test checks that a training step reads back once). Exported from the
+// the CUDA backend of this process, whether it is, its capacity, how many device-to-host copies the
+// host has made (a test checks that a training step reads back once), and the register count
+// it reports for kernels. Exported from the
 // library, whose other symbols are hidden.
 #pragma once
 #include <cstddef>
@@ -29,6 +30,12 @@ DARK_EMULATOR_API std::size_t memory_capacity();
 DARK_EMULATOR_API std::uint64_t copies_to_host();
 // CUDA graphs launched (cudaGraphLaunch) since the process started.
 DARK_EMULATOR_API std::uint64_t graph_launches();
+// The registers a thread that cudaFuncGetAttributes reports for every kernel (numRegs):
+// kDefaultFunctionRegisters unless a test set another count (to see a kernel fall back when
+// its register split would not fit).
+inline constexpr int kDefaultFunctionRegisters = 168;
+DARK_EMULATOR_API void set_function_registers(int count);
+DARK_EMULATOR_API int function_registers();
 // cuBLAS products run with cuBLAS's own workspace (none set since the handle's last
 // cublasSetStream) since the process started.
 DARK_EMULATOR_API std::uint64_t gemms_on_cublas_workspace();

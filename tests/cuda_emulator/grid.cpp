@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -26,6 +27,8 @@ struct EmuThread {
   std::vector<std::vector<std::function<void()>>> async_groups;  // committed, oldest first
   const unsigned char* mbarrier = nullptr;  // at_mbarrier: the barrier and the parity of the phase awaited
   unsigned mbarrier_parity = 0;
+  bool polling = false;        // at_mbarrier in a try_wait, which may give up
+  bool gave_up = false;        // the try_wait was released without its phase (the block was stuck)
 };
 
 // An mbarrier's state in its 8 bytes of shared memory: word 0 the arrivals still missing in
@@ -87,6 +90,9 @@ struct Block {
 
 Block* running_block = nullptr;
 EmuThread* running_thread = nullptr;
+std::uint64_t skipped_ns = 0;  // the emulated clock's lead over the host's (global_timer_ns)
+int arrivals_to_drop = 0;      // drop_mbarrier_arrivals
+float mma_corruption = 0.0f;   // corrupt_mma_products
 
 std::vector<std::unique_ptr<FiberStack>>& stack_pool() {
   static std::vector<std::unique_ptr<FiberStack>> pool;
@@ -228,6 +234,20 @@ bool reverse_order() {
   return reverse;
 }
 
+// The block is stuck: every thread that polls an mbarrier (try_wait) is released with a
+// failed poll, and the emulated clock skips ahead. False when no thread polls (a deadlock).
+bool give_up_polls(Block& b) {
+  bool any = false;
+  for (EmuThread& t : b.threads)
+    if (t.state == State::at_mbarrier && t.polling) {
+      t.state = State::ready;
+      t.gave_up = true;
+      any = true;
+    }
+  if (any) skipped_ns += kStuckSkipNanoseconds;
+  return any;
+}
+
 void run_block(Block& b, const std::function<void()>& body) {
   b.live = static_cast<int>(b.threads.size());
   b.block_waiting = 0;
@@ -242,6 +262,7 @@ void run_block(Block& b, const std::function<void()>& body) {
     t.state = State::ready;
     t.async_open.clear();
     t.async_groups.clear();
+    t.polling = t.gave_up = false;
   }
   struct Cleanup {  // stacks go back to the pool even when a fault ends the block
     Block& b;
@@ -263,10 +284,16 @@ void run_block(Block& b, const std::function<void()>& body) {
       if (t.state == State::at_mbarrier && mbarrier_phase_done(t.mbarrier, t.mbarrier_parity)) t.state = State::ready;
       if (t.state != State::ready) continue;
       if (!t.fiber) t.fiber = std::make_unique<Fiber>(take_stack().release(), body);
+      // A thread whose poll gave up and that only polls the same phase again made no progress.
+      const bool gave_up = t.gave_up;
+      const unsigned char* polled = t.mbarrier;
+      const unsigned polled_parity = t.mbarrier_parity;
       running_thread = &t;
       t.fiber->resume();
       running_thread = nullptr;
-      progressed = true;
+      const bool idle = gave_up && t.state == State::at_mbarrier && t.polling && t.mbarrier == polled &&
+                        t.mbarrier_parity == polled_parity;
+      progressed = progressed || !idle;
       if (t.fiber->finished()) {
         t.state = State::done;
         give_back_stack(t.fiber->stack());
@@ -276,7 +303,7 @@ void run_block(Block& b, const std::function<void()>& body) {
         running_thread = nullptr;
       }
     }
-    if (!progressed) throw Error(str("CUDA emulator: deadlock in a kernel: ", describe_deadlock(b)));
+    if (!progressed && !give_up_polls(b)) throw Error(str("CUDA emulator: deadlock in a kernel: ", describe_deadlock(b)));
   }
 }
 
@@ -328,6 +355,8 @@ void* dynamic_shared_memory() {
   return b.dynamic_shared.empty() ? nullptr : b.dynamic_shared.data();
 }
 
+void corrupt_mma_products(float offset) { mma_corruption = offset; }
+
 void mma_m16n8k16_bf16(float* d, const std::uint32_t* a, const std::uint32_t* b, const float* c) {
   EmuThread& t = self();
   Block& blk = *running_block;
@@ -360,7 +389,7 @@ void mma_m16n8k16_bf16(float* d, const std::uint32_t* a, const std::uint32_t* b,
     const int row = group + (i >= 2 ? 8 : 0), col = in_group * 2 + (i & 1);
     float acc = c[i];
     for (int k = 0; k < 16; ++k) acc += a_at(row, k) * b_at(k, col);
-    out[i] = acc;
+    out[i] = mma_corruption != 0.0f ? acc + mma_corruption : acc;
   }
   leave(fragments);
   std::memcpy(d, out, sizeof out);
@@ -485,10 +514,16 @@ void mbarrier_init(void* bar, unsigned count) {
   std::memcpy(at, &s, sizeof s);
 }
 
+void drop_mbarrier_arrivals(int count) { arrivals_to_drop = count; }
+
 void mbarrier_arrive(void* bar) {
   (void)self();
   unsigned char* at = mbarrier_at(bar, "mbarrier.arrive");
   MbarrierState s = checked_state(at, "mbarrier.arrive");
+  if (arrivals_to_drop > 0) {
+    --arrivals_to_drop;
+    return;
+  }
   if (--s.missing == 0) {  // the phase completes: the next one starts, its parity flipped
     s.missing = s.expected();
     s.expected_and_parity ^= 0x80000000u;
@@ -506,6 +541,27 @@ void mbarrier_wait_parity(void* bar, unsigned parity) {
   t.mbarrier = at;
   t.mbarrier_parity = parity;
   wait_until_released(t);
+}
+
+bool mbarrier_try_wait_parity(void* bar, unsigned parity) {
+  EmuThread& t = self();
+  const unsigned char* at = mbarrier_at(bar, "mbarrier.try_wait.parity");
+  (void)checked_state(at, "mbarrier.try_wait.parity");
+  if (parity > 1) device_fault(str("mbarrier.try_wait.parity with parity ", parity, " (valid: 0, 1)"));
+  t.gave_up = false;
+  if (mbarrier_phase_done(at, parity)) return true;
+  t.state = State::at_mbarrier;  // ready again once the phase completes, or when the block is stuck (give_up_polls)
+  t.mbarrier = at;
+  t.mbarrier_parity = parity;
+  t.polling = true;
+  wait_until_released(t);
+  t.polling = false;
+  return !t.gave_up;
+}
+
+std::uint64_t global_timer_ns() {
+  const auto now = std::chrono::steady_clock::now().time_since_epoch();
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(now).count()) + skipped_ns;
 }
 
 LaunchStatus set_max_dynamic_shared(const void* kernel, std::size_t bytes) {

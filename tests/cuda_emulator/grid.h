@@ -53,6 +53,9 @@ DARK_EMULATOR_API void* dynamic_shared_memory();
 // The tensor-core product d = a b + c of one m16n8k16 tile (bf16 a, b; f32 c, d) in the PTX
 // fragment layout, computed by the whole warp (every lane calls it).
 DARK_EMULATOR_API void mma_m16n8k16_bf16(float* d, const std::uint32_t* a, const std::uint32_t* b, const float* c);
+// From now on every mma.sync product adds `offset` to each element it computes (0, the
+// default: none), as a faulty product would: for the tests of what catches wrong results.
+DARK_EMULATOR_API void corrupt_mma_products(float offset);
 // ldmatrix.sync.aligned.m8n8.x4(.trans).shared.b16: lanes 8i .. 8i + 7 give the 16-byte rows
 // of 8 x 8 matrix i (in the block's dynamic shared memory); every lane gets, in r[i], the
 // pair of matrix i's elements the PTX layout gives it (row lane / 4, columns 2 (lane % 4) and
@@ -95,6 +98,21 @@ DARK_EMULATOR_API void mbarrier_arrive(void* bar);
 // completed, that is, once the current phase's parity differs from it. A block whose threads
 // all wait for phases that no one can complete is a deadlock fault.
 DARK_EMULATOR_API void mbarrier_wait_parity(void* bar, unsigned parity);
+// The next `count` arrivals on mbarriers (arrive, and the arrivals of cp.async copies) are
+// lost, as a broken protocol would lose them: for the tests of what ends a hung pipeline.
+DARK_EMULATOR_API void drop_mbarrier_arrivals(int count);
+// mbarrier.try_wait.parity, one poll: true once the phase of parity `parity` has completed.
+// Otherwise the thread is suspended, as a GPU may suspend it for a time limit, until the phase
+// completes (true) or until no thread of the block can go on but by giving up such a poll
+// (false: every thread then polling is released so, and the emulated clock skips
+// kStuckSkipNanoseconds, the time a GPU would spend while everything waits). A kernel that
+// loops on it without a bound then spins (on the skipping clock) instead of ending with the
+// deadlock fault mbarrier_wait_parity gives.
+DARK_EMULATOR_API bool mbarrier_try_wait_parity(void* bar, unsigned parity);
+inline constexpr std::uint64_t kStuckSkipNanoseconds = 100'000'000;
+// %globaltimer: nanoseconds of the host's steady clock plus the time skipped while blocks
+// were stuck.
+DARK_EMULATOR_API std::uint64_t global_timer_ns();
 // Reports a fault inside a kernel (thrown out of the launch).
 [[noreturn]] DARK_EMULATOR_API void device_fault(const std::string& what);
 

@@ -5,6 +5,7 @@
 #include "cuda_emulator/runtime.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -148,6 +149,12 @@ std::uint64_t copies_to_host() { return to_host_copies; }
 std::uint64_t graph_launches() { return launched_graphs; }
 
 namespace {
+std::atomic<int> registers_per_thread{kDefaultFunctionRegisters};
+}  // namespace
+void set_function_registers(int count) { registers_per_thread = count; }
+int function_registers() { return registers_per_thread; }
+
+namespace {
 std::vector<void (*)()>& installers() {  // filled at load time, before any install() call
   static std::vector<void (*)()> list;
   return list;
@@ -234,6 +241,11 @@ cudaError_t cudaMallocHost(void** ptr, std::size_t bytes) {
   return *ptr ? cudaSuccess : fail(cudaErrorMemoryAllocation);
 }
 cudaError_t cudaHostAlloc(void** ptr, std::size_t bytes, unsigned) { return cudaMallocHost(ptr, bytes); }
+cudaError_t cudaHostGetDevicePointer(void** device_ptr, void* host_ptr, unsigned flags) {
+  if (device_ptr == nullptr || host_ptr == nullptr || flags != 0) return fail(cudaErrorInvalidValue);
+  *device_ptr = host_ptr;
+  return cudaSuccess;
+}
 cudaError_t cudaFreeHost(void* ptr) {
   std::free(ptr);
   return cudaSuccess;

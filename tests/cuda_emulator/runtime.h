@@ -16,8 +16,10 @@
 #pragma once
 #include <math.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <type_traits>
@@ -174,6 +176,7 @@ inline int __clzll(long long x) { return x == 0 ? 64 : __builtin_clzll(static_ca
 inline int __ffs(int x) { return __builtin_ffs(x); }
 template <class T>
 T __ldg(const T* p) { return *p; }
+inline void __threadfence_system() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 [[noreturn]] inline void __trap() { ::dark::cuda_emu::device_fault("__trap()"); }
 
 // ---- the runtime API ----
@@ -225,7 +228,7 @@ enum cudaStreamCaptureMode {
 #define cudaStreamPerThread (reinterpret_cast<cudaStream_t>(0x2))
 inline constexpr unsigned cudaStreamDefault = 0, cudaStreamNonBlocking = 1;
 inline constexpr unsigned cudaEventDefault = 0, cudaEventBlockingSync = 1, cudaEventDisableTiming = 2;
-inline constexpr unsigned cudaHostAllocDefault = 0, cudaHostAllocPortable = 1;
+inline constexpr unsigned cudaHostAllocDefault = 0, cudaHostAllocPortable = 1, cudaHostAllocMapped = 2;
 
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 enum cudaDeviceAttr {
@@ -260,6 +263,8 @@ cudaError_t cudaFree(void* ptr);
 cudaError_t cudaMallocHost(void** ptr, std::size_t bytes);
 cudaError_t cudaHostAlloc(void** ptr, std::size_t bytes, unsigned flags);
 cudaError_t cudaFreeHost(void* ptr);
+// Host memory is the emulated device's too: the device pointer of an allocation is its host one.
+cudaError_t cudaHostGetDevicePointer(void** device_ptr, void* host_ptr, unsigned flags);
 cudaError_t cudaMemGetInfo(std::size_t* free_bytes, std::size_t* total_bytes);
 cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind);
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind, cudaStream_t stream = nullptr);
@@ -301,6 +306,22 @@ cudaError_t cudaFuncSetAttribute(F* kernel, cudaFuncAttribute attribute, int val
                  ::dark::cuda_emu::LaunchStatus::ok
              ? cudaSuccess
              : cudaErrorInvalidValue;
+}
+
+// What our code reads of a kernel's attributes. numRegs: the emulated GPU reports for every
+// kernel the count ptxas gives this project's warp-specialised kernels at sm_90a (168, the
+// most a thread of a 384-thread block can have; scripts/kernel_evidence.py shows ptxas's
+// counts), or what a test set with set_function_registers (control.h).
+struct cudaFuncAttributes {
+  int numRegs;
+  int maxThreadsPerBlock;
+};
+template <class F>
+cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* attributes, F* kernel) {
+  if (attributes == nullptr || kernel == nullptr) return cudaErrorInvalidValue;
+  attributes->numRegs = ::dark::cuda_emu::function_registers();
+  attributes->maxThreadsPerBlock = 1024;
+  return cudaSuccess;
 }
 
 namespace dark::cuda_emu {

@@ -49,10 +49,12 @@ struct Descriptor {
 };
 
 std::atomic<std::uint64_t> issued{0};
+std::atomic<float> corruption{0.0f};
 
 }  // namespace
 
 std::uint64_t wgmma_issued() { return issued; }
+void corrupt_wgmma_products(float offset) { corruption = offset; }
 
 void wgmma_bf16(float* d, int n, std::uint64_t a_desc, const std::uint32_t* a_regs, std::uint64_t b_desc,
                 bool b_mn_major, bool accumulate) {
@@ -68,7 +70,7 @@ void wgmma_bf16(float* d, int n, std::uint64_t a_desc, const std::uint32_t* a_re
   // values here, in at least the lane that waits first).
   std::array<const std::uint32_t*, 32> lanes_a{};
   warp_all_gather(&a_regs, lanes_a.data(), sizeof a_regs);  // also makes the product warp-synchronous
-  async_issue([=] {
+  async_issue([=, offset = corruption.load()] {
     const Descriptor b(b_desc);
     std::vector<float> a(32);
     if (a_regs) {
@@ -89,6 +91,7 @@ void wgmma_bf16(float* d, int n, std::uint64_t a_desc, const std::uint32_t* a_re
       float sum = 0.0f;
       for (int k = 0; k < 16; ++k) sum += a[16 * half + k] * b.at(col, k, b_mn_major);
       d[i] = accumulate ? d[i] + sum : sum;
+      if (offset != 0.0f) d[i] += offset;
     }
   });
 }

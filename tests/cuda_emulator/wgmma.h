@@ -33,5 +33,8 @@ DARK_EMULATOR_API void wgmma_bf16(float* d, int n, std::uint64_t a_desc, const s
 DARK_EMULATOR_API void wgmma_wait(int pending_groups);
 // wgmma instructions issued (per thread) since the process started: which kernels ran.
 DARK_EMULATOR_API std::uint64_t wgmma_issued();
+// From now on every wgmma product adds `offset` to each element it computes (0, the default:
+// none), as a faulty product would: for the tests of what catches wrong Hopper results.
+DARK_EMULATOR_API void corrupt_wgmma_products(float offset);
 
 }  // namespace dark::cuda_emu
