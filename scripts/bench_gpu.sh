@@ -7,7 +7,8 @@
 #      (N = parameters; the attention term is the causal half of 12 n_layers T d) over the
 #      dense bf16 peak (--peak-tflops, 989 for H100 / H200 SXM). Targets: >= 1.0x
 #      PyTorch + compile, >= 40% MFU. Ours runs twice: eager, and with training.cuda_graph
-#      (each step's forward and backward one graph launch).
+#      (each step's forward and backward one graph launch). The same model in f32 (fewest
+#      steps that give a median: 3 timed, 1 warm-up with --quick) for bf16 against f32.
 #   2. attention forward + backward against L (131072 tokens per call) for head dimensions
 #      64, 128 and 256: our flash kernel against PyTorch's scaled_dot_product_attention
 #      (TFLOP/s) and the random-feature kinds at m = 64 and 256, with issue 29's targets
@@ -23,9 +24,13 @@
 #      darkformer >= 2x softmax at 8192 and >= 5x at 32768. Runs last, after summary.json is
 #      written (the section adds to it), so a time limit that cuts it loses nothing else.
 # Writes train.jsonl, attention.jsonl, summary.json and the logs under --out; prints the
-# tables. Needs a CUDA build (BUILD_DIR, default build) with the bench targets, and python3
-# with torch for the peer. Exit 0 when both sides ran (missed targets are reported), 1 when
-# a side failed, 2 on a bad command line.
+# tables. plan.json says what this run set out to measure (lengths, head dims, features) and
+# failures.txt names each part that failed (train:darkformer-f32, attention:torch,
+# payoff:softmax:8192, ...): scripts/gpu_check_summary.py's targets table tells a row this run
+# did not plan, or lost to a failure, from one its time limit cut. Needs a CUDA build
+# (BUILD_DIR, default build) with the bench targets, and python3 with torch for the peer.
+# Exit 0 when both sides ran (missed targets are reported), 1 when a side failed, 2 on a bad
+# command line.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -60,10 +65,17 @@ mkdir -p "$out"
 py="${PYTHON:-python3}"
 steps=20; warmup=5; lens="1024,2048,4096,8192,16384,32768,65536,131072"; reps=5
 payoff_lens="1024,2048,4096,8192,16384,32768"; payoff_tokens=32768; payoff_steps=10; payoff_warmup=3
+f32_steps=5; f32_warmup=2
 if [[ $quick == 1 ]]; then
-  steps=10; warmup=3; lens="1024,2048,4096,16384,65536,131072"; reps=3
+  steps=10; warmup=3; lens="1024,2048,4096,8192,16384,65536,131072"; reps=3
   payoff_lens="1024,8192,32768"; payoff_steps=5; payoff_warmup=2
+  f32_steps=3; f32_warmup=1
 fi
+dims="64,128,256"; features="64,256"
+printf '{"quick": %d, "lens": [%s], "dims": [%s], "features": [%s], "payoff_lens": [%s], "batch": %d, "peak_tflops": %s}\n' \
+  "$quick" "$lens" "$dims" "$features" "$payoff_lens" "$batch" "$peak" > "$out/plan.json"
+: > "$out/failures.txt"
+failed_part() { echo "$1" >> "$out/failures.txt"; failed=1; }  # failed_part NAME: a part failed
 bench_train="${BENCH_BIN_DIR:-$build/bench}/darkformer_bench_train"
 bench_attn="${BENCH_BIN_DIR:-$build/bench}/darkformer_bench_gpu_attention"
 for b in "$bench_train" "$bench_attn"; do
@@ -78,24 +90,29 @@ sets=(--set model.d_model=768 --set model.n_layers=12 --set model.n_heads=12 --s
 model_json="$("$bench_train" "${sets[@]}" --print-model 2>> "$out/train.log")" || { echo "bench_gpu.sh: --print-model failed" >&2; exit 1; }
 : > "$out/train.jsonl"
 # --profile 3: three more steps with every kernel timed by CUDA events (the table is in train.log).
-"$bench_train" "${sets[@]}" --steps "$steps" --warmup "$warmup" --profile 3 >> "$out/train.jsonl" 2>> "$out/train.log" || failed=1
+"$bench_train" "${sets[@]}" --steps "$steps" --warmup "$warmup" --profile 3 >> "$out/train.jsonl" 2>> "$out/train.log" ||
+  failed_part train:darkformer-bf16
 "$bench_train" "${sets[@]}" --set training.cuda_graph=true --steps "$steps" --warmup "$warmup" >> "$out/train.jsonl" \
-  2>> "$out/train.log" || failed=1
-for mode in "" "--compile"; do
-  "$py" bench/torch_gpu.py train --model-json "$model_json" --steps "$steps" --warmup "$warmup" $mode \
-    >> "$out/train.jsonl" 2>> "$out/train.log" || { echo "torch train $mode failed (see train.log)"; failed=1; }
+  2>> "$out/train.log" || failed_part train:darkformer-graph
+for mode in eager compile; do
+  "$py" bench/torch_gpu.py train --model-json "$model_json" --steps "$steps" --warmup "$warmup" \
+    $([[ $mode == compile ]] && echo --compile) >> "$out/train.jsonl" 2>> "$out/train.log" ||
+    { echo "torch train $mode failed (see train.log)"; failed_part "train:torch-$mode"; }
 done
+# The same model in f32 (full f32 matrix products, no TF32): what bf16 gains.
+"$bench_train" "${sets[@]}" --set training.precision=f32 --steps "$f32_steps" --warmup "$f32_warmup" \
+  >> "$out/train.jsonl" 2>> "$out/train.log" || failed_part train:darkformer-f32
 
 echo "== attention: forward + backward, bf16" | tee "$out/attention.log"
 : > "$out/attention.jsonl"
-"$bench_attn" --lens "$lens" --dims 64,128,256 --features 64,256 --reps "$reps" >> "$out/attention.jsonl" \
-  2>> "$out/attention.log" || failed=1
-"$py" bench/torch_gpu.py attention --lens "$lens" --dims 64,128,256 --reps "$reps" >> "$out/attention.jsonl" \
-  2>> "$out/attention.log" || { echo "torch attention failed (see attention.log)"; failed=1; }
+"$bench_attn" --lens "$lens" --dims "$dims" --features "$features" --reps "$reps" >> "$out/attention.jsonl" \
+  2>> "$out/attention.log" || failed_part attention:darkformer
+"$py" bench/torch_gpu.py attention --lens "$lens" --dims "$dims" --reps "$reps" >> "$out/attention.jsonl" \
+  2>> "$out/attention.log" || { echo "torch attention failed (see attention.log)"; failed_part attention:torch; }
 # The same flash calls on the mma.sync kernels (DARK_FLASH_SM90=off): what the Hopper ones gain.
 : > "$out/attention-mma-sync.jsonl"
 DARK_FLASH_SM90=off "$bench_attn" --kinds softmax --lens 4096 --dims 64,128 --reps "$reps" \
-  >> "$out/attention-mma-sync.jsonl" 2>> "$out/attention.log" || failed=1
+  >> "$out/attention-mma-sync.jsonl" 2>> "$out/attention.log" || failed_part attention:mma-sync
 
 "$py" - "$out" "$peak" << 'EOF'
 import json, sys
@@ -109,8 +126,10 @@ def rows(name):
     return r
 summary = {}
 train = rows("train.jsonl")
-ours = next((r for r in train if r.get("side") == "darkformer" and not r.get("cuda_graph")), None)
-ours_graph = next((r for r in train if r.get("side") == "darkformer" and r.get("cuda_graph")), None)
+def darkformer(precision, graph):
+    return next((r for r in train if r.get("side") == "darkformer" and r.get("precision", "bf16") == precision and
+                 bool(r.get("cuda_graph")) == graph), None)
+ours, ours_graph, ours_f32 = darkformer("bf16", False), darkformer("bf16", True), darkformer("f32", False)
 torch_rows = {r["mode"]: r for r in train if r.get("side") == "torch"}
 if ours:
     m = ours["model"]
@@ -121,12 +140,19 @@ if ours:
     if ours_graph:
         g = ours_graph
         print(f"  darkformer bf16 graph   {g['tokens_per_s']:10.0f}  {100 * mfu(g['tokens_per_s']):5.1f}%  {g['alloc_peak_mb']:9.0f}")
+    if ours_f32:
+        f = ours_f32
+        print(f"  darkformer f32          {f['tokens_per_s']:10.0f}  {100 * mfu(f['tokens_per_s']):5.1f}%  {f['alloc_peak_mb']:9.0f}")
     for mode, r in torch_rows.items():
         print(f"  torch {mode:8s} bf16     {r['tokens_per_s']:10.0f}  {100 * mfu(r['tokens_per_s']):5.1f}%  {r['peak_mem_mib']:9.0f}")
     summary["train"] = {"darkformer_tokens_per_s": ours["tokens_per_s"], "darkformer_mfu": mfu(ours["tokens_per_s"]),
                         "torch": {k: v["tokens_per_s"] for k, v in torch_rows.items()}}
     if ours_graph:
         summary["train"]["darkformer_graph_tokens_per_s"] = ours_graph["tokens_per_s"]
+    if ours_f32:
+        summary["train"]["darkformer_f32_tokens_per_s"] = ours_f32["tokens_per_s"]
+        summary["train"]["bf16_over_f32"] = ours["tokens_per_s"] / ours_f32["tokens_per_s"]
+        print(f"  darkformer bf16 / f32: {summary['train']['bf16_over_f32']:.2f}x")
     if "compile" in torch_rows:
         ratio = ours["tokens_per_s"] / torch_rows["compile"]["tokens_per_s"]
         summary["train"]["vs_torch_compile"] = ratio
@@ -223,7 +249,8 @@ for len in ${payoff_lens//,/ }; do
       --set model.n_kv_heads=12 --set model.vocab_size=50304 --set data.vocab_size=50304 --set data.seq_len="$len" \
       --set training.batch_size=$((payoff_tokens / len)) --set training.device=cuda --set training.precision=bf16 \
       --set attention.kind="$kind" --set attention.num_features=64 --steps "$payoff_steps" --warmup "$payoff_warmup" \
-      2>> "$out/payoff.log")" || { echo "payoff $kind at seq_len $len failed (see payoff.log)"; failed=1; continue; }
+      2>> "$out/payoff.log")" ||
+      { echo "payoff $kind at seq_len $len failed (see payoff.log)"; failed_part "payoff:$kind:$len"; continue; }
     # bench_train prints one JSON object per line; tag it with what this run varied
     grep '^{' <<< "$row" | sed "s/^{/{\"payoff_kind\": \"$kind\", \"payoff_len\": $len, /" >> "$out/payoff.jsonl"
   done

@@ -9,14 +9,25 @@
 #       first (build-gpu: Release, sm_${ARCH:-90a}), for a machine that has our dependencies
 #   --cpu-stages (with --bundle): without a GPU, still run the stages that need none (mpi),
 #       so a machine without a GPU tests the bundle's own Open MPI (CI does)
-#
+#   --bin DIR: the programs as already built in DIR (a build folder, or a flat folder of
+#       programs), nothing built here (tests/gpu_check_flash_fallback.sh runs fake ones)
+#   --stages A,B,...: run only these of the stages below (setup always): flash-sm90, tests,
+#       quickstart, determinism, cuda-graph, mpi, bench (default: all)
+#   Env: FLASH_SECONDS (60) the flash-sm90 stage's limit; QUICKSTART_STEPS (300); BUILD_DIR
+#       (build-gpu) and ARCH (90a) in build mode; DARK_FLASH_SM90 is passed on as it is set
 # Stages, each with its own time limit, in order of value (the budget left caps each):
 #   setup        (bundle) unpack, check that every library of every program resolves (a
 #                missing one is named with who needs it); record this machine's CPU (model,
 #                cores, AVX-512 / AVX512_BF16 / AMX flags) and GPU. Without a GPU: say
 #                "no GPU", write the summary and exit 0.
-#   flash-sm90   the flash kernel tests alone, 60 s at most: if they hang (the Hopper kernels
-#                wait on mbarriers), every later stage runs with DARK_FLASH_SM90=off
+#   flash-sm90   the flash kernel tests alone (DARK_FLASH_SM90=on: the Hopper kernels themselves,
+#                no self-check in their way), FLASH_SECONDS (60) at most: if they fail in any
+#                way (wrong numbers, a crash, an illegal instruction, a hang: the Hopper
+#                kernels wait on mbarriers), every later stage runs with DARK_FLASH_SM90=off
+#                (the mma.sync kernels), stages.jsonl says which failure it was and the
+#                summary's first line says so; the lines the library logs when its own sm_90
+#                safety nets trigger (self-check, registers, mbarrier timeouts, fallbacks) are
+#                kept (5 at most) in the stage's record and the summary
 #   tests        every GPU test program (kernels against the CPU in float64, training runs
 #                against the CPU, checkpoints across devices, NCCL with one rank)
 #   quickstart   configs/quickstart.json for QUICKSTART_STEPS (300) steps on the CPU, then
@@ -30,7 +41,9 @@
 #                collectives on exact data, and a 2-rank training run on the CPU against one
 #                process, bit for bit
 #   bench        scripts/bench_gpu.sh --quick: training tokens/s and MFU against PyTorch,
-#                attention against SDPA and the random-feature kinds against L
+#                bf16 against f32, attention against SDPA and the random-feature kinds
+#                against L; the summary ends with a markdown table of every target beside
+#                its peer (MET, MISSED, or missing: budget / failed / not measured)
 # Everything goes to $OUT, or the folder given as the last argument when $OUT is unset
 # (default cache/gpu-check-<time>): a log per stage, summary.json and a compact summary
 # (at most ~6,000 characters) printed at the end. Exit 1 when a stage failed, 0 otherwise.
@@ -41,18 +54,36 @@ repo="$(pwd)"
 bundle_archive=""
 budget=420
 cpu_stages=0
+bin_dir=""
+all_stages="flash-sm90,tests,quickstart,determinism,cuda-graph,mpi,bench"
+stages="$all_stages"
 out_arg=""
-usage() { sed -n '3,11p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { awk 'NR >= 3 && /^# Stages/ { exit } NR >= 3' "$0" | sed 's/^# \{0,1\}//'; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --bundle) bundle_archive="${2:?--bundle needs an archive}"; shift 2 ;;
     --budget) budget="${2:?--budget needs seconds}"; shift 2 ;;
     --cpu-stages) cpu_stages=1; shift ;;
+    --bin) bin_dir="${2:?--bin needs a folder}"; shift 2 ;;
+    --stages) stages="${2:?--stages needs a list}"; shift 2 ;;
     -h | --help) usage; exit 0 ;;
     -*) echo "gpu-check.sh: unknown flag '$1'" >&2; usage >&2; exit 2 ;;
     *) out_arg="$1"; shift ;;
   esac
 done
+for st in ${stages//,/ }; do
+  [[ ",$all_stages," == *",$st,"* ]] ||
+    { echo "gpu-check.sh: unknown stage '$st' (stages: $all_stages)" >&2; usage >&2; exit 2; }
+done
+want() { [[ ",$stages," == *",$1,"* ]]; }  # want STAGE: was it asked for (--stages)?
+if [[ -n "$bin_dir" ]]; then
+  [[ -z "$bundle_archive" ]] || { echo "gpu-check.sh: --bin and --bundle exclude each other" >&2; exit 2; }
+  [[ -d "$bin_dir" ]] || { echo "gpu-check.sh: --bin: no such folder: $bin_dir" >&2; exit 2; }
+  bin_dir="$(cd "$bin_dir" && pwd)"
+fi
+flash_seconds="${FLASH_SECONDS:-60}"
+[[ "$flash_seconds" =~ ^[1-9][0-9]*$ ]] ||
+  { echo "gpu-check.sh: FLASH_SECONDS must be a whole number of seconds, not '$flash_seconds'" >&2; exit 2; }
 start=$(date +%s)
 deadline=$((start + budget))
 out="${OUT:-${out_arg:-cache/gpu-check-$(date +%Y%m%d-%H%M%S)}}"
@@ -63,9 +94,17 @@ log="$out/gpu-check.log"
 say() { echo "[gpu-check $(date +%H:%M:%S)] $*" | tee -a "$log" >&2; }
 status_file="$out/stages.jsonl"
 : > "$status_file"
-stage() {  # stage NAME STATUS [DETAIL] [SECONDS]
-  python3 -c 'import json, sys; print(json.dumps({"stage": sys.argv[1], "status": sys.argv[2], "detail": sys.argv[3], "seconds": float(sys.argv[4])}))' \
-    "$1" "$2" "${3:-}" "${4:-0}" >> "$status_file"
+# stage NAME STATUS [DETAIL] [SECONDS] [KEY=TEXT | KEY:=JSON | KEY[]=LINES ...]: one line of
+# stages.jsonl; each extra field is a string, a JSON value, or the list of LINES' lines.
+stage() {
+  python3 -c '
+import json, re, sys
+name, status, detail, seconds, *extra = sys.argv[1:]
+record = {"stage": name, "status": status, "detail": detail, "seconds": float(seconds)}
+for field in extra:
+    key, op, value = re.match(r"(\w+)(\[\]=|:=|=)(.*)", field, re.S).groups()
+    record[key] = [l for l in value.splitlines() if l.strip()] if op == "[]=" else json.loads(value) if op == ":=" else value
+print(json.dumps(record))' "$1" "$2" "${3:-}" "${4:-0}" "${@:5}" >> "$status_file"
 }
 # limit NOMINAL: seconds a stage may take now (its own limit, capped by the budget left).
 # Never below 1: `timeout 0` would mean no limit at all.
@@ -137,6 +176,7 @@ if [[ -n "$bundle_archive" ]]; then
 else
   root="$repo"
   bin=""
+  build="${bin_dir:-${BUILD_DIR:-build-gpu}}"
   mpirun_exe="$(command -v mpirun || true)"
 fi
 cd "$root"
@@ -209,17 +249,18 @@ if ! command -v nvidia-smi > /dev/null 2>&1 || ! nvidia-smi -L > "$out/nvidia-sm
   say "no GPU (nvidia-smi finds none): nothing to check"
   echo '{"gpu": false}' > "$out/gpu.json"
   stage gpu skipped "no GPU"
-  [[ $cpu_stages == 1 && -n "$bin" ]] && stage_mpi
+  [[ $cpu_stages == 1 && -n "$bin" ]] && want mpi && stage_mpi
   finish
 fi
 gpu_name="$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | head -1)"
 say "GPU: $gpu_name; CPU: $(python3 -c "import json; c = json.load(open('$out/cpu.json')); print(c['model'], c['cores'], 'cores')")"
 python3 -c 'import json, sys; print(json.dumps({"gpu": True, "name": sys.argv[1]}))' "$gpu_name" > "$out/gpu.json"
 
-# ---- build (without a bundle) ----
-if [[ -z "$bin" ]]; then
+# ---- build (without a bundle or --bin) ----
+if [[ -n "$bin_dir" ]]; then
+  say "--bin: the programs as built in $bin_dir (nothing built here)"
+elif [[ -z "$bin" ]]; then
   [[ -x /usr/local/cuda/bin/nvcc ]] && export PATH="/usr/local/cuda/bin:$PATH"
-  build="${BUILD_DIR:-build-gpu}"
   say "building in $build (sm_${ARCH:-90a}, $(nproc) jobs)"
   t0=$(date +%s)
   if timeout "$(limit 330)" cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DDARK_CUDA_ARCHITECTURES="${ARCH:-90a}" \
@@ -235,108 +276,158 @@ fi
 
 # ---- the Hopper flash kernels, first and briefly: their warp-specialised pipelines wait on
 # mbarriers, and a wait that never ends would hang every later stage until its time limit.
-# If they hang, the rest of the check runs on the mma.sync kernels (DARK_FLASH_SM90=off) and
-# the summary says so.
+# If the tests fail in any way (wrong numbers, a crash, an illegal instruction, a hang), the
+# rest of the check runs on the mma.sync kernels (DARK_FLASH_SM90=off), stages.jsonl says which
+# failure it was (failure, failure_detail, rc) and the summary's first line says so.
 mkdir -p "$out/tests"
-t0=$(date +%s)
-say "flash-sm90: the flash kernel tests, 60 s at most"
-timeout "$(limit 60)" "$(prog test_gpu_kernels)" --gtest_filter='*flash*:*Flash*' > "$out/tests/flash-sm90.log" 2>&1
-rc=$?
-if [[ $rc == 0 ]]; then
-  stage flash-sm90 passed "" $(($(date +%s) - t0))
-elif [[ $rc == 124 ]]; then
-  export DARK_FLASH_SM90=off
-  say "flash-sm90: the tests did not finish in 60 s (a hang?): every later stage runs with DARK_FLASH_SM90=off"
-  stage flash-sm90 failed "timed out: later stages ran with DARK_FLASH_SM90=off (mma.sync kernels)" $(($(date +%s) - t0))
-else
-  stage flash-sm90 failed "see tests/flash-sm90.log" $(($(date +%s) - t0))
-  grep -E "^\[  FAILED|Failure" "$out/tests/flash-sm90.log" | head -10 >> "$log"
+if want flash-sm90; then
+  t0=$(date +%s)
+  flash_limit=$(limit "$flash_seconds")
+  say "flash-sm90: the flash kernel tests, $flash_limit s at most"
+  # -k 5: a process that ignores the TERM (a kernel stuck on the device) is killed 5 s later.
+  # DARK_FLASH_SM90=on (unless the caller set it): the tests see the Hopper kernels themselves,
+  # not the mma.sync ones a failed self-check would put in their place (the register check
+  # still guards against a hang).
+  DARK_FLASH_SM90="${DARK_FLASH_SM90:-on}" timeout -k 5 "$flash_limit" "$(prog test_gpu_kernels)" \
+    --gtest_filter='*flash*:*Flash*' > "$out/tests/flash-sm90.log" 2>&1
+  rc=$?
+  took=$(($(date +%s) - t0))
+  # What the library logs when its own sm_90 safety nets trigger (the self-check against the
+  # mma.sync kernels, the register split, the mbarrier wait limit, a fallback), 5 lines at most,
+  # without spdlog's [time] [level] prefixes, each cut at 400 characters.
+  nets="$(grep -aiE 'sm_?90' "$out/tests/flash-sm90.log" | grep -aiE 'falls? back|self-check|register|mbarrier' |
+          sed -E 's/^(\[[^]]*\] *)+//' | awk '!seen[$0]++' | head -n 5 | cut -c 1-400)"
+  caller=()
+  [[ -n "${DARK_FLASH_SM90:-}" ]] && caller=("caller_env=DARK_FLASH_SM90=$DARK_FLASH_SM90")
+  if [[ $rc == 0 ]]; then
+    stage flash-sm90 passed "${nets:+the sm_90 safety nets of the library triggered: see safety_nets}" "$took" \
+      "safety_nets[]=$nets" "${caller[@]}"
+  else
+    failed_tests="$(sed -nE 's/^\[  FAILED  \] ([^ ,]+\.[^ ,]+).*/\1/p' "$out/tests/flash-sm90.log" | awk '!seen[$0]++')"
+    if [[ $rc == 124 ]] || [[ $rc == 137 && $took -ge $flash_limit ]]; then
+      kind=timeout what="timeout after $flash_limit s"
+    elif [[ $rc == 132 ]]; then
+      kind=illegal-instruction what="illegal instruction, SIGILL"
+    elif (( rc > 128 )); then
+      kind=crash what="crash, SIG$(kill -l $((rc - 128)) 2> /dev/null || echo "NAL $((rc - 128))")"
+    elif [[ -n "$failed_tests" ]]; then
+      kind=wrong-numbers what="wrong numbers, $(wc -l <<< "$failed_tests") failed: $(head -n 3 <<< "$failed_tests" | paste -sd ' ')"
+    else
+      kind=error what="exit $rc"
+    fi
+    export DARK_FLASH_SM90=off
+    say "flash-sm90: the flash tests failed ($what, exit $rc): every later stage runs with DARK_FLASH_SM90=off"
+    stage flash-sm90 failed "$what (exit $rc): every later stage ran with DARK_FLASH_SM90=off (the mma.sync kernels); see tests/flash-sm90.log" \
+      "$took" "failure=$kind" "failure_detail=$what" "rc:=$rc" "fallback=DARK_FLASH_SM90=off" "safety_nets[]=$nets" \
+      "failed_tests[]=$(head -n 10 <<< "$failed_tests")" "${caller[@]}"
+    { grep -aE "^\[  FAILED|Failure" "$out/tests/flash-sm90.log" | head -n 10; tail -n 5 "$out/tests/flash-sm90.log"; } >> "$log"
+  fi
 fi
 
 # ---- tests ----
-for t in "${gpu_tests[@]}"; do
-  t0=$(date +%s)
-  say "test $t"
-  if timeout "$(limit 150)" "$(prog "$t")" --gtest_output="json:$out/tests/$t.json" > "$out/tests/$t.log" 2>&1; then
-    stage "test:$t" passed "" $(($(date +%s) - t0))
-  else
-    stage "test:$t" failed "see tests/$t.log" $(($(date +%s) - t0))
-    grep -E "^\[  FAILED|Failure" "$out/tests/$t.log" | head -10 >> "$log"
-  fi
-done
+if want tests; then
+  for t in "${gpu_tests[@]}"; do
+    t0=$(date +%s)
+    say "test $t"
+    if timeout "$(limit 150)" "$(prog "$t")" --gtest_output="json:$out/tests/$t.json" > "$out/tests/$t.log" 2>&1; then
+      stage "test:$t" passed "" $(($(date +%s) - t0))
+    else
+      stage "test:$t" failed "see tests/$t.log" $(($(date +%s) - t0))
+      grep -E "^\[  FAILED|Failure" "$out/tests/$t.log" | head -10 >> "$log"
+    fi
+  done
+fi
 
 # ---- quickstart on the CPU, the GPU in f32 and bf16 (and determinism: the GPU runs again) ----
-steps="${QUICKSTART_STEPS:-300}"
-qs=(--config configs/quickstart.json --set training.steps="$steps" --set schedule.warmup_steps=$((steps < 250 ? steps / 5 : 50))
-    --set training.log_interval=50
-    --set training.eval_interval="$steps" --set training.checkpoint_interval=0 --set training.generate_tokens=16)
-if [[ -n "$bin" && -f "$b/corpus/python3.11-doc-sources.tar" && ! -d /usr/share/doc/python3.11/html/_sources ]]; then
-  # The prepared data's inputs are checked against the corpus files (paths and sizes).
-  if mkdir -p /usr/share/doc/python3.11/html 2> /dev/null &&
-     tar -C /usr/share/doc/python3.11/html -xf "$b/corpus/python3.11-doc-sources.tar"; then
-    say "unpacked the debdocs-python corpus to /usr/share/doc/python3.11/html/_sources"
+if want quickstart; then
+  steps="${QUICKSTART_STEPS:-300}"
+  qs=(--config configs/quickstart.json --set training.steps="$steps" --set schedule.warmup_steps=$((steps < 250 ? steps / 5 : 50))
+      --set training.log_interval=50
+      --set training.eval_interval="$steps" --set training.checkpoint_interval=0 --set training.generate_tokens=16)
+  if [[ -n "$bin" && -f "$b/corpus/python3.11-doc-sources.tar" && ! -d /usr/share/doc/python3.11/html/_sources ]]; then
+    # The prepared data's inputs are checked against the corpus files (paths and sizes).
+    if mkdir -p /usr/share/doc/python3.11/html 2> /dev/null &&
+       tar -C /usr/share/doc/python3.11/html -xf "$b/corpus/python3.11-doc-sources.tar"; then
+      say "unpacked the debdocs-python corpus to /usr/share/doc/python3.11/html/_sources"
+    fi
   fi
-fi
-if [[ ! -d /usr/share/doc/python3.11/html/_sources ]]; then
-  say "debdocs-python is not installed here: the quickstart trains on the repository's own text"
-  qs+=(--set "data.sources=[\"$root/README.md\",\"$root/docs/results.md\",\"$root/core\",\"$root/autograd\",\"$root/nn\",\"$root/attention\",\"$root/data\",\"$root/train\"]"
-       --set data.dir="$root/cache/data/gpu-check-repo-text")
-fi
-rm -rf "$out/quickstart"
-quickstart() {  # quickstart DEVICE PRECISION RUN_NAME STAGE_NAME LIMIT [--set K=V ...]
-  local t0
-  t0=$(date +%s)
-  say "quickstart $steps steps on $1 in $2 ($3)"
-  if timeout "$(limit "$5")" "$(prog darkformer)" train "${qs[@]}" --set training.device="$1" --set training.precision="$2" \
-       --set output.dir="$out/quickstart/$3" "${@:6}" > "$out/quickstart-$3.log" 2>&1; then
-    stage "$4" passed "" $(($(date +%s) - t0))
-  else
-    stage "$4" failed "see quickstart-$3.log" $(($(date +%s) - t0))
-    tail -n 5 "$out/quickstart-$3.log" >> "$log"
-    return 1
+  if [[ ! -d /usr/share/doc/python3.11/html/_sources ]]; then
+    say "debdocs-python is not installed here: the quickstart trains on the repository's own text"
+    qs+=(--set "data.sources=[\"$root/README.md\",\"$root/docs/results.md\",\"$root/core\",\"$root/autograd\",\"$root/nn\",\"$root/attention\",\"$root/data\",\"$root/train\"]"
+         --set data.dir="$root/cache/data/gpu-check-repo-text")
   fi
-}
-quick_ok=1
-quickstart cpu f32 cpu-f32 quickstart:cpu-f32 150 || quick_ok=0
-quickstart cuda f32 cuda-f32 quickstart:cuda-f32 60 || quick_ok=0
-quickstart cuda bf16 cuda-bf16 quickstart:cuda-bf16 60 || quick_ok=0
-if [[ $quick_ok == 1 ]]; then
-  python3 "$repo/scripts/gpu_check_summary.py" --curves "$out" "$steps" > "$out/quickstart.json" &&
-    stage quickstart-curves passed || stage quickstart-curves failed "see quickstart.json"
-fi
-det_ok=1
-for p in f32 bf16; do
-  if [[ -f "$out/quickstart/cuda-$p/metrics.jsonl" ]]; then
-    quickstart cuda "$p" "cuda-$p-again" "determinism:run-$p" 60 || det_ok=0
-  else
-    det_ok=0
+  rm -rf "$out/quickstart"
+  quickstart() {  # quickstart DEVICE PRECISION RUN_NAME STAGE_NAME LIMIT [--set K=V ...]
+    local t0
+    t0=$(date +%s)
+    say "quickstart $steps steps on $1 in $2 ($3)"
+    if timeout "$(limit "$5")" "$(prog darkformer)" train "${qs[@]}" --set training.device="$1" --set training.precision="$2" \
+         --set output.dir="$out/quickstart/$3" "${@:6}" > "$out/quickstart-$3.log" 2>&1; then
+      stage "$4" passed "" $(($(date +%s) - t0))
+    else
+      stage "$4" failed "see quickstart-$3.log" $(($(date +%s) - t0))
+      tail -n 5 "$out/quickstart-$3.log" >> "$log"
+      return 1
+    fi
+  }
+  quick_ok=1
+  quickstart cpu f32 cpu-f32 quickstart:cpu-f32 150 || quick_ok=0
+  quickstart cuda f32 cuda-f32 quickstart:cuda-f32 60 || quick_ok=0
+  quickstart cuda bf16 cuda-bf16 quickstart:cuda-bf16 60 || quick_ok=0
+  if [[ $quick_ok == 1 ]]; then
+    python3 "$repo/scripts/gpu_check_summary.py" --curves "$out" "$steps" > "$out/quickstart.json" &&
+      stage quickstart-curves passed || stage quickstart-curves failed "see quickstart.json"
   fi
-done
-if [[ $det_ok == 1 ]]; then
-  python3 "$repo/scripts/gpu_check_summary.py" --same "$out" cuda-f32 cuda-f32-again cuda-bf16 cuda-bf16-again \
-    > "$out/determinism.json" && stage determinism passed "same bits run to run (f32, bf16)" ||
-    stage determinism failed "see determinism.json"
-fi
-# training.cuda_graph: each step's passes as one graph launch; the eager run's bits expected.
-if [[ -f "$out/quickstart/cuda-bf16/metrics.jsonl" ]] &&
-   quickstart cuda bf16 cuda-bf16-graph quickstart:cuda-bf16-graph 60 --set training.cuda_graph=true; then
-  python3 "$repo/scripts/gpu_check_summary.py" --same "$out" cuda-bf16 cuda-bf16-graph > "$out/cuda_graph.json" &&
-    stage cuda-graph passed "same bits as the eager bf16 run" || stage cuda-graph failed "see cuda_graph.json"
+  if want determinism; then
+    det_ok=1
+    for p in f32 bf16; do
+      if [[ -f "$out/quickstart/cuda-$p/metrics.jsonl" ]]; then
+        quickstart cuda "$p" "cuda-$p-again" "determinism:run-$p" 60 || det_ok=0
+      else
+        det_ok=0
+      fi
+    done
+    if [[ $det_ok == 1 ]]; then
+      python3 "$repo/scripts/gpu_check_summary.py" --same "$out" cuda-f32 cuda-f32-again cuda-bf16 cuda-bf16-again \
+        > "$out/determinism.json" && stage determinism passed "same bits run to run (f32, bf16)" ||
+        stage determinism failed "see determinism.json"
+    fi
+  fi
+  # training.cuda_graph: each step's passes as one graph launch; the eager run's bits expected.
+  if want cuda-graph && [[ -f "$out/quickstart/cuda-bf16/metrics.jsonl" ]] &&
+     quickstart cuda bf16 cuda-bf16-graph quickstart:cuda-bf16-graph 60 --set training.cuda_graph=true; then
+    python3 "$repo/scripts/gpu_check_summary.py" --same "$out" cuda-bf16 cuda-bf16-graph > "$out/cuda_graph.json" &&
+      stage cuda-graph passed "same bits as the eager bf16 run" || stage cuda-graph failed "see cuda_graph.json"
+  fi
+else
+  for st in determinism cuda-graph; do
+    want "$st" && stage "$st" skipped "needs the quickstart stage's runs (--stages)"
+  done
 fi
 
-stage_mpi
+want mpi && stage_mpi
 
 # ---- benchmarks against PyTorch ----
+# The summary's targets table tells a row the bench never reached for lack of time ("missing:
+# budget": this stage skipped, or cut by its limit: reason timeout) from one a failure lost.
 left=$(limit 600)
-if (( left < 60 )); then
-  stage bench skipped "out of time ($left s left of the budget)"
+if ! want bench; then
+  :
+elif (( left < 60 )); then
+  stage bench skipped "out of time ($left s left of the budget)" 0 "reason=budget"
 else
   t0=$(date +%s)
   say "benchmarks (scripts/bench_gpu.sh --quick, $left s at most)"
-  if BENCH_BIN_DIR="$(dirname "$(prog darkformer_bench_train)")" timeout "$left" "$root/scripts/bench_gpu.sh" --quick --out "$out/bench" > "$out/bench.log" 2>&1; then
+  BENCH_BIN_DIR="$(dirname "$(prog darkformer_bench_train)")" timeout -k 5 "$left" "$root/scripts/bench_gpu.sh" --quick \
+    --out "$out/bench" > "$out/bench.log" 2>&1
+  rc=$?
+  if [[ $rc == 0 ]]; then
     stage bench passed "" $(($(date +%s) - t0))
+  elif [[ $rc == 124 || $rc == 137 ]]; then
+    stage bench failed "cut by its time limit ($left s): the rows it had not reached are missing" \
+      $(($(date +%s) - t0)) "reason=timeout" "rc:=$rc"
   else
-    stage bench failed "see bench.log (partial rows are in the summary)" $(($(date +%s) - t0))
+    stage bench failed "see bench.log (partial rows are in the summary)" $(($(date +%s) - t0)) "reason=failed" "rc:=$rc"
   fi
 fi
 finish
