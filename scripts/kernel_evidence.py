@@ -17,7 +17,8 @@ uses the tensor cores, not how fast it runs. Warp-specialised kernels move regis
 warpgroups with setmaxnreg: ptxas then reports the count at entry and the spills of every
 region together, so the table adds the counts the SASS sets (computing / loading warpgroups)
 and the local loads and stores (STL, LDL) of the code after the raise, laid out up to the
-lowering. Exits non-zero when a kernel matching --require-no-spills spills (in the computing
+lowering, and how many instructions each region holds (computing: from the raise; loading:
+from the lowering). Exits non-zero when a kernel matching --require-no-spills spills (in the computing
 code, for those kernels).
 """
 import argparse
@@ -123,7 +124,7 @@ def sass_counts(sass: str):
         if m:
             current = m.group(1)
             counts[current] = {op: 0 for op in OPCODES + ["total"]}
-            counts[current].update(grow=None, shrink=None, grow_local=0)
+            counts[current].update(grow=None, shrink=None, grow_local=0, grow_total=0, shrink_total=0)
             region = None
             continue
         if current is None:
@@ -142,8 +143,11 @@ def sass_counts(sass: str):
             region = "grow" if "TRY_ALLOC" in op else "shrink"
             if value:
                 c[region] = int(value.group(1), 16)
-        elif region == "grow" and (op.startswith("STL") or op.startswith("LDL")):
-            c["grow_local"] += 1
+        else:
+            if region is not None:
+                c[f"{region}_total"] += 1
+            if region == "grow" and (op.startswith("STL") or op.startswith("LDL")):
+                c["grow_local"] += 1
     return counts
 
 
@@ -160,8 +164,8 @@ def main():
     cuobjdump = find_cuobjdump()
     failed = False
     print(f"| kernel | regs | spill st/ld (B) | stack (B) | setmaxnreg | computing STL+LDL | {' | '.join(OPCODES)} "
-          f"| SASS instr |")
-    print("|---|" + "---|" * (len(OPCODES) + 6))
+          f"| SASS instr | computing / loading instr |")
+    print("|---|" + "---|" * (len(OPCODES) + 7))
     with tempfile.TemporaryDirectory() as tmp:
         for source in args.sources:
             path = (REPO / source) if not os.path.isabs(source) else Path(source)
@@ -188,8 +192,10 @@ def main():
                 cells = [str(c.get(op, "?")) for op in OPCODES]
                 moved = f"{c['grow']} / {c.get('shrink') or '-'}" if reallocates else "-"
                 computing = str(c["grow_local"]) if reallocates else "-"
+                regions = f"{c['grow_total']} / {c['shrink_total']}" if reallocates else "-"
                 print(f"| {name} | {r.get('regs', '?')} | {r.get('spill_st', 0)}/{r.get('spill_ld', 0)} | "
-                      f"{r.get('stack', 0)} | {moved} | {computing} | {' | '.join(cells)} | {c.get('total', '?')} |")
+                      f"{r.get('stack', 0)} | {moved} | {computing} | {' | '.join(cells)} | {c.get('total', '?')} "
+                      f"| {regions} |")
     if failed:
         sys.exit(f"kernel_evidence: a kernel matching '{args.require_no_spills}' spills registers")
 

@@ -2,22 +2,25 @@
 // current for one scope. Every failing call throws dark::Error naming file, line, the call
 // text and the runtime's own error name and string.
 #pragma once
+#include "core/cuda/hang_report.h"
 #include "core/cuda/runtime.cuh"
 #include "core/device.h"
 #include "core/error.h"
 #include "core/tensor.h"
 
 // Throws dark::Error when CALL (a cudaError_t expression) fails. The sticky error state of
-// a failed call is cleared with cudaGetLastError so it is reported once.
-#define DARK_CUDA_CHECK(CALL)                                                                 \
-  do {                                                                                        \
-    const cudaError_t dark_cuda_status_ = (CALL);                                             \
-    if (dark_cuda_status_ != cudaSuccess) {                                                   \
-      (void)cudaGetLastError();                                                               \
-      throw ::dark::Error(::dark::str(__FILE__, ":", __LINE__, ": CUDA call ", #CALL,         \
-                                      " failed: ", cudaGetErrorName(dark_cuda_status_), " (", \
-                                      cudaGetErrorString(dark_cuda_status_), ")"));           \
-    }                                                                                         \
+// a failed call is cleared with cudaGetLastError so it is reported once. A kernel that ended
+// itself because it hung (hang_report.h) adds what it waited for.
+#define DARK_CUDA_CHECK(CALL)                                                                   \
+  do {                                                                                          \
+    const cudaError_t dark_cuda_status_ = (CALL);                                               \
+    if (dark_cuda_status_ != cudaSuccess) {                                                     \
+      (void)cudaGetLastError();                                                                 \
+      throw ::dark::Error(::dark::str(__FILE__, ":", __LINE__, ": CUDA call ", #CALL,           \
+                                      " failed: ", cudaGetErrorName(dark_cuda_status_), " (",   \
+                                      cudaGetErrorString(dark_cuda_status_), ")",               \
+                                      ::dark::cuda::hang::take_report()));                      \
+    }                                                                                           \
   } while (0)
 
 // Throws dark::Error when CALL (a cublasStatus_t expression) fails.

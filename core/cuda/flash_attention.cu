@@ -25,11 +25,10 @@
 // 4 minutes of cicc and ptxas on 2 cores, for 12 kernels).
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <limits>
 
 #include "core/cuda/flash_attention.cuh"
+#include "core/cuda/flash_attention_sm90_guard.h"
 #include "core/cuda/launch.cuh"
 #include "core/cuda/tile_mma.cuh"
 #include "core/kernels.h"
@@ -402,27 +401,21 @@ void check_architecture(const Tensor& q) {
   }
 }
 
-// DARK_FLASH_SM90=off (or 0) keeps Hopper on the mma.sync kernels: to compare the two, or
-// to go on where the wgmma kernels misbehave (scripts/gpu-check.sh sets it when they hang).
-// Read at every call (a getenv beside a kernel launch), so a test can switch it.
-bool sm90_switched_off() {
-  const char* value = std::getenv("DARK_FLASH_SM90");
-  return value != nullptr && (std::strcmp(value, "off") == 0 || std::strcmp(value, "0") == 0);
-}
-
 // Whether the bf16 call runs on the wgmma kernels (flash_attention_sm90*.cu): compute
 // capability 9.0 in a build that has them, head dimensions 64, 128 and 256, 16-byte-aligned
-// rows, not switched off.
+// rows, and the guard's leave (flash_attention_sm90_guard.h: DARK_FLASH_SM90, the kernels'
+// register counts, a self-check against the mma.sync kernels at a configuration's first call).
 // Elsewhere the mma.sync kernels (flash_attention_bf16.cu) run.
-bool use_sm90(const Tensor& q, const AttnShape& g, int kd) {
-  return kd >= 64 && g.aligned && flash::sm90_built() && compute_capability(q) == 90 && !sm90_switched_off();
+bool use_sm90(const Tensor& q, const AttnShape& g, int kd, bool backward) {
+  if (kd < 64 || !g.aligned || !flash::sm90_built() || compute_capability(q) != 90) return false;
+  return flash::sm90_allowed({q.device().index, backward, kd, g.causal, g.window > 0, g.key_mask != nullptr});
 }
 
 // f32 through the generic kernels above; bf16 through the tensor-core kernels (use_sm90).
 template <class T, int kD>
 void forward_padded(const Tensor& q, const Tensor& k, const Tensor& v, const AttnShape& g, Tensor& out, Tensor& lse) {
   if constexpr (std::is_same_v<T, BFloat16>) {
-    if (use_sm90(q, g, kD))
+    if (use_sm90(q, g, kD, false))
       flash::forward_sm90(q, k, v, g, kD, out, lse);
     else
       flash::forward_bf16(q, k, v, g, kD, out, lse);
@@ -441,7 +434,7 @@ void backward_padded(const Tensor& q, const Tensor& k, const Tensor& v, const Te
                      const Tensor& delta, const AttnShape& g, Tensor& dq, Tensor& dk, Tensor& dv) {
   if constexpr (std::is_same_v<T, BFloat16>) {
     const bool dout_aligned = reinterpret_cast<std::uintptr_t>(dout.raw_data()) % 16 == 0;
-    if (dout_aligned && use_sm90(q, g, kD))
+    if (dout_aligned && use_sm90(q, g, kD, true))
       flash::backward_sm90(q, k, v, dout, lse, delta, g, kD, dq, dk, dv);
     else
       flash::backward_bf16(q, k, v, dout, lse, delta, g, kD, dq, dk, dv);

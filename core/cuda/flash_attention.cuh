@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 
+#include "core/cuda/flash_attention_sm90_guard.h"
 #include "core/cuda/launch.cuh"
 #include "core/tensor.h"
 
@@ -60,7 +61,8 @@ void backward_bf16(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
 // The Hopper kernels (flash_attention_sm90.cu, flash_attention_sm90_backward.cu: wgmma), for
 // kd in {64, 128, 256} and 16-byte-aligned rows (dO's too) on compute capability 9.0 only;
 // sm90_built() says whether this build has them (sm_90a code: DARK_CUDA_ARCHITECTURES names
-// 90a; or the emulator).
+// 90a; or the emulator). flash_attention.cu runs them only where flash_attention_sm90_guard.h
+// allows.
 bool sm90_built();
 void forward_sm90(const Tensor& q, const Tensor& k, const Tensor& v, const AttnShape& g, int kd, Tensor& out,
                   Tensor& lse);

@@ -72,7 +72,8 @@ struct Sm90Fwd {
 // computing warp has freed it: tile i + kStages - 1 may load while tiles i - 1 and i are read.
 template <int kD>
 __global__ void __launch_bounds__(Sm90Fwd<kD>::kThreads, 1)
-    forward_sm90_kernel(const bf16* q, const bf16* k, const bf16* v, AttnShape g, bf16* out, float* lse) {
+    forward_sm90_kernel(const bf16* q, const bf16* k, const bf16* v, AttnShape g, bf16* out, float* lse,
+                        std::uint64_t* hang_word) {
   using C = Sm90Fwd<kD>;
   DARK_DYNAMIC_SHARED(unsigned char, raw);
   unsigned char* const sq = raw + (1024 - wgmma::shared_address(raw) % 1024) % 1024;
@@ -90,8 +91,9 @@ __global__ void __launch_bounds__(Sm90Fwd<kD>::kThreads, 1)
   constexpr int kKeys = 0, kValues = 1;  // the parts of a key tile
 
   if (threadIdx.x == 0) {
-    bars->queries.init(128, 4 * C::kWarpGroups);  // each loading thread's copies arrive
-    bars->keys.init(128, 4 * C::kWarpGroups);
+    // each loading thread's copies arrive
+    bars->queries.init(128, 4 * C::kWarpGroups, hang::site(hang::flash_forward, kD, 0), hang_word);
+    bars->keys.init(128, 4 * C::kWarpGroups, hang::site(hang::flash_forward, kD, 1), hang_word);
   }
   __syncthreads();  // the barriers are set up; from here on no block-wide barrier
 
@@ -114,6 +116,7 @@ __global__ void __launch_bounds__(Sm90Fwd<kD>::kThreads, 1)
     }
     async::commit();
     async::wait<0>();  // no copy may still be in flight when the thread exits
+    bars->keys.wait_finished();  // bounded: a computing warp that hangs ends the kernel here
     return;
   }
 
@@ -185,6 +188,7 @@ __global__ void __launch_bounds__(Sm90Fwd<kD>::kThreads, 1)
     wgmma::wait<0>();
     wgmma::hold(o);
   }
+  bars->keys.finish();
   store_rows(o, m, l, g, b, h, row0, out, lse);
 }
 
@@ -195,10 +199,27 @@ void forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttnShape&
   const dim3 grid(static_cast<unsigned>((g.t + C::kBr - 1) / C::kBr), static_cast<unsigned>(g.hq),
                   static_cast<unsigned>(g.batch));
   launch(forward_sm90_kernel<kD>, {grid, C::kThreads, C::kSmem}, q.data<bf16>(), k.data<bf16>(), v.data<bf16>(), g,
-         out.data<bf16>(), lse.data<float>());
+         out.data<bf16>(), lse.data<float>(), hang::word(q.device().index));
+}
+
+template <int kD>
+std::vector<KernelRegisters> registers() {
+  using C = Sm90Fwd<kD>;
+  cudaFuncAttributes attributes{};
+  DARK_CUDA_CHECK(cudaFuncGetAttributes(&attributes, forward_sm90_kernel<kD>));
+  return {{str("forward_sm90_kernel<", kD, ">"), attributes.numRegs, C::kReallocate ? C::Registers::kEntryNeeded : 0}};
 }
 
 }  // namespace
+
+std::vector<KernelRegisters> forward_sm90_registers(int kd) {
+  switch (kd) {
+    case 64: return registers<64>();
+    case 128: return registers<128>();
+    case 256: return registers<256>();
+    default: throw Error(str("flash_attention: the sm_90 kernels have no head dimension ", kd));
+  }
+}
 
 bool sm90_built() {
 #if defined(DARK_CUDA_EMULATOR) || defined(DARK_WITH_SM90A)

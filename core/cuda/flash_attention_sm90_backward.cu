@@ -78,7 +78,7 @@ struct Sm90Dq {
 template <int kD>
 __global__ void __launch_bounds__(kThreads, 1)
     dq_sm90_kernel(const bf16* q, const bf16* k, const bf16* v, const bf16* dout, const float* lse, const float* delta,
-                   AttnShape g, bf16* dq) {
+                   AttnShape g, bf16* dq, std::uint64_t* hang_word) {
   using C = Sm90Dq<kD>;
   DARK_DYNAMIC_SHARED(unsigned char, raw);
   unsigned char* const sq = aligned_shared(raw);
@@ -98,8 +98,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int tiles = end > begin ? static_cast<int>((end - begin + C::kBk - 1) / C::kBk) : 0;
 
   if (threadIdx.x == 0) {
-    bars->queries.init(2 * 128, kComputingWarps);  // each loading thread's copies, then its stores
-    bars->keys.init(128, kComputingWarps);
+    // each loading thread's copies, then its stores
+    bars->queries.init(2 * 128, kComputingWarps, hang::site(hang::flash_dq, kD, 0), hang_word);
+    bars->keys.init(128, kComputingWarps, hang::site(hang::flash_dq, kD, 1), hang_word);
   }
   __syncthreads();  // the barriers are set up; from here on no block-wide barrier
 
@@ -127,6 +128,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     async::commit();
     async::wait<0>();  // no copy may still be in flight when the thread exits
+    bars->keys.wait_finished();  // bounded: a computing warp that hangs ends the kernel here
     return;
   }
 
@@ -171,6 +173,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     bars->keys.release(i);  // this warp's products reading the tile are done (or skipped)
   }
+  bars->keys.finish();
   store_gradient<kD>(acc, dq + ((b * g.t + row0) * g.hq + h) * g.d, g.hq * g.d, g.t - row0, g.d);
 }
 
@@ -200,7 +203,7 @@ struct Sm90Dkv {
 template <int kD>
 __global__ void __launch_bounds__(kThreads, 1)
     dkv_sm90_kernel(const bf16* q, const bf16* k, const bf16* v, const bf16* dout, const float* lse,
-                    const float* delta, AttnShape g, bf16* dk, bf16* dv) {
+                    const float* delta, AttnShape g, bf16* dk, bf16* dv, std::uint64_t* hang_word) {
   using C = Sm90Dkv<kD>;
   DARK_DYNAMIC_SHARED(unsigned char, raw);
   unsigned char* const sk = aligned_shared(raw);
@@ -226,8 +229,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto tile_start = [&](int i) { return q_first + static_cast<std::int64_t>(i % per_head) * C::kBq; };
 
   if (threadIdx.x == 0) {
-    bars->keys.init(128, kComputingWarps);
-    bars->queries.init(2 * 128, kComputingWarps);  // each loading thread's copies, then its stores
+    bars->keys.init(128, kComputingWarps, hang::site(hang::flash_dkv, kD, 0), hang_word);
+    // each loading thread's copies, then its stores
+    bars->queries.init(2 * 128, kComputingWarps, hang::site(hang::flash_dkv, kD, 1), hang_word);
   }
   __syncthreads();  // the barriers are set up; from here on no block-wide barrier
 
@@ -263,6 +267,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     async::commit();
     async::wait<0>();  // no copy may still be in flight when the thread exits
+    bars->queries.wait_finished();  // bounded: a computing warp that hangs ends the kernel here
     return;
   }
 
@@ -321,6 +326,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     bars->queries.release(i);  // this warp's products reading the tile are done (or skipped)
   }
+  bars->queries.finish();
   const std::int64_t at = ((b * g.s + key0) * g.hkv + kvh) * g.d + c0;
   store_gradient<C::kDo>(acc_k, dk + at, g.hkv * g.d, g.s - key0, g.d - c0);
   store_gradient<C::kDo>(acc_v, dv + at, g.hkv * g.d, g.s - key0, g.d - c0);
@@ -331,19 +337,38 @@ void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& d
               const Tensor& delta, const AttnShape& g, Tensor& dq, Tensor& dk, Tensor& dv) {
   using Q = Sm90Dq<kD>;
   using K = Sm90Dkv<kD>;
+  std::uint64_t* const hang_word = hang::word(q.device().index);
   allow_dynamic_shared(dq_sm90_kernel<kD>, Q::kSmem);
   allow_dynamic_shared(dkv_sm90_kernel<kD>, K::kSmem);
   const dim3 grid_q(static_cast<unsigned>((g.t + Q::kBq - 1) / Q::kBq), static_cast<unsigned>(g.hq),
                     static_cast<unsigned>(g.batch));
   launch(dq_sm90_kernel<kD>, {grid_q, kThreads, Q::kSmem}, q.data<bf16>(), k.data<bf16>(), v.data<bf16>(),
-         dout.data<bf16>(), lse.data<float>(), delta.data<float>(), g, dq.data<bf16>());
+         dout.data<bf16>(), lse.data<float>(), delta.data<float>(), g, dq.data<bf16>(), hang_word);
   const dim3 grid_k(static_cast<unsigned>((g.s + K::kBkv - 1) / K::kBkv * K::kPasses), static_cast<unsigned>(g.hkv),
                     static_cast<unsigned>(g.batch));
   launch(dkv_sm90_kernel<kD>, {grid_k, kThreads, K::kSmem}, q.data<bf16>(), k.data<bf16>(), v.data<bf16>(),
-         dout.data<bf16>(), lse.data<float>(), delta.data<float>(), g, dk.data<bf16>(), dv.data<bf16>());
+         dout.data<bf16>(), lse.data<float>(), delta.data<float>(), g, dk.data<bf16>(), dv.data<bf16>(), hang_word);
+}
+
+template <int kD>
+std::vector<KernelRegisters> registers() {
+  cudaFuncAttributes dq{}, dkv{};
+  DARK_CUDA_CHECK(cudaFuncGetAttributes(&dq, dq_sm90_kernel<kD>));
+  DARK_CUDA_CHECK(cudaFuncGetAttributes(&dkv, dkv_sm90_kernel<kD>));
+  return {{str("dq_sm90_kernel<", kD, ">"), dq.numRegs, Sm90Dq<kD>::Registers::kEntryNeeded},
+          {str("dkv_sm90_kernel<", kD, ">"), dkv.numRegs, Sm90Dkv<kD>::Registers::kEntryNeeded}};
 }
 
 }  // namespace
+
+std::vector<KernelRegisters> backward_sm90_registers(int kd) {
+  switch (kd) {
+    case 64: return registers<64>();
+    case 128: return registers<128>();
+    case 256: return registers<256>();
+    default: throw Error(str("flash_attention: the sm_90 kernels have no head dimension ", kd));
+  }
+}
 
 void backward_sm90(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, const Tensor& lse,
                    const Tensor& delta, const AttnShape& g, int kd, Tensor& dq, Tensor& dk, Tensor& dv) {

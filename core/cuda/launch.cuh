@@ -35,12 +35,18 @@ void launch(void (*kernel)(Params...), const LaunchShape& shape, Args&&... args)
   static_assert(sizeof...(Params) == sizeof...(Args), "launch: the argument count differs from the kernel's");
   std::tuple<std::decay_t<Params>...> values(std::forward<Args>(args)...);
 #if defined(DARK_CUDA_EMULATOR)
-  DARK_CUDA_CHECK(::dark::cuda_emu::run_or_record(shape.stream, [kernel, values = std::move(values), shape] {
-    return ::dark::cuda_emu::launch_error(
-        ::dark::cuda_emu::run_grid(reinterpret_cast<const void*>(kernel), ::dark::cuda_emu::as_dim3(shape.grid),
-                                   ::dark::cuda_emu::as_dim3(shape.block), shape.shared_bytes,
-                                   [&] { std::apply(kernel, values); }));
-  }));
+  try {  // a fault in the kernel throws here at once (a GPU reports it at the next synchronising call)
+    DARK_CUDA_CHECK(::dark::cuda_emu::run_or_record(shape.stream, [kernel, values = std::move(values), shape] {
+      return ::dark::cuda_emu::launch_error(
+          ::dark::cuda_emu::run_grid(reinterpret_cast<const void*>(kernel), ::dark::cuda_emu::as_dim3(shape.grid),
+                                     ::dark::cuda_emu::as_dim3(shape.block), shape.shared_bytes,
+                                     [&] { std::apply(kernel, values); }));
+    }));
+  } catch (const Error& fault) {
+    const std::string hang = hang::take_report();
+    if (hang.empty()) throw;
+    throw Error(str(fault.what(), hang));
+  }
 #else
   std::apply(
       [&](auto&... value) {

@@ -39,6 +39,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "core/cuda/bf16_reference_check.h"
 #include "core/cuda/linear_attention_chunks.cuh"
 #include "core/kernels.h"
 
@@ -643,14 +644,43 @@ void random_feature_attention_backward(const Tensor& xq, const Tensor& xk, const
                                              dxk, dv, domega.defined() ? &domega : nullptr);
 }
 
+// bf16 runs the tensor-core passes, checked against the f32 ones at each configuration's
+// first call (bf16_reference_check.h).
+void linear_attention_forward_bf16(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
+                                   Tensor& out, Tensor& den, bool causal, double eps, std::int64_t chunk) {
+  bf16_check::run("linear_attention_forward", &linear_attention_forward<BFloat16>, &linear_attention_forward<float>,
+                  q, k, v, key_mask, out, den, causal, eps, chunk);
+}
+void linear_attention_backward_bf16(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
+                                    const Tensor& out, const Tensor& den, const Tensor& dout, Tensor& dq, Tensor& dk,
+                                    Tensor& dv, bool causal, std::int64_t chunk) {
+  bf16_check::run("linear_attention_backward", &linear_attention_backward<BFloat16>, &linear_attention_backward<float>,
+                  q, k, v, key_mask, out, den, dout, dq, dk, dv, causal, chunk);
+}
+void random_feature_attention_forward_bf16(const Tensor& xq, const Tensor& xk, const Tensor& v, const Tensor& omega,
+                                           const Tensor& log_weight, const Tensor& key_mask, Tensor& out, Tensor& den,
+                                           bool causal, double eps, std::int64_t chunk) {
+  bf16_check::run("random_feature_attention_forward", &random_feature_attention_forward<BFloat16>,
+                  &random_feature_attention_forward<float>, xq, xk, v, omega, log_weight, key_mask, out, den, causal,
+                  eps, chunk);
+}
+void random_feature_attention_backward_bf16(const Tensor& xq, const Tensor& xk, const Tensor& v, const Tensor& omega,
+                                            const Tensor& log_weight, const Tensor& key_mask, const Tensor& out,
+                                            const Tensor& den, const Tensor& dout, Tensor& dxq, Tensor& dxk, Tensor& dv,
+                                            Tensor& domega, bool causal, std::int64_t chunk) {
+  bf16_check::run("random_feature_attention_backward", &random_feature_attention_backward<BFloat16>,
+                  &random_feature_attention_backward<float>, xq, xk, v, omega, log_weight, key_mask, out, den, dout,
+                  dxq, dxk, dv, domega, causal, chunk);
+}
+
 DARK_REGISTER_KERNEL(linear_attention_forward, cuda, f32, &linear_attention_forward<float>);
-DARK_REGISTER_KERNEL(linear_attention_forward, cuda, bf16, &linear_attention_forward<BFloat16>);
+DARK_REGISTER_KERNEL(linear_attention_forward, cuda, bf16, &linear_attention_forward_bf16);
 DARK_REGISTER_KERNEL(linear_attention_backward, cuda, f32, &linear_attention_backward<float>);
-DARK_REGISTER_KERNEL(linear_attention_backward, cuda, bf16, &linear_attention_backward<BFloat16>);
+DARK_REGISTER_KERNEL(linear_attention_backward, cuda, bf16, &linear_attention_backward_bf16);
 DARK_REGISTER_KERNEL(random_feature_attention_forward, cuda, f32, &random_feature_attention_forward<float>);
-DARK_REGISTER_KERNEL(random_feature_attention_forward, cuda, bf16, &random_feature_attention_forward<BFloat16>);
+DARK_REGISTER_KERNEL(random_feature_attention_forward, cuda, bf16, &random_feature_attention_forward_bf16);
 DARK_REGISTER_KERNEL(random_feature_attention_backward, cuda, f32, &random_feature_attention_backward<float>);
-DARK_REGISTER_KERNEL(random_feature_attention_backward, cuda, bf16, &random_feature_attention_backward<BFloat16>);
+DARK_REGISTER_KERNEL(random_feature_attention_backward, cuda, bf16, &random_feature_attention_backward_bf16);
 
 }  // namespace
 }  // namespace dark::cuda

@@ -15,7 +15,8 @@
 // the reading thread runs wgmma::fence_shared_writes() after its wait on "full".
 // On the CUDA emulator the barriers live in the same 8 bytes of shared memory
 // (tests/cuda_emulator/grid.h); copies are done at once there, so a copy's arrival happens
-// when it is issued.
+// when it is issued, and a poll that cannot succeed (every thread of the block waits) fails
+// while the emulated clock skips ahead, as time would pass on a GPU.
 #pragma once
 #include <cstdint>
 
@@ -67,22 +68,38 @@ __device__ __forceinline__ void arrive_when_copies_land(std::uint64_t* bar) {
 #endif
 }
 
-// Returns once the barrier's phase of parity `parity` has completed (acquire: what the
-// arriving threads wrote before their arrival is visible after it).
-__device__ __forceinline__ void wait(std::uint64_t* bar, unsigned parity) {
+// One poll of the barrier's phase of parity `parity`: true once it has completed (acquire:
+// what the arriving threads wrote before their arrival is visible after it). On a GPU a
+// failed poll may first suspend the thread for a while (try_wait); the caller loops.
+__device__ __forceinline__ bool try_wait(std::uint64_t* bar, unsigned parity) {
 #if defined(DARK_CUDA_EMULATOR)
-  ::dark::cuda_emu::mbarrier_wait_parity(bar, parity);
+  return ::dark::cuda_emu::mbarrier_try_wait_parity(bar, parity);
 #elif defined(__CUDA_ARCH_FEAT_SM90_ALL)
   std::uint32_t done = 0;
-  while (!done)
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(address(bar)), "r"(parity)
-        : "memory");
+  asm volatile(
+      "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(done)
+      : "r"(address(bar)), "r"(parity)
+      : "memory");
+  return done != 0;
 #else
   (void)bar, (void)parity;
   __trap();
+  return false;
+#endif
+}
+
+// The low 32 bits of the GPU's global nanosecond timer (%globaltimer_lo), for bounding waits
+// (intervals up to 4.29 s, by unsigned differences; one register, where the 64-bit timer
+// took two in the waits of kernels that have none to spare). On the emulator: the host's
+// clock plus the time it skipped while every thread of a block waited, cut to 32 bits.
+__device__ __forceinline__ std::uint32_t global_timer_lo() {
+#if defined(DARK_CUDA_EMULATOR)
+  return static_cast<std::uint32_t>(::dark::cuda_emu::global_timer_ns());
+#else
+  std::uint32_t ns;
+  asm volatile("mov.u32 %0, %%globaltimer_lo;" : "=r"(ns));
+  return ns;
 #endif
 }
 

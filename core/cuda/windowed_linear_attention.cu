@@ -46,6 +46,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "core/cuda/bf16_reference_check.h"
 #include "core/cuda/linear_attention_chunks.cuh"
 #include "core/kernels.h"
 
@@ -501,10 +502,26 @@ void windowed_linear_attention_backward(const Tensor& q, const Tensor& k, const 
                 dout.data<T>(), dk.data<T>(), dv.data<T>());
 }
 
+// bf16 runs the tensor-core passes, checked against the f32 ones at each configuration's
+// first call (bf16_reference_check.h).
+void windowed_linear_attention_forward_bf16(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
+                                            Tensor& out, Tensor& den, std::int64_t window, double eps,
+                                            std::int64_t chunk) {
+  bf16_check::run("windowed_linear_attention_forward", &windowed_linear_attention_forward<BFloat16>,
+                  &windowed_linear_attention_forward<float>, q, k, v, key_mask, out, den, window, eps, chunk);
+}
+void windowed_linear_attention_backward_bf16(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
+                                             const Tensor& out, const Tensor& den, const Tensor& dout, Tensor& dq,
+                                             Tensor& dk, Tensor& dv, std::int64_t window, std::int64_t chunk) {
+  bf16_check::run("windowed_linear_attention_backward", &windowed_linear_attention_backward<BFloat16>,
+                  &windowed_linear_attention_backward<float>, q, k, v, key_mask, out, den, dout, dq, dk, dv, window,
+                  chunk);
+}
+
 DARK_REGISTER_KERNEL(windowed_linear_attention_forward, cuda, f32, &windowed_linear_attention_forward<float>);
-DARK_REGISTER_KERNEL(windowed_linear_attention_forward, cuda, bf16, &windowed_linear_attention_forward<BFloat16>);
+DARK_REGISTER_KERNEL(windowed_linear_attention_forward, cuda, bf16, &windowed_linear_attention_forward_bf16);
 DARK_REGISTER_KERNEL(windowed_linear_attention_backward, cuda, f32, &windowed_linear_attention_backward<float>);
-DARK_REGISTER_KERNEL(windowed_linear_attention_backward, cuda, bf16, &windowed_linear_attention_backward<BFloat16>);
+DARK_REGISTER_KERNEL(windowed_linear_attention_backward, cuda, bf16, &windowed_linear_attention_backward_bf16);
 
 }  // namespace
 }  // namespace dark::cuda

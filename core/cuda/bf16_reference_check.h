@@ -1,0 +1,120 @@
+// The bf16 random-feature kernels (tensor cores: mma.sync through block_mma.cuh) checked
+// against their f32 kernels (CUDA cores, the same passes), the reference path that exists for
+// each: the first bf16 call of each configuration in a process (the op, which optional
+// tensors are given, the feature, head and value widths, causal, window and chunk; not the
+// batch or the length) also runs the f32 kernel on the same inputs widened to f32 (the values
+// the tensor cores read, exactly) into scratch outputs and compares every output. Beyond the
+// bounds the GPU tests hold bf16 kernels to against the CPU (|a - b| <= 5e-2 + 5e-2 |b| per
+// element, 2e-2 in relative L2), an error names the op, the configuration and the difference,
+// and every later call of that configuration runs the f32 kernel (inputs widened, outputs
+// rounded to bf16). The check costs one f32 call and the f32 copies of one call's tensors,
+// once per configuration. A configuration first met while a CUDA graph is being captured
+// (nothing can be read back then) runs the f32 kernel for that call.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace dark::cuda::bf16_check {
+
+// How the bf16 kernel's outputs compare with the f32 kernel's.
+struct Difference {
+  std::string output, first_beyond;
+  double max_abs = 0, relative_l2 = 0;
+  bool within = true;
+};
+// `got` (bf16) against `want` under the bounds above; `output` names it. Equal values
+// (infinities too) agree.
+Difference compare(const std::string& output, const Tensor& got, const Tensor& want);
+// "out max |diff| ..., relative L2 ... (bounds: ...; first beyond: ...)", for a message.
+std::string describe_bounds(const Difference& d);
+
+// Whether a call of configuration `key` runs the bf16 kernel (true) or the f32 one: the
+// verdict for `key`, from `check` (the worst output's difference) at its first call.
+bool use_bf16(const std::string& op, const std::string& key, const std::function<Difference()>& check);
+
+namespace detail {
+
+inline std::string key_part(const Tensor& t) {
+  if (!t.defined()) return "-";
+  if (t.dtype() != DType::bf16) return "mask";
+  return std::to_string(t.shape().back());
+}
+inline std::string key_part(bool b) { return b ? "causal" : "-"; }
+inline std::string key_part(std::int64_t n) { return std::to_string(n); }
+inline std::string key_part(double) { return ""; }  // eps: any value runs the same code
+
+// An argument as the f32 kernel takes it: bf16 tensors widened (inputs) or given f32 scratch
+// (outputs, rounded back by finish() when `write_back`); everything else as it is.
+template <class Param>
+struct Widened {
+  Param value;
+  explicit Widened(Param v) : value(v) {}
+  Param get() { return value; }
+  void finish(bool) {}
+  void add_difference(std::vector<Difference>&, int) {}
+};
+template <>
+struct Widened<const Tensor&> {
+  Tensor value;
+  explicit Widened(const Tensor& t) : value(t.defined() && t.dtype() == DType::bf16 ? t.to(DType::f32) : t) {}
+  const Tensor& get() { return value; }
+  void finish(bool) {}
+  void add_difference(std::vector<Difference>&, int) {}
+};
+template <>
+struct Widened<Tensor&> {
+  Tensor& target;
+  Tensor scratch;
+  explicit Widened(Tensor& t)
+      : target(t), scratch(t.defined() ? Tensor::empty(t.shape(), t.dtype() == DType::bf16 ? DType::f32 : t.dtype(),
+                                                       t.device())
+                                       : Tensor()) {}
+  Tensor& get() { return scratch; }
+  void finish(bool write_back) {
+    if (write_back && target.defined()) target.copy_(scratch.to(target.dtype()));
+  }
+  void add_difference(std::vector<Difference>& diffs, int index) {
+    if (target.defined()) diffs.push_back(compare("argument " + std::to_string(index), target, scratch));
+  }
+};
+
+template <class... Params, class... Args, std::size_t... I>
+std::vector<Difference> run_reference(void (*reference)(Params...), bool write_back, std::index_sequence<I...>,
+                                      Args&&... args) {
+  std::tuple<Widened<Params>...> widened{Widened<Params>(args)...};
+  reference(std::get<I>(widened).get()...);
+  std::vector<Difference> diffs;
+  (std::get<I>(widened).finish(write_back), ...);
+  if (!write_back) (std::get<I>(widened).add_difference(diffs, static_cast<int>(I)), ...);
+  return diffs;
+}
+
+}  // namespace detail
+
+// Runs the bf16 kernel `fast`, or its f32 twin `reference` where the check found `fast`
+// wrong (see above); `op` names it.
+template <class... Params>
+void run(const char* op, void (*fast)(Params...), void (*reference)(Params...), std::type_identity_t<Params>... args) {
+  std::string key = op;
+  ((key += " " + detail::key_part(args)), ...);
+  bool written = false;  // the check ran `fast` into the outputs
+  const bool bf16 = use_bf16(op, key, [&] {
+    fast(args...);
+    written = true;
+    Difference worst;
+    for (Difference& d : detail::run_reference(reference, false, std::index_sequence_for<Params...>{}, args...))
+      if (d.within < worst.within || (d.within == worst.within && d.relative_l2 >= worst.relative_l2)) worst = d;
+    return worst;
+  });
+  if (bf16 && !written) fast(args...);
+  if (!bf16) detail::run_reference(reference, true, std::index_sequence_for<Params...>{}, args...);
+}
+
+}  // namespace dark::cuda::bf16_check
