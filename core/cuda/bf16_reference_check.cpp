@@ -44,15 +44,31 @@ Difference compare(const std::string& output, const Tensor& got, const Tensor& w
   return d;
 }
 
+Difference worst(const std::vector<Difference>& diffs) {
+  Difference most;
+  for (const Difference& d : diffs)
+    if (d.within < most.within || (d.within == most.within && d.relative_l2 >= most.relative_l2)) most = d;
+  return most;
+}
+
+std::string ConfigKey::describe() const {
+  std::string text = op;
+  for (int i = 0; i < count; ++i) {
+    text += ' ';
+    text += std::to_string(parts[i]);
+  }
+  return text;
+}
+
 std::string describe_bounds(const Difference& d) {
   return str(d.output, " max |diff| ", d.max_abs, ", relative L2 ", d.relative_l2, " (bounds: ", kElementBound, " + ",
              kElementBound, " |x| per element, ", kRelativeL2Bound, " relative L2; ",
              d.first_beyond.empty() ? std::string("beyond in relative L2") : "first beyond: " + d.first_beyond, ")");
 }
 
-bool use_bf16(const std::string& op, const std::string& key, const std::function<Difference()>& check) {
+bool use_bf16(const ConfigKey& key, const std::function<Difference()>& check) {
   static std::mutex mutex;
-  static std::map<std::string, Verdict> verdicts;
+  static std::map<ConfigKey, Verdict> verdicts;
   const std::lock_guard<std::mutex> lock(mutex);
   Verdict& v = verdicts[key];
   if (v.bf16) return *v.bf16;
@@ -60,7 +76,7 @@ bool use_bf16(const std::string& op, const std::string& key, const std::function
     if (!v.capture_warned)
       spdlog::warn("{}: the bf16 kernel's self-check cannot run inside a CUDA graph capture: the captured call falls "
                    "back to the f32 kernel ({})",
-                   op, key);
+                   key.op, key.describe());
     v.capture_warned = true;
     return false;
   }
@@ -69,7 +85,7 @@ bool use_bf16(const std::string& op, const std::string& key, const std::function
   if (!d.within)
     spdlog::error("{}: self-check failed: the bf16 (tensor-core) kernel differs from the f32 kernel on the same inputs: "
                   "{}: this process falls back to the f32 kernel for {}",
-                  op, describe_bounds(d), key);
+                  key.op, describe_bounds(d), key.describe());
   return *v.bf16;
 }
 

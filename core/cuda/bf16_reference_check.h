@@ -11,9 +11,12 @@
 // once per configuration. A configuration first met while a CUDA graph is being captured
 // (nothing can be read back then) runs the f32 kernel for that call.
 #pragma once
+#include <algorithm>
+#include <compare>
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -35,20 +38,40 @@ Difference compare(const std::string& output, const Tensor& got, const Tensor& w
 // "out max |diff| ..., relative L2 ... (bounds: ...; first beyond: ...)", for a message.
 std::string describe_bounds(const Difference& d);
 
+// The one of `diffs` that differs most: the first beyond the bounds, else the largest in
+// relative L2 (an empty list: none, within).
+Difference worst(const std::vector<Difference>& diffs);
+
+// A call's configuration, made without allocating (it is built at every call): the op and
+// one number per argument (a tensor's last dimension, -1 undefined, -2 a mask; a flag; a
+// count; 0 for eps, whose value runs the same code).
+struct ConfigKey {
+  static constexpr int kMaxParts = 16;
+  const char* op = nullptr;
+  std::int64_t parts[kMaxParts] = {};
+  int count = 0;
+
+  auto operator<=>(const ConfigKey& other) const {
+    if (auto c = std::string_view(op) <=> std::string_view(other.op); c != 0) return c;
+    return std::lexicographical_compare_three_way(parts, parts + count, other.parts, other.parts + other.count);
+  }
+  bool operator==(const ConfigKey& other) const { return (*this <=> other) == 0; }
+  std::string describe() const;  // "linear_attention_forward 64 64 16 -2 ..."
+};
+
 // Whether a call of configuration `key` runs the bf16 kernel (true) or the f32 one: the
 // verdict for `key`, from `check` (the worst output's difference) at its first call.
-bool use_bf16(const std::string& op, const std::string& key, const std::function<Difference()>& check);
+bool use_bf16(const ConfigKey& key, const std::function<Difference()>& check);
 
 namespace detail {
 
-inline std::string key_part(const Tensor& t) {
-  if (!t.defined()) return "-";
-  if (t.dtype() != DType::bf16) return "mask";
-  return std::to_string(t.shape().back());
+inline std::int64_t key_part(const Tensor& t) {
+  if (!t.defined()) return -1;
+  return t.dtype() == DType::bf16 ? t.shape().back() : -2;
 }
-inline std::string key_part(bool b) { return b ? "causal" : "-"; }
-inline std::string key_part(std::int64_t n) { return std::to_string(n); }
-inline std::string key_part(double) { return ""; }  // eps: any value runs the same code
+inline std::int64_t key_part(bool b) { return b; }
+inline std::int64_t key_part(std::int64_t n) { return n; }
+inline std::int64_t key_part(double) { return 0; }
 
 // An argument as the f32 kernel takes it: bf16 tensors widened (inputs) or given f32 scratch
 // (outputs, rounded back by finish() when `write_back`); everything else as it is.
@@ -102,16 +125,14 @@ std::vector<Difference> run_reference(void (*reference)(Params...), bool write_b
 // wrong (see above); `op` names it.
 template <class... Params>
 void run(const char* op, void (*fast)(Params...), void (*reference)(Params...), std::type_identity_t<Params>... args) {
-  std::string key = op;
-  ((key += " " + detail::key_part(args)), ...);
+  static_assert(sizeof...(Params) <= ConfigKey::kMaxParts, "bf16_check::run: more arguments than a key holds");
+  ConfigKey key{op};
+  ((key.parts[key.count++] = detail::key_part(args)), ...);
   bool written = false;  // the check ran `fast` into the outputs
-  const bool bf16 = use_bf16(op, key, [&] {
+  const bool bf16 = use_bf16(key, [&] {
     fast(args...);
     written = true;
-    Difference worst;
-    for (Difference& d : detail::run_reference(reference, false, std::index_sequence_for<Params...>{}, args...))
-      if (d.within < worst.within || (d.within == worst.within && d.relative_l2 >= worst.relative_l2)) worst = d;
-    return worst;
+    return worst(detail::run_reference(reference, false, std::index_sequence_for<Params...>{}, args...));
   });
   if (bf16 && !written) fast(args...);
   if (!bf16) detail::run_reference(reference, true, std::index_sequence_for<Params...>{}, args...);

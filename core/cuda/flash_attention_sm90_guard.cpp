@@ -117,10 +117,7 @@ bf16_check::Difference self_check(const Sm90Config& c) {
     diffs = {bf16_check::compare("dq", got[0], want[0]), bf16_check::compare("dk", got[1], want[1]),
              bf16_check::compare("dv", got[2], want[2])};
   }
-  const bf16_check::Difference* worst = &diffs[0];
-  for (const bf16_check::Difference& d : diffs)
-    if (d.within < worst->within || (d.within == worst->within && d.relative_l2 > worst->relative_l2)) worst = &d;
-  return *worst;
+  return bf16_check::worst(diffs);
 }
 
 bool agrees(const Sm90Config& c) {

@@ -35,6 +35,20 @@ const char* pipeline_name(unsigned kernel, unsigned pipeline) {
   }
 }
 
+// A hang's word, decoded (take_report's text after its "; ").
+std::string describe(std::uint64_t packed) {
+  const unsigned kernel = packed & 3, head_dim = 64u << ((packed >> 2) & 3), pipeline = (packed >> 4) & 1;
+  const bool done = (packed >> 5) & 1;
+  const unsigned stage = (packed >> 6) & 3, parity = (packed >> 8) & 1;
+  return str(kernel_name(kernel), "<", head_dim, ">, ", pipeline_name(kernel, pipeline), ": block (",
+             (packed >> 13) & 0x3fffff, ", ", (packed >> 35) & 0x3fff, ", ", (packed >> 49) & 0x3fff, ") warp ",
+             (packed >> 9) & 15, " (loading) waited over ", kLimitNanoseconds / 1'000'000'000u, " s for ",
+             done ? str("every computing warp to finish (mbarrier done, phase parity ", parity, ")")
+                  : str("the computing warps to free stage ", stage, " (mbarrier free, phase parity ", parity, ")"),
+             ": a computing warp waits forever (a lost arrival, or registers that never came) or a release is "
+             "missing; the kernel ended with __trap()");
+}
+
 }  // namespace
 
 std::uint64_t* word(int device) {
@@ -51,19 +65,6 @@ std::uint64_t* word(int device) {
   host_words[device].store(static_cast<std::uint64_t*>(host));
   device_words[device].store(static_cast<std::uint64_t*>(mapped));
   return static_cast<std::uint64_t*>(mapped);
-}
-
-std::string describe(std::uint64_t packed) {
-  const unsigned kernel = packed & 3, head_dim = 64u << ((packed >> 2) & 3), pipeline = (packed >> 4) & 1;
-  const bool done = (packed >> 5) & 1;
-  const unsigned stage = (packed >> 6) & 3, parity = (packed >> 8) & 1;
-  return str(kernel_name(kernel), "<", head_dim, ">, ", pipeline_name(kernel, pipeline), ": block (",
-             (packed >> 13) & 0x3fffff, ", ", (packed >> 35) & 0x3fff, ", ", (packed >> 49) & 0x3fff, ") warp ",
-             (packed >> 9) & 15, " (loading) waited over ", kLimitNanoseconds / 1'000'000'000u, " s for ",
-             done ? str("every computing warp to finish (mbarrier done, phase parity ", parity, ")")
-                  : str("the computing warps to free stage ", stage, " (mbarrier free, phase parity ", parity, ")"),
-             ": a computing warp waits forever (a lost arrival, or registers that never came) or a release is "
-             "missing; the kernel ended with __trap()");
 }
 
 std::string take_report() {

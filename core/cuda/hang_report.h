@@ -48,13 +48,11 @@ __host__ __device__ constexpr std::uint64_t pack(std::uint32_t site, Barrier bar
 // kept for the process): the address kernels store to.
 std::uint64_t* word(int device);
 
-// The report of a hang since the last call, decoded ("" when none): "; " and describe()'s
-// text. Reads host memory only (no CUDA call: the context may be broken).
+// The report of a hang since the last call, decoded ("" when none), e.g. "; forward_sm90_kernel<128>,
+// K, V tiles: block (0, 0, 0) warp 8 (loading) waited over 4 s for every computing warp to
+// finish (mbarrier done, phase parity 0): a computing warp waits forever (a lost arrival, or
+// registers that never came) or a release is missing; the kernel ended with __trap()". Reads
+// host memory only (no CUDA call: the context may be broken).
 std::string take_report();
-// A word's decoding, e.g. "forward_sm90_kernel<128>, K, V tiles: block (0, 0, 0) warp 8 (loading)
-// waited over 4 s for every computing warp to finish (mbarrier done, phase parity 0): a
-// computing warp waits forever (a lost arrival, or registers that never came); the kernel
-// ended with __trap()".
-std::string describe(std::uint64_t packed);
 
 }  // namespace dark::cuda::hang
