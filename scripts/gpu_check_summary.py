@@ -116,14 +116,18 @@ def tests_summary(out):
     return result
 
 
+def darkformer_row(train, precision, graph):
+    """Our training row of train.jsonl in `precision`, with or without training.cuda_graph (None: absent)."""
+    return next((r for r in train if r.get("side") == "darkformer" and r.get("precision", "bf16") == precision
+                 and bool(r.get("cuda_graph")) == graph and "tokens_per_s" in r), None)
+
+
 def bench_summary(out, peak_tflops=989.0):
     train = jsonl(f"{out}/bench/train.jsonl")
     attn = jsonl(f"{out}/bench/attention.jsonl")
     s = {"train": {}, "attention": []}
-    def darkformer(precision, graph):
-        return next((r for r in train if r.get("side") == "darkformer" and r.get("precision", "bf16") == precision
-                     and bool(r.get("cuda_graph")) == graph), None)
-    ours, ours_graph, ours_f32 = darkformer("bf16", False), darkformer("bf16", True), darkformer("f32", False)
+    ours, ours_graph, ours_f32 = (darkformer_row(train, "bf16", False), darkformer_row(train, "bf16", True),
+                                  darkformer_row(train, "f32", False))
     if ours:
         m = ours["model"]
         per_token = 6 * ours["parameters"] + 6 * m["n_layers"] * m["seq_len"] * m["d_model"]
@@ -192,11 +196,7 @@ class BenchRows:
         path = f"{out}/bench/failures.txt"
         self.failures = [l.strip() for l in open(path) if l.strip()] if os.path.exists(path) else []
         train = jsonl(f"{out}/bench/train.jsonl")
-
-        def darkformer(precision, graph):
-            return next((r for r in train if r.get("side") == "darkformer" and r.get("precision", "bf16") == precision
-                         and bool(r.get("cuda_graph")) == graph and "tokens_per_s" in r), None)
-        self.bf16, self.f32 = darkformer("bf16", False), darkformer("f32", False)
+        self.bf16, self.f32 = darkformer_row(train, "bf16", False), darkformer_row(train, "f32", False)
         self.torch = {r["mode"]: r for r in train if r.get("side") == "torch" and "tokens_per_s" in r}
         attn = jsonl(f"{out}/bench/attention.jsonl")
         self.ours = {(r["kind"], r["m"], r["d"], r["len"]): r for r in attn
