@@ -19,7 +19,7 @@ struct TapeEntry {
   std::vector<std::shared_ptr<AutogradMeta>> inputs;  // null where no gradient is needed
   std::vector<Shape> input_shapes;
   std::vector<std::shared_ptr<AutogradMeta>> outputs;
-  std::vector<Tensor> output_templates;  // shape/dtype/device of each output (data not read)
+  std::vector<OutputTemplate> output_templates;
   BackwardFn backward;
 };
 
@@ -176,7 +176,7 @@ void replay(TapeEntry& entry, ReplayState& state) {
     fold_held(meta, state);
     if (meta.grad) {
       // Sums of gradients are f32 for bf16, but an op's backward works in its output's dtype.
-      ctx.out_grads_.push_back(meta.grad->to(entry.output_templates[o].dtype()));
+      ctx.out_grads_.push_back(meta.grad->to(entry.output_templates[o].dtype));
       ctx.zero_out_.push_back(false);
       meta.grad.reset();  // a non-leaf's gradient lives only until its producer consumed it
       any = true;
@@ -210,8 +210,8 @@ void replay(TapeEntry& entry, ReplayState& state) {
 const Tensor& BackwardContext::out_grad(std::size_t i) const {
   Tensor& g = out_grads_.at(i);
   if (!g.defined()) {
-    const Tensor& t = out_templates_->at(i);
-    g = Tensor::zeros(t.shape(), t.dtype(), t.device());
+    const OutputTemplate& t = out_templates_->at(i);
+    g = Tensor::zeros(t.shape, t.dtype, t.device);
   }
   return g;
 }
@@ -248,7 +248,7 @@ void plan_replay(const AutogradMeta& root, std::int64_t start, ReplayState& stat
       if (!reached.contains(entry.outputs[o].get())) continue;
       feeds_root = true;
       const auto it = state.expected.find(entry.outputs[o].get());
-      if (it != state.expected.end()) it->second.dtype = entry.output_templates[o].dtype();
+      if (it != state.expected.end()) it->second.dtype = entry.output_templates[o].dtype;
     }
     if (!feeds_root) continue;
     for (const auto& in : entry.inputs) {
@@ -304,7 +304,7 @@ void record(const char* op, const std::vector<Tensor>& inputs, std::vector<Tenso
     meta->producer = entry.id;
     out->mutable_autograd_meta() = meta;
     entry.outputs.push_back(meta);
-    entry.output_templates.push_back(out->detach());
+    entry.output_templates.push_back({out->shape(), out->dtype(), out->device()});
   }
   entry.backward = std::move(backward);
   tape.entries.push_back(std::move(entry));

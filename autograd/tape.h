@@ -25,6 +25,15 @@
 
 namespace dark {
 
+// What the tape keeps of an op's output: its shape, dtype and device, not its data (holding
+// the output itself would keep every intermediate alive until its backward ran, even one that
+// no later op saved).
+struct OutputTemplate {
+  Shape shape;
+  DType dtype;
+  Device device;
+};
+
 // What a backward closure sees: gradients of the op's outputs (same shapes; zeros where
 // none reached an output) and which inputs need a gradient. It sets gradients for the inputs that do.
 class BackwardContext {
@@ -46,7 +55,7 @@ class BackwardContext {
 
   mutable std::vector<Tensor> out_grads_;  // undefined until asked for where none reached the output
   std::vector<bool> zero_out_;             // no gradient reached output i: out_grads_[i] is (or will be) zeros
-  const std::vector<Tensor>* out_templates_ = nullptr;  // shape, dtype and device of each output
+  const std::vector<OutputTemplate>* out_templates_ = nullptr;  // shape, dtype and device of each output
   std::vector<bool> needs_;
   std::vector<Tensor> in_grads_;
   std::vector<AutogradMeta*> inputs_;  // null where no gradient is needed
