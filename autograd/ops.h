@@ -251,6 +251,34 @@ Tensor random_feature_attention(const Tensor& x_q, const Tensor& x_k, const Tens
                                 const Tensor& log_weight, bool causal, double eps, std::int64_t chunk = 64,
                                 const Tensor& key_mask = Tensor());
 
+// ---- attention states that merge (the exact window, attention/exact_window.h) ----
+// An attention output with each row's log normaliser: out (B, T, Hq, Dv) and log_norm
+// (B, Hq, T) in grad_dtype of out (f32 for f32 and bf16, f64 for f64), the log of the row's
+// unscaled denominator (sum of its keys' weights), -inf for a row that sees no real key.
+// Both are differentiable outputs of one tape entry.
+struct NormalizedAttention {
+  Tensor out, log_norm;
+};
+// flash_attention and its logsumexp (scale q k^T's).
+NormalizedAttention flash_attention_with_lse(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
+                                             double scale, const Tensor& key_mask = Tensor(),
+                                             std::int64_t window = 0);
+// linear_attention / random_feature_attention and log_norm_t = qoff_t + o_t + log(den_t + eps):
+// eps belongs to this part's denominator (in its offset-scaled units, as in the op), so a
+// merged row with no key here weighs exactly nothing. Offsets carry no gradient.
+NormalizedAttention linear_attention_with_norm(const Tensor& q_logits, const Tensor& k_logits, const Tensor& v,
+                                               bool causal, double eps, std::int64_t chunk = 64,
+                                               const Tensor& key_mask = Tensor(), std::int64_t window = 0);
+NormalizedAttention random_feature_attention_with_norm(const Tensor& x_q, const Tensor& x_k, const Tensor& v,
+                                                       const Tensor& omega, const Tensor& log_weight, bool causal,
+                                                       double eps, std::int64_t chunk = 64,
+                                                       const Tensor& key_mask = Tensor());
+// The attention over the union of two disjoint key sets from each set's state:
+//   out = s a.out + (1 - s) b.out,  s = sigmoid(a.log_norm - b.log_norm)
+// (exactly a.out where b saw no key, b.out where a saw none, 0 where neither did: both outs
+// are 0 there). Differentiable in all four tensors (composed of elementwise ops).
+Tensor merge_attention(const NormalizedAttention& a, const NormalizedAttention& b);
+
 // ---- operators for readable model code ----
 inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
 inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }

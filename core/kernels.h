@@ -163,13 +163,15 @@ DARK_DECLARE_KERNEL(rope, void(const Tensor& x, const Tensor& x2, const Tensor& 
 DARK_DECLARE_KERNEL(flash_attention_forward, void(const Tensor& q, const Tensor& k, const Tensor& v,
                                                   const Tensor& key_mask, Tensor& out, Tensor& lse, bool causal,
                                                   double scale, std::int64_t window))
-// out, lse from the forward; dout: (B, T, Hq, D) contiguous. dq, dk, dv contiguous with
-// q's, k's and v's shapes, written (not accumulated); padded keys get dk = dv = 0.
-// Deterministic: fixed summation order, independent of the thread count.
+// out, lse from the forward; dout: (B, T, Hq, D) contiguous. dlse: undefined (lse is not
+// an output of the op) or (B, Hq, T) contiguous like lse: the gradient of lse, which enters
+// FlashAttention-2's backward as D_i = rowsum(dO * O) - dlse_i (d lse_i / d s_ij = P_ij).
+// dq, dk, dv contiguous with q's, k's and v's shapes, written (not accumulated); padded keys
+// get dk = dv = 0. Deterministic: fixed summation order, independent of the thread count.
 DARK_DECLARE_KERNEL(flash_attention_backward, void(const Tensor& q, const Tensor& k, const Tensor& v,
                                                    const Tensor& key_mask, const Tensor& out, const Tensor& lse,
-                                                   const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv, bool causal,
-                                                   double scale, std::int64_t window))
+                                                   const Tensor& dout, const Tensor& dlse, Tensor& dq, Tensor& dk,
+                                                   Tensor& dv, bool causal, double scale, std::int64_t window))
 
 // Cross entropy over rows of logits: (N, V) with targets: (N) (i32 / i64, read from the
 // tensor) contiguous. lse: (N) gets each row's logsumexp (0 for ignored rows); loss (one
@@ -212,47 +214,55 @@ DARK_DECLARE_KERNEL(glu_backward, void(GluOp op, const Tensor& gate, const Tenso
 // and den: (B, Hq, T), all contiguous; key_mask: undefined (every key is real) or (B, T) i32
 // contiguous (whatever q's dtype), 0 = padded key. den gets each row's guarded denominator
 // den + eps (offset-scaled units), which the backward reads. chunk >= 1 positions per chunk.
+// log_norm: undefined (not wanted) or (B, Hq, T) contiguous in grad_dtype of q (f32 for f32
+// and bf16, f64 for f64): each row's log normaliser in unscaled units,
+//   log_norm_t = qoff_t + o_t + log(den_t + eps)   (qoff_t = max_f q[t, f], o_t its key offset),
+// -inf for a row that sees no real key. With it two attention states over disjoint key sets
+// merge exactly (the exact window: attention/exact_window.h).
 DARK_DECLARE_KERNEL(linear_attention_forward, void(const Tensor& q, const Tensor& k, const Tensor& v,
-                                                   const Tensor& key_mask, Tensor& out, Tensor& den, bool causal,
-                                                   double eps, std::int64_t chunk))
-// out, den from the forward; dout like out, contiguous. dq, dk, dv contiguous with q's, k's
-// and v's shapes, written (not accumulated); padded keys get dk = dv = 0. Deterministic,
-// independent of the thread count.
+                                                   const Tensor& key_mask, Tensor& out, Tensor& den,
+                                                   Tensor& log_norm, bool causal, double eps, std::int64_t chunk))
+// out, den from the forward; dout like out, contiguous. dlog_norm: undefined or like
+// log_norm, its gradient (offsets held constant, so d log_norm_t / d a_tj = 1 / den'_t: it adds
+// dlog_norm_t / den'_t to G_t's last column, the one that meets Vx's ones). dq, dk, dv
+// contiguous with q's, k's and v's shapes, written (not accumulated); padded keys get
+// dk = dv = 0. Deterministic, independent of the thread count.
 DARK_DECLARE_KERNEL(linear_attention_backward, void(const Tensor& q, const Tensor& k, const Tensor& v,
                                                     const Tensor& key_mask, const Tensor& out, const Tensor& den,
-                                                    const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv,
-                                                    bool causal, std::int64_t chunk))
+                                                    const Tensor& dout, const Tensor& dlog_norm, Tensor& dq,
+                                                    Tensor& dk, Tensor& dv, bool causal, std::int64_t chunk))
 
 // Sliding-window linear attention (autograd/ops.h, linear_attention with window > 0; CPU
 // f32 / f64, CUDA f32 / bf16): causal, query t sees the real keys j with t - window < j <= t,
 // and its key offset is the max over those keys alone, so keys that left the window never
 // scale a row. Shapes, key_mask, out, den, eps and chunk as for linear_attention_forward /
-// _backward; window >= 1.
+// _backward (log_norm and dlog_norm too, with o_t the window's offset); window >= 1.
 DARK_DECLARE_KERNEL(windowed_linear_attention_forward, void(const Tensor& q, const Tensor& k, const Tensor& v,
                                                             const Tensor& key_mask, Tensor& out, Tensor& den,
-                                                            std::int64_t window, double eps, std::int64_t chunk))
+                                                            Tensor& log_norm, std::int64_t window, double eps,
+                                                            std::int64_t chunk))
 DARK_DECLARE_KERNEL(windowed_linear_attention_backward,
                     void(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask, const Tensor& out,
-                         const Tensor& den, const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv,
-                         std::int64_t window, std::int64_t chunk))
+                         const Tensor& den, const Tensor& dout, const Tensor& dlog_norm, Tensor& dq, Tensor& dk,
+                         Tensor& dv, std::int64_t window, std::int64_t chunk))
 
 // Random-feature attention with the feature logits computed inside the kernel
 // (autograd/ops.h, random_feature_attention): xq: (B, T, Hq, r), xk: (B, T, Hkv, r) the
 // transformed queries and keys, v: (B, T, Hkv, Dv), omega: (Hkv, m, r), log_weight: undefined
-// or (Hkv, m); key_mask, out, den, causal, eps and chunk as for linear_attention. The logits
+// or (Hkv, m); key_mask, out, den, log_norm, causal, eps and chunk as for linear_attention. The logits
 //   l[t, f] = omega[kv] [f] . x[t] - |x[t]|^2 / 2 - ln(m) / 2 (+ log_weight[kv, f])
 // (kv = the row's key/value head) are never stored for the whole sequence.
 DARK_DECLARE_KERNEL(random_feature_attention_forward,
                     void(const Tensor& xq, const Tensor& xk, const Tensor& v, const Tensor& omega,
-                         const Tensor& log_weight, const Tensor& key_mask, Tensor& out, Tensor& den, bool causal,
-                         double eps, std::int64_t chunk))
-// dxq, dxk, dv written like linear_attention_backward's; domega: (Hkv, m, r) written when
+                         const Tensor& log_weight, const Tensor& key_mask, Tensor& out, Tensor& den,
+                         Tensor& log_norm, bool causal, double eps, std::int64_t chunk))
+// dlog_norm, dxq, dxk, dv like linear_attention_backward's; domega: (Hkv, m, r) written when
 // defined (summed over batch, positions and the query heads of each group in a fixed order).
 DARK_DECLARE_KERNEL(random_feature_attention_backward,
                     void(const Tensor& xq, const Tensor& xk, const Tensor& v, const Tensor& omega,
                          const Tensor& log_weight, const Tensor& key_mask, const Tensor& out, const Tensor& den,
-                         const Tensor& dout, Tensor& dxq, Tensor& dxk, Tensor& dv, Tensor& domega, bool causal,
-                         std::int64_t chunk))
+                         const Tensor& dout, const Tensor& dlog_norm, Tensor& dxq, Tensor& dxk, Tensor& dv,
+                         Tensor& domega, bool causal, std::int64_t chunk))
 
 // Optimizer updates over flat float32 buffers (param, grad and state contiguous, equal size
 // n), one kernel per step for the whole buffer. Weight decay applies to the elements inside

@@ -175,12 +175,14 @@ RandomFeatureCall random_feature_call(std::int64_t m, std::int64_t r) {
     Tensor out = Tensor::empty({b, t, hq, dv}, dtype, gpu), den = Tensor::empty({b, hq, t}, dtype, gpu);
     Tensor dxq = Tensor::empty(x[0].shape(), dtype, gpu), dxk = Tensor::empty(x[1].shape(), dtype, gpu);
     Tensor dv_ = Tensor::empty(x[2].shape(), dtype, gpu), domega = Tensor::empty(x[3].shape(), dtype, gpu);
+    Tensor no_log_norm;
     kernels::random_feature_attention_forward().get(DeviceType::cuda, dtype)(x[0], x[1], x[2], x[3], Tensor(), Tensor(),
-                                                                             out, den, true, 1e-6, 16);
+                                                                             out, den, no_log_norm, true, 1e-6, 16);
     // The backward reads the forward's outputs as a bf16 call has them.
     const Tensor out_read = out.to(DType::bf16).to(dtype), den_read = den.to(DType::bf16).to(dtype);
     kernels::random_feature_attention_backward().get(DeviceType::cuda, dtype)(
-        x[0], x[1], x[2], x[3], Tensor(), Tensor(), out_read, den_read, x[4], dxq, dxk, dv_, domega, true, 16);
+        x[0], x[1], x[2], x[3], Tensor(), Tensor(), out_read, den_read, x[4], Tensor(), dxq, dxk, dv_, domega, true,
+        16);
     std::vector<std::vector<float>> values;
     for (const Tensor& y : {out, den, dxq, dxk, dv_, domega})
       values.push_back(y.to(DType::bf16).to(DType::f32).to(Device::cpu()).to_vector<float>());

@@ -17,10 +17,9 @@ Tensor attention_layout(const Tensor& x) {
   return ok ? x : x.contiguous();
 }
 
-}  // namespace
-
-Tensor flash_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, bool causal, double scale,
-                       const Tensor& key_mask, std::int64_t window) {
+// The op, with the logsumexp as a second output when want_lse.
+NormalizedAttention flash_attention_op(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, bool causal,
+                                       double scale, const Tensor& key_mask, std::int64_t window, bool want_lse) {
   const char* name = "flash_attention";
   ops_detail::check_floating(name, q_in);
   ops_detail::check_same(name, q_in, k_in);
@@ -53,22 +52,38 @@ Tensor flash_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_i
   Tensor lse = Tensor::empty({batch, hq, q.shape()[1]}, grad_dtype(q.dtype()), q.device());
   kernels::flash_attention_forward().get(q.device().type, q.dtype())(q, k, v, mask, out, lse, causal, scale,
                                                                      window);
+  Tensor lse_out = want_lse ? lse : Tensor();
   if (should_record({&q_in, &k_in, &v_in})) {
-    record(name, {q_in, k_in, v_in}, {&out},
-           [q = q.detach(), k = k.detach(), v = v.detach(), mask, out = out.detach(), lse, causal,
-            scale, window](BackwardContext& g) {
+    std::vector<Tensor*> outputs{&out};
+    if (want_lse) outputs.push_back(&lse_out);
+    record(name, {q_in, k_in, v_in}, outputs,
+           [q = q.detach(), k = k.detach(), v = v.detach(), mask, out = out.detach(), lse = lse.detach(), causal,
+            scale, window, want_lse](BackwardContext& g) {
              const Tensor dout = g.out_grad().contiguous();
+             const Tensor dlse = want_lse && g.has_out_grad(1) ? g.out_grad(1).contiguous() : Tensor();
              Tensor dq = Tensor::empty(q.shape(), q.dtype(), q.device());
              Tensor dk = Tensor::empty(k.shape(), k.dtype(), k.device());
              Tensor dv = Tensor::empty(v.shape(), v.dtype(), v.device());
-             kernels::flash_attention_backward().get(q.device().type, q.dtype())(q, k, v, mask, out, lse, dout, dq, dk,
-                                                                                 dv, causal, scale, window);
+             kernels::flash_attention_backward().get(q.device().type, q.dtype())(
+                 q, k, v, mask, out, lse, dout, dlse, dq, dk, dv, causal, scale, window);
              if (g.needs_grad(0)) g.set_input_grad(0, dq);
              if (g.needs_grad(1)) g.set_input_grad(1, dk);
              if (g.needs_grad(2)) g.set_input_grad(2, dv);
            });
   }
-  return out;
+  return {out, lse_out};
+}
+
+}  // namespace
+
+Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
+                       const Tensor& key_mask, std::int64_t window) {
+  return flash_attention_op(q, k, v, causal, scale, key_mask, window, false).out;
+}
+
+NormalizedAttention flash_attention_with_lse(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
+                                             double scale, const Tensor& key_mask, std::int64_t window) {
+  return flash_attention_op(q, k, v, causal, scale, key_mask, window, true);
 }
 
 }  // namespace dark

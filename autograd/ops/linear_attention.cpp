@@ -8,9 +8,12 @@
 #include "autograd/ops/op_util.h"
 
 namespace dark {
+namespace {
 
-Tensor linear_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, bool causal, double eps,
-                        std::int64_t chunk, const Tensor& key_mask, std::int64_t window) {
+// The op, with the log normaliser as a second output when want_norm.
+NormalizedAttention linear_attention_op(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, bool causal,
+                                        double eps, std::int64_t chunk, const Tensor& key_mask, std::int64_t window,
+                                        bool want_norm) {
   const char* name = "linear_attention";
   ops_detail::check_floating(name, q_in);
   ops_detail::check_same(name, q_in, k_in);
@@ -49,32 +52,49 @@ Tensor linear_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_
   const Tensor mask = ops_detail::kernel_key_mask(key_mask);
   Tensor out = Tensor::empty({batch, len, hq, dv}, q.dtype(), q.device());
   Tensor den = Tensor::empty({batch, hq, len}, q.dtype(), q.device());
+  Tensor log_norm = want_norm ? Tensor::empty({batch, hq, len}, grad_dtype(q.dtype()), q.device()) : Tensor();
   if (windowed)
-    kernels::windowed_linear_attention_forward().get(q.device().type, q.dtype())(q, k, v, mask, out, den, window, eps,
-                                                                                 chunk);
+    kernels::windowed_linear_attention_forward().get(q.device().type, q.dtype())(q, k, v, mask, out, den, log_norm,
+                                                                                 window, eps, chunk);
   else if (len > 0)
-    kernels::linear_attention_forward().get(q.device().type, q.dtype())(q, k, v, mask, out, den, causal, eps,
-                                                                        chunk);
+    kernels::linear_attention_forward().get(q.device().type, q.dtype())(q, k, v, mask, out, den, log_norm, causal,
+                                                                        eps, chunk);
   if (should_record({&q_in, &k_in, &v_in})) {
-    record(name, {q_in, k_in, v_in}, {&out},
+    std::vector<Tensor*> outputs{&out};
+    if (want_norm) outputs.push_back(&log_norm);
+    record(name, {q_in, k_in, v_in}, outputs,
            [q = q.detach(), k = k.detach(), v = v.detach(), mask, out = out.detach(), den, causal,
-            chunk, windowed, window](BackwardContext& g) {
+            chunk, windowed, window, want_norm](BackwardContext& g) {
              const Tensor dout = g.out_grad().contiguous();
+             const Tensor dlog_norm = want_norm && g.has_out_grad(1) ? g.out_grad(1).contiguous() : Tensor();
              Tensor dq = Tensor::empty(q.shape(), q.dtype(), q.device());
              Tensor dk = Tensor::empty(k.shape(), k.dtype(), k.device());
              Tensor dv = Tensor::empty(v.shape(), v.dtype(), v.device());
              if (windowed)
                kernels::windowed_linear_attention_backward().get(q.device().type, q.dtype())(
-                   q, k, v, mask, out, den, dout, dq, dk, dv, window, chunk);
+                   q, k, v, mask, out, den, dout, dlog_norm, dq, dk, dv, window, chunk);
              else if (q.shape()[1] > 0)
-               kernels::linear_attention_backward().get(q.device().type, q.dtype())(q, k, v, mask, out, den, dout, dq,
-                                                                                   dk, dv, causal, chunk);
+               kernels::linear_attention_backward().get(q.device().type, q.dtype())(
+                   q, k, v, mask, out, den, dout, dlog_norm, dq, dk, dv, causal, chunk);
              if (g.needs_grad(0)) g.set_input_grad(0, dq);
              if (g.needs_grad(1)) g.set_input_grad(1, dk);
              if (g.needs_grad(2)) g.set_input_grad(2, dv);
            });
   }
-  return out;
+  return {out, log_norm};
+}
+
+}  // namespace
+
+Tensor linear_attention(const Tensor& q_logits, const Tensor& k_logits, const Tensor& v, bool causal, double eps,
+                        std::int64_t chunk, const Tensor& key_mask, std::int64_t window) {
+  return linear_attention_op(q_logits, k_logits, v, causal, eps, chunk, key_mask, window, false).out;
+}
+
+NormalizedAttention linear_attention_with_norm(const Tensor& q_logits, const Tensor& k_logits, const Tensor& v,
+                                               bool causal, double eps, std::int64_t chunk, const Tensor& key_mask,
+                                               std::int64_t window) {
+  return linear_attention_op(q_logits, k_logits, v, causal, eps, chunk, key_mask, window, true);
 }
 
 }  // namespace dark

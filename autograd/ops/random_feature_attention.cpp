@@ -5,10 +5,13 @@
 #include "autograd/ops/op_util.h"
 
 namespace dark {
+namespace {
 
-Tensor random_feature_attention(const Tensor& xq_in, const Tensor& xk_in, const Tensor& v_in, const Tensor& omega_in,
-                                const Tensor& log_weight_in, bool causal, double eps, std::int64_t chunk,
-                                const Tensor& key_mask) {
+// The op, with the log normaliser as a second output when want_norm.
+NormalizedAttention random_feature_attention_op(const Tensor& xq_in, const Tensor& xk_in, const Tensor& v_in,
+                                                const Tensor& omega_in, const Tensor& log_weight_in, bool causal,
+                                                double eps, std::int64_t chunk, const Tensor& key_mask,
+                                                bool want_norm) {
   const char* name = "random_feature_attention";
   ops_detail::check_floating(name, xq_in);
   for (const Tensor* t : {&xk_in, &v_in, &omega_in}) ops_detail::check_same(name, xq_in, *t);
@@ -36,21 +39,25 @@ Tensor random_feature_attention(const Tensor& xq_in, const Tensor& xk_in, const 
   const Tensor mask = ops_detail::kernel_key_mask(key_mask);
   Tensor out = Tensor::empty({batch, len, hq, dv}, xq.dtype(), xq.device());
   Tensor den = Tensor::empty({batch, hq, len}, xq.dtype(), xq.device());
+  Tensor log_norm = want_norm ? Tensor::empty({batch, hq, len}, grad_dtype(xq.dtype()), xq.device()) : Tensor();
   if (len > 0)
     kernels::random_feature_attention_forward().get(xq.device().type, xq.dtype())(xq, xk, v, omega, log_weight, mask,
-                                                                                 out, den, causal, eps, chunk);
+                                                                                 out, den, log_norm, causal, eps, chunk);
   if (should_record({&xq_in, &xk_in, &v_in, &omega_in})) {
-    record(name, {xq_in, xk_in, v_in, omega_in}, {&out},
+    std::vector<Tensor*> outputs{&out};
+    if (want_norm) outputs.push_back(&log_norm);
+    record(name, {xq_in, xk_in, v_in, omega_in}, outputs,
            [xq = xq.detach(), xk = xk.detach(), v = v.detach(), omega = omega.detach(), log_weight, mask,
-            out = out.detach(), den, causal, chunk](BackwardContext& g) {
+            out = out.detach(), den, causal, chunk, want_norm](BackwardContext& g) {
              const Tensor dout = g.out_grad().contiguous();
+             const Tensor dlog_norm = want_norm && g.has_out_grad(1) ? g.out_grad(1).contiguous() : Tensor();
              Tensor dxq = Tensor::empty(xq.shape(), xq.dtype(), xq.device());
              Tensor dxk = Tensor::empty(xk.shape(), xk.dtype(), xk.device());
              Tensor dv = Tensor::empty(v.shape(), v.dtype(), v.device());
              Tensor domega = g.needs_grad(3) ? Tensor::empty(omega.shape(), omega.dtype(), omega.device()) : Tensor();
              if (xq.size(1) > 0) {
                kernels::random_feature_attention_backward().get(xq.device().type, xq.dtype())(
-                   xq, xk, v, omega, log_weight, mask, out, den, dout, dxq, dxk, dv, domega, causal, chunk);
+                   xq, xk, v, omega, log_weight, mask, out, den, dout, dlog_norm, dxq, dxk, dv, domega, causal, chunk);
              } else {
                dxq.fill_(0.0), dxk.fill_(0.0), dv.fill_(0.0);
                if (domega.defined()) domega.fill_(0.0);
@@ -61,7 +68,21 @@ Tensor random_feature_attention(const Tensor& xq_in, const Tensor& xk_in, const 
              if (domega.defined()) g.set_input_grad(3, domega);
            });
   }
-  return out;
+  return {out, log_norm};
+}
+
+}  // namespace
+
+Tensor random_feature_attention(const Tensor& x_q, const Tensor& x_k, const Tensor& v, const Tensor& omega,
+                                const Tensor& log_weight, bool causal, double eps, std::int64_t chunk,
+                                const Tensor& key_mask) {
+  return random_feature_attention_op(x_q, x_k, v, omega, log_weight, causal, eps, chunk, key_mask, false).out;
+}
+
+NormalizedAttention random_feature_attention_with_norm(const Tensor& x_q, const Tensor& x_k, const Tensor& v,
+                                                       const Tensor& omega, const Tensor& log_weight, bool causal,
+                                                       double eps, std::int64_t chunk, const Tensor& key_mask) {
+  return random_feature_attention_op(x_q, x_k, v, omega, log_weight, causal, eps, chunk, key_mask, true);
 }
 
 }  // namespace dark

@@ -12,7 +12,7 @@
 // in the tile that straddles a row's window start, the keys before it get score -inf like
 // padded keys. window >= S is window 0 (the same tiles, the same bits).
 //
-// Backward: D_i = rowsum(dO * O) first; then, tile pair by tile pair, P = exp(S - lse) is
+// Backward: D_i = rowsum(dO * O) (minus lse's gradient where the op returns lse) first; then, tile pair by tile pair, P = exp(S - lse) is
 // recomputed and
 //   dV += P^T dO,  dS = P * (dO V^T - D_i),  dK += scale dS^T Q,  dQ += scale dS K.
 // Each of dK, dV (per key tile) and dQ (per query tile) is owned by one task at a time and
@@ -433,16 +433,19 @@ bool use_fused_schedule(const Geometry& g) {
 
 template <class T>
 void flash_attention_backward_kernel(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
-                                     const Tensor& out, const Tensor& lse, const Tensor& dout, Tensor& dq, Tensor& dk,
-                                     Tensor& dv, bool causal, double scale_d, std::int64_t window) {
+                                     const Tensor& out, const Tensor& lse, const Tensor& dout, const Tensor& dlse,
+                                     Tensor& dq, Tensor& dk, Tensor& dv, bool causal, double scale_d,
+                                     std::int64_t window) {
   const Geometry g(q, k, v, key_mask, causal, window);
   const std::int64_t d = g.d;
   const T* po = out.data<T>();
   const T* pdo = dout.data<T>();
 
-  // D_i = rowsum(dO * O), laid out like lse: (B, Hq, T).
+  // D_i = rowsum(dO * O) - dlse_i, laid out like lse: (B, Hq, T). (d lse_i / d s_ij = P_ij, so
+  // lse's gradient joins dP's: dS = P (dP - rowsum(dO O) + dlse).)
   Tensor di = Tensor::empty(lse.shape(), lse.dtype(), lse.device());
   T* pdi = di.data<T>();
+  const T* pdlse = dlse.defined() ? dlse.data<T>() : nullptr;
   const std::int64_t rows_total = g.batch * g.t * g.hq;
   parallel_for(rows_total, std::max<std::int64_t>(1, kGrainCheap / d), [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t row = begin; row < end; ++row) {  // row = (b * T + t) * Hq + h
@@ -451,8 +454,8 @@ void flash_attention_backward_kernel(const Tensor& q, const Tensor& k, const Ten
       T acc = 0;
 #pragma omp simd reduction(+ : acc)
       for (std::int64_t j = 0; j < d; ++j) acc += o[j] * dor[j];
-      const std::int64_t h = row % g.hq, bt = row / g.hq;
-      pdi[(bt / g.t * g.hq + h) * g.t + bt % g.t] = acc;
+      const std::int64_t h = row % g.hq, bt = row / g.hq, at = (bt / g.t * g.hq + h) * g.t + bt % g.t;
+      pdi[at] = pdlse ? acc - pdlse[at] : acc;
     }
   });
 

@@ -10,17 +10,20 @@ namespace {
 
 template <class T>
 void linear_attention_forward_kernel(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
-                                     Tensor& out, Tensor& den, bool causal, double eps, std::int64_t chunk) {
-  const Problem<T> pr(q, k, v, key_mask, causal, chunk);
+                                     Tensor& out, Tensor& den, Tensor& log_norm, bool causal, double eps,
+                                     std::int64_t chunk) {
+  Problem<T> pr(q, k, v, key_mask, causal, chunk);
+  if (log_norm.defined()) pr.log_norm = log_norm.data<T>();
   DARK_CHECK(forward_sweeps(pr, static_cast<T>(eps), out.data<T>(), den.data<T>()),
              "linear_attention: dnnl_sgemm failed on a chunk (m = ", pr.m, ", Dv = ", pr.dv, ")");
 }
 
 template <class T>
 void linear_attention_backward_kernel(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
-                                      const Tensor& out, const Tensor& den, const Tensor& dout, Tensor& dq, Tensor& dk,
-                                      Tensor& dv, bool causal, std::int64_t chunk) {
+                                      const Tensor& out, const Tensor& den, const Tensor& dout, const Tensor& dlog_norm,
+                                      Tensor& dq, Tensor& dk, Tensor& dv, bool causal, std::int64_t chunk) {
   Problem<T> pr(q, k, v, key_mask, causal, chunk);
+  if (dlog_norm.defined()) pr.dlog_norm = dlog_norm.data<T>();
   pr.src.dq = dq.data<T>();
   pr.src.dk = dk.data<T>();
   DARK_CHECK(backward_sweeps(pr, out.data<T>(), den.data<T>(), dout.data<T>(), dv.data<T>(), static_cast<T*>(nullptr), 0),

@@ -152,6 +152,10 @@ struct Problem {
   Src src;
   const T* v;
   const std::int32_t* key_mask;  // nullptr: every key is real
+  // Optional (B, Hq, T) rows of the normaliser (kernels.h, linear_attention_forward): the
+  // forward writes log_norm when set, the backward adds dlog_norm to G when set.
+  T* log_norm = nullptr;
+  const T* dlog_norm = nullptr;
 
   // batch, len, hq, hkv, m are the logits' shape (query side (B, T, Hq, m), key side Hkv).
   Problem(const Src& src_, std::int64_t batch_, std::int64_t len_, std::int64_t hq_, std::int64_t hkv_,
@@ -187,8 +191,14 @@ struct Problem {
         gr[j] = dout[idx + j] * inv;
         dot += dout[idx + j] * out[idx + j];
       }
-      gr[dv] = -dot * inv;
+      // d log(den'_t) / d a_tj = 1 / den'_t: lse's gradient meets Vx's ones column
+      gr[dv] = dlog_norm ? (dlog_norm[(b * hq + h) * len + c0 + r] - dot) * inv : -dot * inv;
     }
+  }
+  // log_norm of row t of query head h (when wanted): qoff + o + log(den'), -inf for a row
+  // that sees no real key (o = -inf).
+  void write_log_norm(std::int64_t b, std::int64_t h, std::int64_t t, T qoff, T o, T guarded_den) const {
+    if (log_norm) log_norm[(b * hq + h) * len + t] = o == neg_inf<T>() ? o : qoff + o + std::log(guarded_den);
   }
   bool real(std::int64_t b, std::int64_t j) const { return key_mask == nullptr || key_mask[b * len + j] != 0; }
 
@@ -235,13 +245,16 @@ struct Problem {
       xr[dv] = T(1);
     }
   }
-  // Phi (L x m) of query head h for positions [c0, c0 + L).
-  void queries(std::int64_t b, std::int64_t h, std::int64_t c0, std::int64_t n, T* phi) const {
+  // Phi (L x m) of query head h for positions [c0, c0 + L), and each row's offset qoff (the
+  // max logit) into qoff[0, L) when qoff is not null.
+  void queries(std::int64_t b, std::int64_t h, std::int64_t c0, std::int64_t n, T* phi, T* qoff = nullptr) const {
     std::int64_t ld = 0;
     const T* rows = src.query_rows(b, h, c0, n, phi, ld);  // phi itself when computed
     for (std::int64_t r = 0; r < n; ++r) {
       const T* qr = rows + r * ld;
-      row::exp_shift(qr, row::max(qr, m, neg_inf<T>()), phi + r * m, m);
+      const T mx = row::max(qr, m, neg_inf<T>());
+      if (qoff) qoff[r] = mx;
+      row::exp_shift(qr, mx, phi + r * m, m);
     }
   }
   // The causal intra-chunk weights D[r][c] = exp(o_c - o_r) for real keys c <= r, else 0

@@ -58,7 +58,7 @@ bool forward_sweeps(const Problem<T, Src>& pr, T eps, T* po, T* pden) {
   const std::int64_t c = pr.chunk, m = pr.m, w = pr.w, dv = pr.dv;
   // out = num / (den + eps); 0 for a query that sees no real key (num = den = 0).
   auto write_rows = [&](std::int64_t b, std::int64_t h, std::int64_t c0, std::int64_t n, const std::vector<T>& o,
-                        const T* y) {
+                        const T* y, const T* qoff) {
     for (std::int64_t r = 0; r < n; ++r) {
       const T* yr = y + r * w;
       const T d = yr[dv] + eps;
@@ -68,11 +68,12 @@ bool forward_sweeps(const Problem<T, Src>& pr, T eps, T* po, T* pden) {
       else
         for (std::int64_t j = 0; j < dv; ++j) out_row[j] = yr[j] / d;
       pden[(b * pr.hq + h) * pr.len + c0 + r] = d;
+      pr.write_log_norm(b, h, c0 + r, qoff[r], o[c0 + r], d);
     }
   };
   auto task = [&](std::int64_t i) {
     const std::int64_t kv = i % pr.hkv, b = i / pr.hkv;
-    std::vector<T> o(pr.len), e(c * m), vx(c * w), phi(c * m), p(c * c), dec(c * c), y(c * w), z(c * w);
+    std::vector<T> o(pr.len), e(c * m), vx(c * w), phi(c * m), p(c * c), dec(c * c), y(c * w), z(c * w), qoff(c);
     State<T> s{std::vector<T>(m * w, T(0))};
     if (!causal) {  // S = sum_j E_j^T Vx_j, then Y = Phi S
       pr.bidirectional_offsets(b, kv, o, e.data());
@@ -84,9 +85,9 @@ bool forward_sweeps(const Problem<T, Src>& pr, T eps, T* po, T* pden) {
       for (std::int64_t h = kv * pr.group; h < (kv + 1) * pr.group; ++h)
         for (std::int64_t c0 = 0; c0 < pr.len; c0 += c) {
           const std::int64_t n = std::min(c, pr.len - c0);
-          pr.queries(b, h, c0, n, phi.data());
+          pr.queries(b, h, c0, n, phi.data(), qoff.data());
           if (!gemm('N', 'N', n, w, m, T(1), phi.data(), m, s.mat.data(), w, T(0), y.data(), w)) return false;
-          write_rows(b, h, c0, n, o, y.data());
+          write_rows(b, h, c0, n, o, y.data(), qoff.data());
         }
       return true;
     }
@@ -95,7 +96,7 @@ bool forward_sweeps(const Problem<T, Src>& pr, T eps, T* po, T* pden) {
       pr.keys(b, kv, c0, n, o, e.data(), vx.data(), true);
       pr.decay(b, c0, n, o, dec.data());
       for (std::int64_t h = kv * pr.group; h < (kv + 1) * pr.group; ++h) {
-        pr.queries(b, h, c0, n, phi.data());
+        pr.queries(b, h, c0, n, phi.data(), qoff.data());
         if (!gemm('N', 'T', n, n, m, T(1), phi.data(), m, e.data(), m, T(0), p.data(), c)) return false;
         pr.apply_decay(p.data(), dec.data(), n);
         if (!gemm('N', 'N', n, w, n, T(1), p.data(), c, vx.data(), w, T(0), y.data(), w)) return false;
@@ -103,7 +104,7 @@ bool forward_sweeps(const Problem<T, Src>& pr, T eps, T* po, T* pden) {
           if (!gemm('N', 'N', n, w, m, T(1), phi.data(), m, s.mat.data(), w, T(0), z.data(), w)) return false;
           pr.add_state(c0, n, o, s.at, z.data(), y.data(), w);
         }
-        write_rows(b, h, c0, n, o, y.data());
+        write_rows(b, h, c0, n, o, y.data(), qoff.data());
       }
       if (!pr.fold_keys(b, c0, n, o, e.data(), vx.data(), s)) return false;
     }

@@ -106,17 +106,21 @@ Problem<T, ComputedLogits<T>> problem(const Tensor& xq, const Tensor& xk, const 
 
 template <class T>
 void forward_kernel(const Tensor& xq, const Tensor& xk, const Tensor& v, const Tensor& omega, const Tensor& log_weight,
-                    const Tensor& key_mask, Tensor& out, Tensor& den, bool causal, double eps, std::int64_t chunk) {
-  const auto pr = problem<T>(xq, xk, v, omega, log_weight, key_mask, causal, chunk);
+                    const Tensor& key_mask, Tensor& out, Tensor& den, Tensor& log_norm, bool causal, double eps,
+                    std::int64_t chunk) {
+  auto pr = problem<T>(xq, xk, v, omega, log_weight, key_mask, causal, chunk);
+  if (log_norm.defined()) pr.log_norm = log_norm.data<T>();
   DARK_CHECK(forward_sweeps(pr, static_cast<T>(eps), out.data<T>(), den.data<T>()),
              "random_feature_attention: dnnl_sgemm failed on a chunk (m = ", pr.m, ", Dv = ", pr.dv, ")");
 }
 
 template <class T>
 void backward_kernel(const Tensor& xq, const Tensor& xk, const Tensor& v, const Tensor& omega, const Tensor& log_weight,
-                     const Tensor& key_mask, const Tensor& out, const Tensor& den, const Tensor& dout, Tensor& dxq,
-                     Tensor& dxk, Tensor& dv, Tensor& domega, bool causal, std::int64_t chunk) {
+                     const Tensor& key_mask, const Tensor& out, const Tensor& den, const Tensor& dout,
+                     const Tensor& dlog_norm, Tensor& dxq, Tensor& dxk, Tensor& dv, Tensor& domega, bool causal,
+                     std::int64_t chunk) {
   auto pr = problem<T>(xq, xk, v, omega, log_weight, key_mask, causal, chunk);
+  if (dlog_norm.defined()) pr.dlog_norm = dlog_norm.data<T>();
   pr.src.dxq = dxq.data<T>();
   pr.src.dxk = dxk.data<T>();
   const std::int64_t part = pr.m * pr.src.r;

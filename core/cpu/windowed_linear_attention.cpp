@@ -179,8 +179,9 @@ struct MiddleStates {
 
 template <class T>
 void forward_kernel(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask, Tensor& out,
-                    Tensor& den, std::int64_t window, double eps_d, std::int64_t chunk) {
-  const Problem<T> pr(q, k, v, key_mask, /*causal=*/true, chunk);
+                    Tensor& den, Tensor& log_norm, std::int64_t window, double eps_d, std::int64_t chunk) {
+  Problem<T> pr(q, k, v, key_mask, /*causal=*/true, chunk);
+  if (log_norm.defined()) pr.log_norm = log_norm.data<T>();
   const T eps = static_cast<T>(eps_d);
   T* po = out.data<T>();
   T* pden = den.data<T>();
@@ -190,11 +191,11 @@ void forward_kernel(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
     const Window<T> win(pr, b, kv, window);
     MiddleStates<T> states(win);
     std::vector<T> e(c * m), vx(c * w), d(c * c), p(c * c), mid(m * w), z(c * w);
-    std::vector<T> phi(group * c * m), y(group * c * w);
+    std::vector<T> phi(group * c * m), y(group * c * w), qoff(group * c);
     for (std::int64_t qc = 0; qc < win.chunks; ++qc) {
       const std::int64_t c0 = win.start(qc), n = win.size(qc);
       if (!states.advance(qc, e.data(), vx.data())) return false;
-      for (std::int64_t g = 0; g < group; ++g) pr.queries(b, h0 + g, c0, n, phi.data() + g * c * m);
+      for (std::int64_t g = 0; g < group; ++g) pr.queries(b, h0 + g, c0, n, phi.data() + g * c * m, qoff.data() + g * c);
       std::fill(y.begin(), y.end(), T(0));
       const std::int64_t first = std::max<std::int64_t>(0, qc - win.reach());
       for (std::int64_t kc = first; kc <= qc; ++kc) {
@@ -227,6 +228,7 @@ void forward_kernel(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
           else
             for (std::int64_t j = 0; j < dv; ++j) out_row[j] = yr[j] / dn;
           pden[(b * pr.hq + h) * pr.len + c0 + r] = dn;
+          pr.write_log_norm(b, h, c0 + r, qoff[g * c + r], win.o[c0 + r], dn);
         }
       }
     }
@@ -238,9 +240,10 @@ void forward_kernel(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
 
 template <class T>
 void backward_kernel(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask, const Tensor& out,
-                     const Tensor& den, const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv_t, std::int64_t window,
-                     std::int64_t chunk) {
-  const Problem<T> pr(q, k, v, key_mask, /*causal=*/true, chunk);
+                     const Tensor& den, const Tensor& dout, const Tensor& dlog_norm, Tensor& dq, Tensor& dk,
+                     Tensor& dv_t, std::int64_t window, std::int64_t chunk) {
+  Problem<T> pr(q, k, v, key_mask, /*causal=*/true, chunk);
+  if (dlog_norm.defined()) pr.dlog_norm = dlog_norm.data<T>();
   const T* po = out.data<T>();
   const T* pden = den.data<T>();
   const T* pdo = dout.data<T>();

@@ -18,6 +18,7 @@
 //            kernel per key tile accumulates dK, dV over the group's query heads and their
 //            query tiles in a fixed order, and a second kernel per query tile accumulates dQ
 //            over the key tiles. No atomics: the same inputs give the same bits every run.
+//            lse's gradient, when the op returns lse, enters as Delta = rowsum(dO * O) - dlse.
 // Loops: those over fragments (nt, i) are unrolled, so the accumulators stay in registers; the
 // loops over the reduction dimension in steps of 16 (kk) stay rolled: they only move the
 // shared-memory pointers, and each step already holds 4-32 fragment products of 64 FMAs (one
@@ -175,10 +176,12 @@ __global__ void __launch_bounds__(128) flash_forward_kernel(const T* q, const T*
     }
 }
 
-// Delta[b, h, t] = sum_j dout[b, t, h, j] out[b, t, h, j]; one warp per row.
+// Delta[b, h, t] = sum_j dout[b, t, h, j] out[b, t, h, j] - dlse[b, h, t] (dlse: nullptr when
+// lse is not an output; d lse / d s = P, so its gradient enters every kernel's dS = P (dP - Delta)
+// through Delta alone); one warp per row.
 template <class T>
-__global__ void flash_delta_kernel(const T* out, const T* dout, float* delta, std::int64_t rows, std::int64_t t_len,
-                                   std::int64_t heads, std::int64_t d) {
+__global__ void flash_delta_kernel(const T* out, const T* dout, const float* dlse, float* delta, std::int64_t rows,
+                                   std::int64_t t_len, std::int64_t heads, std::int64_t d) {
   const int lane = threadIdx.x & 31;
   for (std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; row < rows;
        row += static_cast<std::int64_t>(gridDim.x) * (blockDim.x / 32)) {
@@ -188,7 +191,8 @@ __global__ void flash_delta_kernel(const T* out, const T* dout, float* delta, st
     for (int delta_lane = 16; delta_lane > 0; delta_lane >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, delta_lane);
     if (lane == 0) {
       const std::int64_t h = row % heads, t = (row / heads) % t_len, b = row / (heads * t_len);
-      delta[(b * heads + h) * t_len + t] = acc;
+      const std::int64_t at = (b * heads + h) * t_len + t;
+      delta[at] = dlse ? acc - dlse[at] : acc;
     }
   }
 }
@@ -477,10 +481,13 @@ void flash_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
 
 template <class T>
 void flash_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask, const Tensor& out,
-                    const Tensor& lse, const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv, bool causal,
-                    double scale, std::int64_t window) {
+                    const Tensor& lse, const Tensor& dout, const Tensor& dlse, Tensor& dq, Tensor& dk, Tensor& dv,
+                    bool causal, double scale, std::int64_t window) {
   check_dtype<T>("flash_attention_backward",
                  {{"q", &q}, {"k", &k}, {"v", &v}, {"out", &out}, {"dout", &dout}, {"dq", &dq}, {"dk", &dk}, {"dv", &dv}});
+  DARK_CHECK(!dlse.defined() || (dlse.dtype() == DType::f32 && dlse.shape() == lse.shape() && dlse.is_contiguous()),
+             "flash_attention_backward: dlse ", dlse.describe(), " must be f32, contiguous and shaped like lse ",
+             lse.describe());
   DeviceGuard guard(q);
   check_architecture<T>(q);
   const AttnShape g = shape_of(q, k, v, key_mask, causal, scale, window);
@@ -491,7 +498,7 @@ void flash_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
   Tensor delta = Tensor::empty({g.batch, g.hq, g.t}, DType::f32, q.device());
   const std::int64_t rows = g.batch * g.t * g.hq;
   launch(flash_delta_kernel<T>, {grid_for(rows, kThreads / 32), kThreads}, out.data<T>(), dout.data<T>(),
-         delta.data<float>(), rows, g.t, g.hq, g.d);
+         dlse.defined() ? dlse.data<float>() : nullptr, delta.data<float>(), rows, g.t, g.hq, g.d);
   switch (padded_head_dim(g.d)) {
     case 32: return backward_padded<T, 32>(q, k, v, dout, lse, delta, g, dq, dk, dv);
     case 64: return backward_padded<T, 64>(q, k, v, dout, lse, delta, g, dq, dk, dv);

@@ -15,14 +15,16 @@
 //   3. a scan over segments turns them into each segment's incoming state (all earlier keys,
 //      held at the offset before the segment), rescaling by exp(o_before - o_after) <= 1;
 //   4. one block per segment then runs the CPU kernel's chunk recurrence from that state:
-//      intra-chunk P = Phi E^T masked by the decay exp(o_j - o_t), Y = P Vx + Phi S, fold.
+//      intra-chunk P = Phi E^T masked by the decay exp(o_j - o_t), Y = P Vx + Phi S, fold;
+//      log_norm_t (when wanted) = qoff_t + o_t + log(den'_t), qoff_t the query's max logit.
 // The backward recomputes 1-3, runs the forward sweep for dq (dPhi = (G Vx^T o D) E + G S^T),
 // builds reverse states R (queries after each segment, held at the offset of the segment's
 // first position) by the mirror-image scan, and runs the reverse sweep for dk, dv. In the
 // fused op, dlogits become dx = dl omega - x rowsum(dl) per chunk, and domega = sum dl^T x is
 // accumulated per block in a private slice of a scratch buffer, then summed over blocks in
 // block order. Non-causal calls use the same passes with one constant offset and the total
-// state in place of the incoming one.
+// state in place of the incoming one. log_norm's gradient, when given, adds dlog_norm_t / den'_t
+// to G's last column (load_grads), so every pass above carries it unchanged.
 //
 // Every chunk loader starts with a block barrier, so no thread overwrites what a slower one
 // still reads. Shared memory holds a chunk's matrices (f32); the running state lives in the
@@ -267,8 +269,12 @@ __global__ void __launch_bounds__(kLaThreads, 1) la_forward_kernel(Src src, cons
       for (int idx = threadIdx.x; idx < n * g.w; idx += blockDim.x) {
         const int r = idx / g.w, j = idx % g.w;
         const float d = s.y[r * g.lw + g.dv] + g.eps;
-        if (j < g.dv) out[((b * g.len + c0 + r) * g.hq + h) * g.dv + j] = T(s.oc[r] == kNegInf ? 0.0f : s.y[g.at_w(idx)] / d);
-        else den[(b * g.hq + h) * g.len + c0 + r] = T(d);
+        if (j < g.dv) {
+          out[((b * g.len + c0 + r) * g.hq + h) * g.dv + j] = T(s.oc[r] == kNegInf ? 0.0f : s.y[g.at_w(idx)] / d);
+        } else {
+          den[(b * g.hq + h) * g.len + c0 + r] = T(d);
+          if (g.log_norm) g.log_norm[(b * g.hq + h) * g.len + c0 + r] = log_normaliser(s.qoff[r], s.oc[r], d);
+        }
       }
       __syncthreads();
     }
@@ -595,22 +601,24 @@ void backward_passes(const Src& src, const Tensor& v, const LaShape& g, const Te
 
 template <class T>
 void linear_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask, Tensor& out,
-                              Tensor& den, bool causal, double eps, std::int64_t chunk) {
+                              Tensor& den, Tensor& log_norm, bool causal, double eps, std::int64_t chunk) {
   check_dtype<T>("linear_attention_forward", {{"q", &q}, {"k", &k}, {"v", &v}, {"out", &out}, {"den", &den}});
   DeviceGuard guard(q);
-  const LaShape g = plan(q.shape()[0], q.shape()[1], q.shape()[2], k.shape()[2], q.shape()[3], v.shape()[3], 0, causal,
-                         eps, chunk, key_mask, q.device(), "linear_attention");
+  LaShape g = plan(q.shape()[0], q.shape()[1], q.shape()[2], k.shape()[2], q.shape()[3], v.shape()[3], 0, causal, eps,
+                   chunk, key_mask, q.device(), "linear_attention");
+  g.log_norm = row_stat(log_norm, den, "linear_attention_forward", "log_norm");
   forward_passes<T>(GivenLogits<T>{q.data<T>(), k.data<T>()}, v, g, out, den);
 }
 
 template <class T>
 void linear_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
-                               const Tensor& out, const Tensor& den, const Tensor& dout, Tensor& dq, Tensor& dk,
-                               Tensor& dv, bool causal, std::int64_t chunk) {
+                               const Tensor& out, const Tensor& den, const Tensor& dout, const Tensor& dlog_norm,
+                               Tensor& dq, Tensor& dk, Tensor& dv, bool causal, std::int64_t chunk) {
   check_dtype<T>("linear_attention_backward", {{"q", &q}, {"k", &k}, {"v", &v}, {"dout", &dout}, {"dq", &dq}});
   DeviceGuard guard(q);
-  const LaShape g = plan(q.shape()[0], q.shape()[1], q.shape()[2], k.shape()[2], q.shape()[3], v.shape()[3], 0, causal,
-                         0.0, chunk, key_mask, q.device(), "linear_attention");
+  LaShape g = plan(q.shape()[0], q.shape()[1], q.shape()[2], k.shape()[2], q.shape()[3], v.shape()[3], 0, causal, 0.0,
+                   chunk, key_mask, q.device(), "linear_attention");
+  g.dlog_norm = row_stat(dlog_norm, den, "linear_attention_backward", "dlog_norm");
   backward_passes<T, GivenLogits<T>, false>(GivenLogits<T>{q.data<T>(), k.data<T>()}, v, g, out, den, dout, dq, dk, dv,
                                             nullptr);
 }
@@ -623,23 +631,25 @@ FeatureLogits<T> feature_source(const Tensor& xq, const Tensor& xk, const Tensor
 template <class T>
 void random_feature_attention_forward(const Tensor& xq, const Tensor& xk, const Tensor& v, const Tensor& omega,
                                       const Tensor& log_weight, const Tensor& key_mask, Tensor& out, Tensor& den,
-                                      bool causal, double eps, std::int64_t chunk) {
+                                      Tensor& log_norm, bool causal, double eps, std::int64_t chunk) {
   check_dtype<T>("random_feature_attention_forward", {{"xq", &xq}, {"xk", &xk}, {"v", &v}, {"omega", &omega}, {"out", &out}});
   DeviceGuard guard(xq);
-  const LaShape g = plan(xq.shape()[0], xq.shape()[1], xq.shape()[2], xk.shape()[2], omega.shape()[1], v.shape()[3],
-                         xq.shape()[3], causal, eps, chunk, key_mask, xq.device(), "random_feature_attention");
+  LaShape g = plan(xq.shape()[0], xq.shape()[1], xq.shape()[2], xk.shape()[2], omega.shape()[1], v.shape()[3],
+                   xq.shape()[3], causal, eps, chunk, key_mask, xq.device(), "random_feature_attention");
+  g.log_norm = row_stat(log_norm, den, "random_feature_attention_forward", "log_norm");
   forward_passes<T>(feature_source<T>(xq, xk, omega, log_weight), v, g, out, den);
 }
 
 template <class T>
 void random_feature_attention_backward(const Tensor& xq, const Tensor& xk, const Tensor& v, const Tensor& omega,
                                        const Tensor& log_weight, const Tensor& key_mask, const Tensor& out,
-                                       const Tensor& den, const Tensor& dout, Tensor& dxq, Tensor& dxk, Tensor& dv,
-                                       Tensor& domega, bool causal, std::int64_t chunk) {
+                                       const Tensor& den, const Tensor& dout, const Tensor& dlog_norm, Tensor& dxq,
+                                       Tensor& dxk, Tensor& dv, Tensor& domega, bool causal, std::int64_t chunk) {
   check_dtype<T>("random_feature_attention_backward", {{"xq", &xq}, {"xk", &xk}, {"v", &v}, {"dout", &dout}, {"dxq", &dxq}});
   DeviceGuard guard(xq);
-  const LaShape g = plan(xq.shape()[0], xq.shape()[1], xq.shape()[2], xk.shape()[2], omega.shape()[1], v.shape()[3],
-                         xq.shape()[3], causal, 0.0, chunk, key_mask, xq.device(), "random_feature_attention");
+  LaShape g = plan(xq.shape()[0], xq.shape()[1], xq.shape()[2], xk.shape()[2], omega.shape()[1], v.shape()[3],
+                   xq.shape()[3], causal, 0.0, chunk, key_mask, xq.device(), "random_feature_attention");
+  g.dlog_norm = row_stat(dlog_norm, den, "random_feature_attention_backward", "dlog_norm");
   backward_passes<T, FeatureLogits<T>, true>(feature_source<T>(xq, xk, omega, log_weight), v, g, out, den, dout, dxq,
                                              dxk, dv, domega.defined() ? &domega : nullptr);
 }
@@ -647,30 +657,31 @@ void random_feature_attention_backward(const Tensor& xq, const Tensor& xk, const
 // bf16 runs the tensor-core passes, checked against the f32 ones at each configuration's
 // first call (bf16_reference_check.h).
 void linear_attention_forward_bf16(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
-                                   Tensor& out, Tensor& den, bool causal, double eps, std::int64_t chunk) {
+                                   Tensor& out, Tensor& den, Tensor& log_norm, bool causal, double eps,
+                                   std::int64_t chunk) {
   bf16_check::run("linear_attention_forward", &linear_attention_forward<BFloat16>, &linear_attention_forward<float>,
-                  q, k, v, key_mask, out, den, causal, eps, chunk);
+                  q, k, v, key_mask, out, den, log_norm, causal, eps, chunk);
 }
 void linear_attention_backward_bf16(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
-                                    const Tensor& out, const Tensor& den, const Tensor& dout, Tensor& dq, Tensor& dk,
-                                    Tensor& dv, bool causal, std::int64_t chunk) {
+                                    const Tensor& out, const Tensor& den, const Tensor& dout, const Tensor& dlog_norm,
+                                    Tensor& dq, Tensor& dk, Tensor& dv, bool causal, std::int64_t chunk) {
   bf16_check::run("linear_attention_backward", &linear_attention_backward<BFloat16>, &linear_attention_backward<float>,
-                  q, k, v, key_mask, out, den, dout, dq, dk, dv, causal, chunk);
+                  q, k, v, key_mask, out, den, dout, dlog_norm, dq, dk, dv, causal, chunk);
 }
 void random_feature_attention_forward_bf16(const Tensor& xq, const Tensor& xk, const Tensor& v, const Tensor& omega,
                                            const Tensor& log_weight, const Tensor& key_mask, Tensor& out, Tensor& den,
-                                           bool causal, double eps, std::int64_t chunk) {
+                                           Tensor& log_norm, bool causal, double eps, std::int64_t chunk) {
   bf16_check::run("random_feature_attention_forward", &random_feature_attention_forward<BFloat16>,
-                  &random_feature_attention_forward<float>, xq, xk, v, omega, log_weight, key_mask, out, den, causal,
-                  eps, chunk);
+                  &random_feature_attention_forward<float>, xq, xk, v, omega, log_weight, key_mask, out, den, log_norm,
+                  causal, eps, chunk);
 }
 void random_feature_attention_backward_bf16(const Tensor& xq, const Tensor& xk, const Tensor& v, const Tensor& omega,
                                             const Tensor& log_weight, const Tensor& key_mask, const Tensor& out,
-                                            const Tensor& den, const Tensor& dout, Tensor& dxq, Tensor& dxk, Tensor& dv,
-                                            Tensor& domega, bool causal, std::int64_t chunk) {
+                                            const Tensor& den, const Tensor& dout, const Tensor& dlog_norm, Tensor& dxq,
+                                            Tensor& dxk, Tensor& dv, Tensor& domega, bool causal, std::int64_t chunk) {
   bf16_check::run("random_feature_attention_backward", &random_feature_attention_backward<BFloat16>,
                   &random_feature_attention_backward<float>, xq, xk, v, omega, log_weight, key_mask, out, den, dout,
-                  dxq, dxk, dv, domega, causal, chunk);
+                  dlog_norm, dxq, dxk, dv, domega, causal, chunk);
 }
 
 DARK_REGISTER_KERNEL(linear_attention_forward, cuda, f32, &linear_attention_forward<float>);

@@ -34,6 +34,8 @@ struct LaShape {
   float eps;
   float log_m_half;                // ln(m) / 2 (fused op)
   const std::int32_t* key_mask;    // (B, T); nullptr: every key is real
+  float* log_norm;                 // forward: (B, Hq, T), each row's log normaliser; nullptr: not wanted
+  const float* dlog_norm;          // backward: (B, Hq, T), its gradient; nullptr: none
 
   // Element idx of a dense walk over n rows of m (w) columns, in the padded layout.
   __device__ int at_m(int idx) const { return idx / m * lm + idx % m; }
@@ -134,12 +136,13 @@ void launch_key_max(const Src& src, const LaShape& g, float* rowmax) {
 // lc); elementwise loops walk n x m densely and index through LaShape::at_m / at_w.
 struct ChunkSmem {
   float *e, *vx, *phi, *p, *dec, *y, *gm, *dphi, *de, *dvx, *xs, *half_norm, *oc;
+  float* qoff;  // the loaded queries' offsets (max logit), for log_norm
   int* is_real;
 
   __host__ __device__ static std::size_t floats(std::int64_t c, std::int64_t m, std::int64_t w, std::int64_t r) {
     const std::int64_t lm = padded_row(static_cast<int>(m)), lw = padded_row(static_cast<int>(w));
     return static_cast<std::size_t>(4 * c * lm + 4 * c * lw + 2 * c * padded_row(static_cast<int>(c)) +
-                                    c * (r > 0 ? r : 1) + 3 * c);
+                                    c * (r > 0 ? r : 1) + 4 * c);
   }
   __device__ static ChunkSmem carve(float* base, std::int64_t c, std::int64_t m, std::int64_t w, std::int64_t r) {
     ChunkSmem s;
@@ -155,7 +158,7 @@ struct ChunkSmem {
     s.vx = take(c * lw), s.y = take(c * lw), s.gm = take(c * lw), s.dvx = take(c * lw);
     s.p = take(c * lc), s.dec = take(c * lc);
     s.xs = take(c * (r > 0 ? r : 1));
-    s.half_norm = take(c), s.oc = take(c);
+    s.half_norm = take(c), s.oc = take(c), s.qoff = take(c);
     s.is_real = reinterpret_cast<int*>(take(c));
     return s;
   }
@@ -187,7 +190,8 @@ __device__ void load_keys(const LaShape& g, const Src& src, const T* v, const fl
   __syncthreads();
 }
 
-// Phi (n x m) of query head h: exp(logit - the row's max logit). One warp per row for the max.
+// Phi (n x m) of query head h: exp(logit - the row's max logit), that max into s.qoff. One warp
+// per row for the max.
 template <class Src>
 __device__ void load_queries(const LaShape& g, const Src& src, std::int64_t b, std::int64_t h, std::int64_t c0,
                              std::int64_t n, const ChunkSmem& s) {
@@ -201,12 +205,13 @@ __device__ void load_queries(const LaShape& g, const Src& src, std::int64_t b, s
 #pragma unroll
     for (int delta = 16; delta > 0; delta >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, delta));
     for (std::int64_t f = lane; f < g.m; f += 32) s.phi[r * g.lm + f] = expf(s.phi[r * g.lm + f] - mx);
+    if (lane == 0) s.qoff[r] = mx;
   }
   __syncthreads();
 }
 
-// G (n x W) of query head h: [dout / den, -(dout . out) / den], 0 for rows that see no key
-// (their offset in o_rows, n floats, is -inf).
+// G (n x W) of query head h: [dout / den, (-(dout . out) + dlog_norm) / den] (dlog_norm: 0 when
+// not given), 0 for rows that see no key (their offset in o_rows, n floats, is -inf).
 template <class T>
 __device__ void load_grads(const LaShape& g, const T* out, const T* den, const T* dout, std::int64_t b, std::int64_t h,
                            std::int64_t c0, std::int64_t n, const float* o_rows, const ChunkSmem& s) {
@@ -218,14 +223,15 @@ __device__ void load_grads(const LaShape& g, const T* out, const T* den, const T
       continue;
     }
     const std::int64_t at = ((b * g.len + c0 + r) * g.hq + h) * g.dv;
-    const float inv = 1.0f / static_cast<float>(den[(b * g.hq + h) * g.len + c0 + r]);
+    const std::int64_t row = (b * g.hq + h) * g.len + c0 + r;
+    const float inv = 1.0f / static_cast<float>(den[row]);
     float dot = 0.0f;
     for (std::int64_t j = 0; j < g.dv; ++j) {
       const float d = static_cast<float>(dout[at + j]);
       gr[j] = d * inv;
       dot += d * static_cast<float>(out[at + j]);
     }
-    gr[g.dv] = -dot * inv;
+    gr[g.dv] = g.dlog_norm ? (-dot + g.dlog_norm[row]) * inv : -dot * inv;
   }
   __syncthreads();
 }
@@ -239,6 +245,21 @@ __device__ void apply_weights(float* p, int rows, int cols, int ld, const ChunkS
     p[at] *= s.dec[at];
   }
   __syncthreads();
+}
+
+// A row's log normaliser from the forward's final loop: log(den') in offset-scaled units plus
+// the query's and the keys' offsets (qoff, o); -inf where the row sees no key (o = -inf).
+__device__ float log_normaliser(float qoff, float o, float den) {
+  return o == kNegInf ? kNegInf : qoff + o + logf(den);
+}
+
+// The data of an optional per-row f32 tensor (log_norm, dlog_norm: shaped like den), nullptr
+// when undefined; `op` and `name` name it in the error.
+inline float* row_stat(const Tensor& t, const Tensor& den, const char* op, const char* name) {
+  if (!t.defined()) return nullptr;
+  DARK_CHECK(t.dtype() == DType::f32 && t.shape() == den.shape() && t.is_contiguous(), op, ": ", name, " ",
+             t.describe(), " must be f32, contiguous and shaped like den ", den.describe());
+  return t.data<float>();
 }
 
 // The chunk length of a call: the largest of 64, 32, 16, 8 that is at most the requested one

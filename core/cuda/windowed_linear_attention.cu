@@ -26,8 +26,10 @@
 //      query chunk's middle offset O_qc;
 //   4. forward, one block per query chunk: M in shared memory (the middle states added in
 //      ascending chunk order), then per query head Y = sum over masked chunks of
-//      (Phi E^T o D) Vx + exp(O - o_t) Phi M, out = Y[:Dv] / (Y[Dv] + eps).
-// The backward recomputes 1-3, then
+//      (Phi E^T o D) Vx + exp(O - o_t) Phi M, out = Y[:Dv] / (Y[Dv] + eps), and (when wanted)
+//      log_norm_t = qoff_t + o_t + log(Y[Dv] + eps), qoff_t the query's max logit.
+// The backward recomputes 1-3 (G, wherever loaded, adds a given dlog_norm_t / den'_t to its last
+// column: log_norm's gradient), then
 //   5. dq, one block per query chunk: dPhi = sum over masked chunks of (G Vx^T o D) E
 //      + exp(O - o_t) G M^T, dq = Phi o dPhi (the CPU's forward sweep);
 //   6. query-chunk states, into the scratch of 2 (no longer needed): Q_qc = sum over the
@@ -263,8 +265,12 @@ __global__ void __launch_bounds__(kLaThreads, 1) win_forward_kernel(GivenLogits<
     for (int idx = threadIdx.x; idx < n * g.w; idx += blockDim.x) {
       const int r = idx / g.w, j = idx % g.w;
       const float d = s.y[r * g.lw + g.dv] + g.eps;
-      if (j < g.dv) out[((b * g.len + c0 + r) * g.hq + h) * g.dv + j] = T(s.oq[r] == kNegInf ? 0.0f : s.y[g.at_w(idx)] / d);
-      else den[(b * g.hq + h) * g.len + c0 + r] = T(d);
+      if (j < g.dv) {
+        out[((b * g.len + c0 + r) * g.hq + h) * g.dv + j] = T(s.oq[r] == kNegInf ? 0.0f : s.y[g.at_w(idx)] / d);
+      } else {
+        den[(b * g.hq + h) * g.len + c0 + r] = T(d);
+        if (g.log_norm) g.log_norm[(b * g.hq + h) * g.len + c0 + r] = log_normaliser(s.qoff[r], s.oq[r], d);
+      }
     }
   }
 }
@@ -467,10 +473,12 @@ void offsets_and_states(const GivenLogits<T>& src, const T* v, const WinShape& w
 
 template <class T>
 void windowed_linear_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
-                                       Tensor& out, Tensor& den, std::int64_t window, double eps, std::int64_t chunk) {
+                                       Tensor& out, Tensor& den, Tensor& log_norm, std::int64_t window, double eps,
+                                       std::int64_t chunk) {
   check_dtype<T>("windowed_linear_attention_forward", {{"q", &q}, {"k", &k}, {"v", &v}, {"out", &out}, {"den", &den}});
   DeviceGuard guard(q);
-  const WinShape ws = plan(q, k, v, key_mask, window, eps, chunk);
+  WinShape ws = plan(q, k, v, key_mask, window, eps, chunk);
+  ws.g.log_norm = row_stat(log_norm, den, "windowed_linear_attention_forward", "log_norm");
   if (ws.g.batch * ws.g.len == 0) return;
   const GivenLogits<T> src{q.data<T>(), k.data<T>()};
   Scratch x(ws, q.device());
@@ -481,12 +489,14 @@ void windowed_linear_attention_forward(const Tensor& q, const Tensor& k, const T
 
 template <class T>
 void windowed_linear_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
-                                        const Tensor& out, const Tensor& den, const Tensor& dout, Tensor& dq,
-                                        Tensor& dk, Tensor& dv, std::int64_t window, std::int64_t chunk) {
+                                        const Tensor& out, const Tensor& den, const Tensor& dout,
+                                        const Tensor& dlog_norm, Tensor& dq, Tensor& dk, Tensor& dv,
+                                        std::int64_t window, std::int64_t chunk) {
   check_dtype<T>("windowed_linear_attention_backward",
                  {{"q", &q}, {"k", &k}, {"v", &v}, {"dout", &dout}, {"dq", &dq}, {"dk", &dk}, {"dv", &dv}});
   DeviceGuard guard(q);
-  const WinShape ws = plan(q, k, v, key_mask, window, 0.0, chunk);
+  WinShape ws = plan(q, k, v, key_mask, window, 0.0, chunk);
+  ws.g.dlog_norm = row_stat(dlog_norm, den, "windowed_linear_attention_backward", "dlog_norm");
   if (ws.g.batch * ws.g.len == 0) return;
   const GivenLogits<T> src{q.data<T>(), k.data<T>()};
   Scratch x(ws, q.device());
@@ -505,17 +515,18 @@ void windowed_linear_attention_backward(const Tensor& q, const Tensor& k, const 
 // bf16 runs the tensor-core passes, checked against the f32 ones at each configuration's
 // first call (bf16_reference_check.h).
 void windowed_linear_attention_forward_bf16(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
-                                            Tensor& out, Tensor& den, std::int64_t window, double eps,
+                                            Tensor& out, Tensor& den, Tensor& log_norm, std::int64_t window, double eps,
                                             std::int64_t chunk) {
   bf16_check::run("windowed_linear_attention_forward", &windowed_linear_attention_forward<BFloat16>,
-                  &windowed_linear_attention_forward<float>, q, k, v, key_mask, out, den, window, eps, chunk);
+                  &windowed_linear_attention_forward<float>, q, k, v, key_mask, out, den, log_norm, window, eps, chunk);
 }
 void windowed_linear_attention_backward_bf16(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
-                                             const Tensor& out, const Tensor& den, const Tensor& dout, Tensor& dq,
-                                             Tensor& dk, Tensor& dv, std::int64_t window, std::int64_t chunk) {
+                                             const Tensor& out, const Tensor& den, const Tensor& dout,
+                                             const Tensor& dlog_norm, Tensor& dq, Tensor& dk, Tensor& dv,
+                                             std::int64_t window, std::int64_t chunk) {
   bf16_check::run("windowed_linear_attention_backward", &windowed_linear_attention_backward<BFloat16>,
-                  &windowed_linear_attention_backward<float>, q, k, v, key_mask, out, den, dout, dq, dk, dv, window,
-                  chunk);
+                  &windowed_linear_attention_backward<float>, q, k, v, key_mask, out, den, dout, dlog_norm, dq, dk, dv,
+                  window, chunk);
 }
 
 DARK_REGISTER_KERNEL(windowed_linear_attention_forward, cuda, f32, &windowed_linear_attention_forward<float>);
