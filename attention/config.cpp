@@ -21,6 +21,13 @@ void validate(const AttentionConfig& a, std::int64_t head_dim, const std::string
          "\"exact\" cannot be used with kind \"lfk\": LFK learns its feature map, so there is no fixed "
          "kernel to evaluate exactly");
   }
+  if (a.exact_window > 0 && (a.kind == Kind::softmax || a.mode == Mode::exact)) {
+    fail(prefix + ".exact_window",
+         a.kind == Kind::softmax
+             ? std::string("needs a random-feature kind (performer, lfk, darkformer): softmax is exact at every "
+                           "distance already")
+             : std::string("needs mode \"linear\": mode \"exact\" evaluates every key exactly already"));
+  }
   if (a.proposal != Proposal::variance_optimal) return;
   if (a.kind != Kind::performer && a.kind != Kind::darkformer) {
     fail(prefix + ".proposal",

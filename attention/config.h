@@ -65,6 +65,9 @@ struct AttentionConfig {
   int chunk_size = 64;           // causal linear-attention chunk length, >= 1
   int calibration_batches = 4;   // training batches measured for darkformer.init=whiten and proposal=variance_optimal
   WindowedLayers windowed_layers = WindowedLayers::softmax;  // sliding-window layers: exact softmax, or this kind
+  // The exact window W (attention/exact_window.h): each query's W nearest keys get the
+  // kernel's exact weight, the rest its random-feature estimate, in one normaliser; 0 = none.
+  int exact_window = 0;
   DarkformerSettings darkformer;
   LfkSettings lfk;
   std::vector<LayerOverride> layers;  // per-layer overrides (resolved per layer by the run config)
@@ -78,7 +81,8 @@ struct AttentionConfig {
 //   darkformer.rank <= head dimension;
 //   mode "exact" not with kind lfk (LFK learns its feature map: there is no fixed kernel);
 //   proposal "variance_optimal" only with kind performer or darkformer (LFK learns its
-//   features, softmax has none) and only with mode "linear" (exact attention draws none).
+//   features, softmax has none) and only with mode "linear" (exact attention draws none);
+//   exact_window > 0 only with a random-feature kind in mode "linear".
 // Errors read "config: PREFIX.KEY: ...", PREFIX being "attention" or a per-layer override's path.
 void validate(const AttentionConfig& config, std::int64_t head_dim, const std::string& prefix = "attention");
 

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "attention/attention_stats.h"
+#include "attention/exact_window.h"
 #include "attention/kv_cache.h"
 #include "attention/recurrent_state.h"
 #include "autograd/grad_mode.h"
@@ -27,6 +28,7 @@ RandomFeatureAttention::RandomFeatureAttention(const nn::AttentionShape& shape, 
   DARK_CHECK(rank_ <= shape.head_dim, "attention: darkformer rank ", rank_, " exceeds the head dimension ",
              shape.head_dim);
   DARK_CHECK(config.chunk_size >= 1 && config.eps > 0, "attention: chunk_size must be >= 1 and eps > 0");
+  DARK_CHECK(config.exact_window >= 0, "attention: exact_window must be >= 0, got ", config.exact_window);
 }
 
 Tensor RandomFeatureAttention::transformed(const Tensor& x) const {
@@ -82,15 +84,6 @@ Tensor RandomFeatureAttention::feature_logits(const Tensor& x) {
   return logits;
 }
 
-namespace {
-// Exact mode runs the flash op, which needs q, k and v of one width: a rank-r transform is
-// padded with zeros (which leaves every dot product unchanged).
-Tensor pad_to(const Tensor& x, std::int64_t width) {
-  if (x.size(3) == width) return x;
-  return concat({x, Tensor::zeros({x.size(0), x.size(1), x.size(2), width - x.size(3)}, x.dtype(), x.device())}, 3);
-}
-}  // namespace
-
 Tensor RandomFeatureAttention::forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask) {
   const Tensor qt = transformed(q), kt = transformed(k);
   if (moments_) {
@@ -100,13 +93,16 @@ Tensor RandomFeatureAttention::forward(const Tensor& q, const Tensor& k, const T
   }
   if (config_.mode == Mode::exact) {
     if (stats_due()) store_stats(measure_attention_stats(qt, kt, Tensor()));
-    return flash_attention(pad_to(qt, v.size(3)), pad_to(kt, v.size(3)), v, /*causal=*/true, 1.0, key_mask,
+    return flash_attention(pad_last_dim(qt, v.size(3)), pad_last_dim(kt, v.size(3)), v, /*causal=*/true, 1.0, key_mask,
                            shape_.window);
   }
   // The logits are computed inside the op (random_feature_attention): a layer keeps O(T r)
   // for its backward instead of the (B, T, H, m) logits.
   const auto [omega, log_weight] = features(qt.dtype(), qt.device());
   if (stats_due()) store_stats(measure_attention_stats(qt, kt, omega));
+  if (config_.exact_window > 0)
+    return exact_window_attention(qt, kt, v, omega, log_weight, key_mask, exact_window(),
+                                  [this](const Tensor& x) { return feature_logits(x); });
   if (shape_.window > 0 && shape_.window < q.size(1)) {
     // A sliding-window layer (every layer swapped on Gemma 3) longer than its window: the
     // fused op has no window, so the logits are materialised for the windowed op (O(T m) of
@@ -123,11 +119,28 @@ Tensor RandomFeatureAttention::decode(const Tensor& q, const Tensor& k, const Te
   NoGradGuard no_grad;
   const Tensor qt = transformed(q), kt = transformed(k);
   if (config_.mode == Mode::exact)
-    return attend_with_cache(pad_to(qt, v.size(3)), pad_to(kt, v.size(3)), v, 1.0, state, shape_.window);
+    return attend_with_cache(pad_last_dim(qt, v.size(3)), pad_last_dim(kt, v.size(3)), v, 1.0, state, shape_.window);
+  if (config_.exact_window > 0)
+    return exact_window_decode(qt, kt, feature_logits(qt), feature_logits(kt), v, exact_window(), state);
   if (shape_.window > 0)
     return windowed_linear_attention_decode(feature_logits(qt), feature_logits(kt), v, config_.eps, shape_.window,
                                             config_.chunk_size, state);
   return linear_attention_decode(feature_logits(qt), feature_logits(kt), v, config_.eps, state);
+}
+
+ExactWindowSpec RandomFeatureAttention::exact_window() const {
+  return {config_.exact_window, shape_.window, config_.eps, config_.chunk_size};
+}
+
+std::string RandomFeatureAttention::describe() const {
+  if (config_.exact_window == 0) return kind();
+  return str(kind(), " with an exact window of ", config_.exact_window, " keys (exact weights near, random features far)");
+}
+
+void RandomFeatureAttention::set_exact_window(int window) {
+  DARK_CHECK(window >= 0, "attention: exact_window must be >= 0, got ", window);
+  DARK_CHECK(window == 0 || config_.mode == Mode::linear, "attention: exact_window needs mode linear");
+  config_.exact_window = window;
 }
 
 void RandomFeatureAttention::set_feature_epoch(std::int64_t epoch) {

@@ -7,7 +7,8 @@
 // the feature matrices are per key/value head, shared by the query heads that read it.
 //
 // Modes: linear (the random-feature estimate) or exact (the same kernel evaluated exactly:
-// flash softmax with scale 1 on the transformed queries and keys).
+// flash softmax with scale 1 on the transformed queries and keys). In linear mode, an exact
+// window (exact_window.h) evaluates the nearest keys exactly and estimates the rest.
 // Redraws: features are drawn from Philox keyed by (seed, layer, kv head, epoch); the
 // trainer sets the epoch from the optimizer step, so every rank and every resumed run draws
 // the same matrices. Calibration: see nn::AttentionKernel.
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "attention/covariance.h"
+#include "attention/exact_window.h"
 #include "attention/factory.h"
 #include "attention/variance_optimal.h"
 #include "autograd/ops.h"
@@ -33,6 +35,7 @@ class RandomFeatureAttention : public nn::AttentionKernel {
   Tensor forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask = Tensor()) override;
   Tensor decode(const Tensor& q, const Tensor& k, const Tensor& v, std::unique_ptr<nn::DecodeState>& state) override;
 
+  std::string describe() const override;
   void set_feature_epoch(std::int64_t epoch) override;
   std::int64_t feature_epoch() const override { return epoch_; }
   bool redraws_features() const override { return config_.mode == Mode::linear; }
@@ -52,6 +55,11 @@ class RandomFeatureAttention : public nn::AttentionKernel {
   // Feature logits of transformed inputs (B, T, H, r) -> (B, T, H, m) with the current features.
   Tensor feature_logits(const Tensor& transformed_x);
   const AttentionConfig& config() const { return config_; }
+  // The exact window of this layer (exact_window.h); meaningful when config().exact_window > 0.
+  ExactWindowSpec exact_window() const;
+  // Sets attention.exact_window (0 = none) on a built kernel: the probe measures one estimator
+  // (its features, M and proposal) with and without the window.
+  void set_exact_window(int window);
   std::int64_t kv_heads() const { return shape_.n_kv_heads; }
   std::int64_t transformed_dim() const { return rank_; }
 

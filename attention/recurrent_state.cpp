@@ -8,6 +8,48 @@
 
 namespace dark::attention {
 
+namespace {
+RecurrentState& recurrent(nn::DecodeState* state) {
+  auto* s = dynamic_cast<RecurrentState*>(state);
+  DARK_CHECK(s != nullptr, "attention decode: the state was made by another attention kind");
+  return *s;
+}
+}  // namespace
+
+void fold_position(std::unique_ptr<nn::DecodeState>& state, const Tensor& k_logits, const Tensor& v) {
+  NoGradGuard no_grad;
+  if (!state) state = std::make_unique<RecurrentState>();
+  RecurrentState& s = recurrent(state.get());
+  const std::int64_t B = k_logits.size(0), hkv = k_logits.size(2), m = k_logits.size(3), dv = v.size(3);
+  const Tensor kt = reshape(k_logits, {B, hkv, 1, m});
+  const Tensor vx = concat({reshape(v, {B, hkv, 1, dv}), Tensor::ones({B, hkv, 1, 1}, v.dtype(), v.device())}, 3);
+  const Tensor kmax = max(kt, {3}, true);
+  if (!s.state.defined()) {
+    s.offset = kmax;
+    s.state = matmul(exp(sub(kt, kmax)), vx, /*trans_a=*/true);
+  } else {
+    const Tensor offset = maximum(s.offset, kmax);
+    s.state = add(mul(s.state, exp(sub(s.offset, offset))), matmul(exp(sub(kt, offset)), vx, true));
+    s.offset = offset;
+  }
+}
+
+NormalizedAttention read_state(const nn::DecodeState& state, const Tensor& q_logits, double eps) {
+  NoGradGuard no_grad;
+  const auto* held = dynamic_cast<const RecurrentState*>(&state);
+  DARK_CHECK(held != nullptr, "attention decode: the state was made by another attention kind");
+  const RecurrentState& s = *held;
+  const std::int64_t B = q_logits.size(0), hq = q_logits.size(2), m = q_logits.size(3);
+  const std::int64_t hkv = s.state.size(1), group = hq / hkv, dv = s.state.size(3) - 1;
+  const Tensor qt = reshape(q_logits, {B, hkv, group, m});
+  const Tensor qoff = max(qt, {3}, true);
+  const Tensor y = matmul(exp(sub(qt, qoff)), s.state);  // (B, Hkv, group, Dv + 1)
+  const Tensor den = add_scalar(slice(y, 3, dv, dv + 1), eps);
+  const Tensor out = reshape(div(slice(y, 3, 0, dv), den), {B, 1, hq, dv});
+  const Tensor log_norm = reshape(add(add(qoff, s.offset), log(den)), {B, hq, 1});
+  return {out, log_norm.to(grad_dtype(out.dtype()))};
+}
+
 Tensor linear_attention_decode(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, double eps,
                                std::unique_ptr<nn::DecodeState>& state_ptr) {
   NoGradGuard no_grad;
@@ -15,33 +57,15 @@ Tensor linear_attention_decode(const Tensor& q_in, const Tensor& k_in, const Ten
                  k_in.size(1) == v_in.size(1) && q_in.size(2) % k_in.size(2) == 0,
              "linear_attention_decode: expected q (B, T, Hq, m), k (B, T, Hkv, m), v (B, T, Hkv, Dv), got ",
              q_in.describe(), ", ", k_in.describe(), ", ", v_in.describe());
-  if (!state_ptr) state_ptr = std::make_unique<RecurrentState>();
-  auto* s = dynamic_cast<RecurrentState*>(state_ptr.get());
-  DARK_CHECK(s != nullptr, "attention decode: the state was made by another attention kind");
+  if (state_ptr) recurrent(state_ptr.get());  // made by this kind
   const DType acc = v_in.dtype() == DType::f64 ? DType::f64 : DType::f32;
   const Tensor q = q_in.to(acc), k = k_in.to(acc), v = v_in.to(acc);
-  const std::int64_t B = q.size(0), T = q.size(1), hq = q.size(2), m = q.size(3);
-  const std::int64_t hkv = k.size(2), group = hq / hkv, dv = v.size(3);
   std::vector<Tensor> outputs;
-  for (std::int64_t t = 0; t < T; ++t) {
-    const Tensor qt = reshape(slice(q, 1, t, t + 1), {B, hkv, group, m});
-    const Tensor kt = reshape(slice(k, 1, t, t + 1), {B, hkv, 1, m});
-    const Tensor vx = concat({reshape(slice(v, 1, t, t + 1), {B, hkv, 1, dv}), Tensor::ones({B, hkv, 1, 1}, acc, v.device())}, 3);
-    const Tensor kmax = max(kt, {3}, true);
-    if (!s->state.defined()) {
-      s->offset = kmax;
-      s->state = matmul(exp(sub(kt, kmax)), vx, /*trans_a=*/true);
-    } else {
-      const Tensor offset = maximum(s->offset, kmax);
-      s->state = add(mul(s->state, exp(sub(s->offset, offset))), matmul(exp(sub(kt, offset)), vx, true));
-      s->offset = offset;
-    }
-    const Tensor phi = exp(sub(qt, max(qt, {3}, true)));
-    const Tensor y = matmul(phi, s->state);  // (B, Hkv, group, Dv + 1)
-    const Tensor out = div(slice(y, 3, 0, dv), add_scalar(slice(y, 3, dv, dv + 1), eps));
-    outputs.push_back(reshape(out, {B, 1, hq, dv}));
+  for (std::int64_t t = 0; t < q.size(1); ++t) {
+    fold_position(state_ptr, slice(k, 1, t, t + 1), slice(v, 1, t, t + 1));
+    outputs.push_back(read_state(*state_ptr, slice(q, 1, t, t + 1), eps).out);
   }
-  return (T == 1 ? outputs[0] : concat(outputs, 1)).to(v_in.dtype());
+  return (outputs.size() == 1 ? outputs[0] : concat(outputs, 1)).to(v_in.dtype());
 }
 
 Tensor windowed_linear_attention_decode(const Tensor& q, const Tensor& k, const Tensor& v, double eps,

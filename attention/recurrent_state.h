@@ -5,6 +5,7 @@
 // Phi_q = exp(q - max_f q): the same formula, offsets and eps units as the chunked
 // linear_attention op (autograd/ops.h), so decoding equals the training path.
 #pragma once
+#include "autograd/ops.h"
 #include "nn/attention_kernel.h"
 
 namespace dark::attention {
@@ -18,6 +19,15 @@ struct RecurrentState final : nn::DecodeState {
 // (B, T, Hq, Dv) in v's dtype. bfloat16 inputs accumulate in float32.
 Tensor linear_attention_decode(const Tensor& q_logits, const Tensor& k_logits, const Tensor& v, double eps,
                                std::unique_ptr<nn::DecodeState>& state);
+
+// The two steps of that decoding, for callers that keep their own positions (the exact
+// window's far part, attention/exact_window.h), in the inputs' dtype (f32 or f64):
+// one position's key logits (B, 1, Hkv, m) and values (B, 1, Hkv, Dv) into the state
+// (a RecurrentState, created when null) ...
+void fold_position(std::unique_ptr<nn::DecodeState>& state, const Tensor& k_logits, const Tensor& v);
+// ... and the state read by one position's query logits (B, 1, Hq, m): out (B, 1, Hq, Dv) and
+// log_norm (B, Hq, 1) = qoff + o + log(den + eps), as linear_attention_with_norm's.
+NormalizedAttention read_state(const nn::DecodeState& state, const Tensor& q_logits, double eps);
 
 // Sliding-window layers (Gemma 3's local layers with a random-feature kind): a key that
 // leaves the window must leave the state, which a running sum cannot do exactly, so the

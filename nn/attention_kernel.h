@@ -55,6 +55,9 @@ class AttentionKernel : public Module {
   // of the whole sequence; no gradient.
   virtual Tensor decode(const Tensor& q, const Tensor& k, const Tensor& v, std::unique_ptr<DecodeState>& state) = 0;
   virtual const char* kind() const = 0;
+  // kind() and any setting that changes what it computes, in words, for messages (an export
+  // refusal says what the layer runs).
+  virtual std::string describe() const { return kind(); }
 
   // Random features are redrawn by epoch (the trainer sets epoch = step / redraw_interval
   // before each optimizer step); kernels without redrawn features ignore it.

@@ -26,7 +26,7 @@ namespace {
 
 using dark::testing::TempDir;
 
-std::unique_ptr<nn::CausalLM> model(attention::Kind kind) {
+std::unique_ptr<nn::CausalLM> model(attention::Kind kind, int exact_window) {
   nn::ModelConfig m;
   m.vocab_size = 37, m.d_model = 32, m.n_layers = 3, m.n_heads = 4, m.n_kv_heads = 2, m.d_ff = 64, m.dropout = 0.1;
   m.seed = 5;
@@ -34,6 +34,7 @@ std::unique_ptr<nn::CausalLM> model(attention::Kind kind) {
   a.kind = kind;
   a.num_features = 16;
   a.chunk_size = 8;
+  a.exact_window = exact_window;
   return std::make_unique<nn::CausalLM>(m, attention::make_factory(a));
 }
 
@@ -49,8 +50,8 @@ struct Result {
   std::map<std::string, int> hook_calls;
 };
 
-Result run(attention::Kind kind, bool checkpointing) {
-  auto lm = model(kind);
+Result run(attention::Kind kind, bool checkpointing, int exact_window = 0) {
+  auto lm = model(kind, exact_window);
   lm->activation_checkpointing = checkpointing;
   std::vector<std::pair<std::string, Tensor*>> trainable;
   for (auto& [name, p] : lm->named_parameters())
@@ -75,11 +76,15 @@ TEST(ActivationCheckpointing, LossAndGradientsAreBitIdentical) {
     for (const auto& [name, calls] : checked.hook_calls) EXPECT_EQ(calls, 1) << name;
     EXPECT_EQ(tape_size(), 0u);
   }
+  // The exact window's ops (flash with its logsumexp, the far part, the merge) recompute alike.
+  const Result plain = run(attention::Kind::darkformer, false, 9), checked = run(attention::Kind::darkformer, true, 9);
+  EXPECT_EQ(plain.loss, checked.loss) << "darkformer, exact window 9";
+  EXPECT_EQ(plain.grads, checked.grads) << "darkformer, exact window 9";
 }
 
 TEST(ActivationCheckpointing, KeepsLessBetweenForwardAndBackward) {
   auto held = [](bool checkpointing) {
-    auto lm = model(attention::Kind::softmax);
+    auto lm = model(attention::Kind::softmax, 0);
     lm->activation_checkpointing = checkpointing;
     CachingAllocator& alloc = allocator_for(Device::cpu());
     const std::size_t before = alloc.stats().bytes_in_use;

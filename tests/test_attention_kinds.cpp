@@ -488,11 +488,20 @@ std::vector<AttentionConfig> every_kind() {
   layer_scope.darkformer.scope = MatrixScope::layer;
   layer_scope.darkformer.rank = 4;
   out.push_back(layer_scope);
+  // The exact window (attention/exact_window.h), inside and beyond the gemma3 local window of 6.
+  AttentionConfig near_dark = config(Kind::darkformer);
+  near_dark.darkformer.rank = 6;
+  near_dark.exact_window = 4;
+  out.push_back(near_dark);
+  AttentionConfig near_lfk = config(Kind::lfk);
+  near_lfk.exact_window = 7;
+  out.push_back(near_lfk);
   return out;
 }
 
 std::string label(const AttentionConfig& c) {
-  return std::string(enum_name(c.kind)) + (c.mode == Mode::exact ? " exact" : "") + " rank " + std::to_string(c.darkformer.rank);
+  return std::string(enum_name(c.kind)) + (c.mode == Mode::exact ? " exact" : "") + " rank " +
+         std::to_string(c.darkformer.rank) + (c.exact_window > 0 ? " exact window " + std::to_string(c.exact_window) : "");
 }
 
 Tensor token_ids(std::int64_t batch, std::int64_t len, std::uint64_t seed) {

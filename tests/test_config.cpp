@@ -216,7 +216,8 @@ TEST(Config, UnknownKeysSuggestTheClosest) {
             "config: training.lr: unknown key (did you mean optimizer.lr?)");
   EXPECT_EQ(parse_error(R"({"attention": {"features": 3}})"),
             "config: attention.features: unknown key (attention has: kind, num_features, draw, "
-            "redraw_interval, eps, mode, proposal, chunk_size, calibration_batches, windowed_layers, darkformer, lfk, "
+            "redraw_interval, eps, mode, proposal, chunk_size, calibration_batches, windowed_layers, exact_window, "
+            "darkformer, lfk, "
             "layers)");
   EXPECT_EQ(
       parse_error(R"({"xyzzy": 1})"),

@@ -1,15 +1,15 @@
 // The CUDA kernels of the fused model ops (argmax, RMSNorm, RoPE, SwiGLU / GeGLU / GeGLU-tanh,
 // cross entropy, flash attention (also with a sliding window), linear attention (also with a
-// sliding window) and the fused random-feature attention) and of
-// the optimizer, against the CPU: forward values and input gradients in f32 (tolerance 1e-4
-// relative) and bf16 (inputs rounded to bf16 on both sides; 5e-2 elementwise and 2e-2 in
-// relative L2), the CPU computing in float64. Shapes cross tile and chunk boundaries, use
-// odd sizes, grouped-query heads, padded head dimensions, key masks (right, left, holes),
-// cached prefixes (T < S) and strided views. Runs on a GPU when there is one, and always in
-// test_gpu_kernels_emulated on the CUDA emulator (with 2 multiprocessors, so that the
-// linear-attention kernels cut sequences into several segments of several chunks). The packed
-// loops of the elementwise, copy, cast and gated-activation kernels are held to exact bits at
-// every alignment of their operands.
+// sliding window) and the fused random-feature attention, each also with its log normaliser,
+// merge_attention and the exact window) and of the optimizer, against the CPU: forward values
+// and input gradients in f32 (tolerance 1e-4 relative) and bf16 (inputs rounded to bf16 on
+// both sides; 5e-2 elementwise and 2e-2 in relative L2), the CPU computing in float64. Shapes
+// cross tile and chunk boundaries, use odd sizes, grouped-query heads, padded head dimensions,
+// key masks (right, left, holes), cached prefixes (T < S) and strided views. Runs on a GPU
+// when there is one, and always in test_gpu_kernels_emulated on the CUDA emulator (with 2
+// multiprocessors, so that the linear-attention kernels cut sequences into several segments
+// of several chunks). The packed loops of the elementwise, copy, cast and gated-activation
+// kernels are held to exact bits at every alignment of their operands.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -21,8 +21,12 @@
 #include <numeric>
 #include <optional>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
+#include "attention/exact_window.h"
+#include "attention/random_feature_attention.h"
 #include "autograd/grad_mode.h"
 #include "autograd/ops.h"
 #include "autograd/weights.h"
@@ -41,6 +45,31 @@ namespace {
 
 Tensor mask_on(const Tensor& like, Padding kind, std::int64_t batch, std::int64_t len) {
   return mask_tensor(padding_mask(kind, batch, len), batch).to(like.device());
+}
+
+// out and log_norm of one attention state as one flat tensor of out's dtype, so that a case's
+// loss, sum(result * r), uses both. log_norm's -inf (rows that see no key) become 0 with no
+// gradient.
+Tensor out_and_log_norm(const NormalizedAttention& a) {
+  const double inf = std::numeric_limits<double>::infinity();
+  const Tensor none = Tensor::scalar(-inf, a.log_norm.dtype(), a.log_norm.device());
+  const Tensor log_norm = masked_fill(a.log_norm, eq(a.log_norm, none), 0.0);
+  return concat({reshape(a.out, {-1}), reshape(to_dtype(log_norm, a.out.dtype()), {-1})}, 0);
+}
+
+// The exact window of random-feature attention (attention/exact_window.h) on x_q, x_k, v,
+// omega and a log weight (x[4], scaled here), with the far part's feature logits of a
+// sliding-window layer from small ops.
+Tensor exact_window_case(const std::vector<Tensor>& x, const attention::ExactWindowSpec& spec, const Tensor& mask) {
+  const Tensor log_weight = mul_scalar(x[4], 0.3);
+  const std::int64_t hkv = x[3].size(0), m = x[3].size(1);
+  const auto logits = [&](const Tensor& y) {
+    const std::int64_t group = y.size(2) / hkv;
+    const Tensor shift = add_scalar(mul_scalar(sum(square(y), {3}, true), 0.5), 0.5 * std::log(static_cast<double>(m)));
+    const Tensor lw = reshape(expand(reshape(log_weight, {hkv, 1, m}), {hkv, group, m}), {1, 1, y.size(2), m});
+    return add(sub(attention::per_head_project(y, x[3], hkv), shift), lw);
+  };
+  return attention::exact_window_attention(x[0], x[1], x[2], x[3], log_weight, mask, spec, logits);
 }
 
 Tensor targets_on(const Tensor& like, std::int64_t rows, std::int64_t classes) {
@@ -193,6 +222,64 @@ std::vector<OpCase> fused_cases() {
       });
   add("rfa_bidirectional[2,40,2,r5,m8,3]", {{{2, 40, 2, 5}}, {{2, 40, 2, 5}}, {{2, 40, 2, 3}}, {{2, 8, 5}}},
       [](auto& x) { return random_feature_attention(x[0], x[1], x[2], x[3], Tensor(), false, 1e-6, 8); });
+  // Attention states that merge (the exact window): out and log_norm of one call, compared
+  // together and both in the loss (out_and_log_norm), and merge_attention of a flash and a
+  // linear state. Left padding leaves rows that see no key (log_norm -inf).
+  add("flash_with_lse_left_padding[2,70,4/2,32]", {{{2, 70, 4, 32}}, {{2, 70, 2, 32}}, {{2, 70, 2, 32}}},
+      [](auto& x) {
+        return out_and_log_norm(
+            flash_attention_with_lse(x[0], x[1], x[2], true, 0.2, mask_on(x[0], Padding::left, 2, 70)));
+      });
+  add("flash_with_lse_window40_holes[1,130,2,32]", {{{1, 130, 2, 32}}, {{1, 130, 2, 32}}, {{1, 130, 2, 32}}},
+      [](auto& x) {
+        return out_and_log_norm(
+            flash_attention_with_lse(x[0], x[1], x[2], true, 0.2, mask_on(x[0], Padding::holes, 1, 130), 40));
+      });
+  add("linear_with_norm_causal_gqa[2,150,4/2,16,8]", {{{2, 150, 4, 16}}, {{2, 150, 2, 16}}, {{2, 150, 2, 8}}},
+      [](auto& x) { return out_and_log_norm(linear_attention_with_norm(x[0], x[1], x[2], true, 1e-6, 16)); });
+  add("linear_with_norm_left_padding[2,90,2/1,12,5]", {{{2, 90, 2, 12}}, {{2, 90, 1, 12}}, {{2, 90, 1, 5}}},
+      [](auto& x) {
+        return out_and_log_norm(
+            linear_attention_with_norm(x[0], x[1], x[2], true, 1e-6, 16, mask_on(x[0], Padding::left, 2, 90)));
+      });
+  add("linear_with_norm_bidirectional_holes[2,70,2,8,6]", {{{2, 70, 2, 8}}, {{2, 70, 2, 8}}, {{2, 70, 2, 6}}},
+      [](auto& x) {
+        return out_and_log_norm(
+            linear_attention_with_norm(x[0], x[1], x[2], false, 1e-6, 8, mask_on(x[0], Padding::holes, 2, 70)));
+      });
+  add("linear_with_norm_window40_left[2,130,2,12,6]", {{{2, 130, 2, 12}}, {{2, 130, 2, 12}}, {{2, 130, 2, 6}}},
+      [](auto& x) {
+        return out_and_log_norm(
+            linear_attention_with_norm(x[0], x[1], x[2], true, 1e-6, 16, mask_on(x[0], Padding::left, 2, 130), 40));
+      });
+  add("rfa_with_norm_causal_gqa[2,130,4/2,r8,m16,6]",
+      {{{2, 130, 4, 8}}, {{2, 130, 2, 8}}, {{2, 130, 2, 6}}, {{2, 16, 8}}}, [](auto& x) {
+        return out_and_log_norm(random_feature_attention_with_norm(x[0], x[1], x[2], x[3], Tensor(), true, 1e-6, 16));
+      });
+  add("rfa_with_norm_weighted_right[1,70,2,r6,m12,4]",
+      {{{1, 70, 2, 6}}, {{1, 70, 2, 6}}, {{1, 70, 2, 4}}, {{2, 12, 6}}, {{2, 12}, S::normal, false, false}},
+      [](auto& x) {
+        return out_and_log_norm(random_feature_attention_with_norm(x[0], x[1], x[2], x[3], mul_scalar(x[4], 0.3), true,
+                                                                   1e-6, 8, mask_on(x[0], Padding::right, 1, 70)));
+      });
+  // q, k for the flash state (window 20, left padding: its first rows see no key), feature
+  // logits for the linear state over every key, one v for both
+  add("merge_flash_window20_linear[2,90,4/2,16]",
+      {{{2, 90, 4, 16}}, {{2, 90, 2, 16}}, {{2, 90, 2, 16}}, {{2, 90, 4, 12}}, {{2, 90, 2, 12}}}, [](auto& x) {
+        const NormalizedAttention exact =
+            flash_attention_with_lse(x[0], x[1], x[2], true, 0.25, mask_on(x[0], Padding::left, 2, 90), 20);
+        return merge_attention(exact, linear_attention_with_norm(x[3], x[4], x[2], true, 1e-6, 16));
+      });
+  // the exact window (W = 20) of a global layer (its far part: random_feature_attention) and
+  // of a sliding-window layer (w = 60: the windowed linear attention), x at the scale of the
+  // transformed rows
+  const S xq{{2, 100, 4, 8}, S::normal, false, true, 0.6}, xk{{2, 100, 2, 8}, S::normal, false, true, 0.6};
+  const S omega{{2, 16, 8}, S::normal, false, true, 0.8}, log_weight{{2, 16}, S::normal, false, false};
+  add("exact_window20_holes[2,100,4/2,r8,m16,12]", {xq, xk, {{2, 100, 2, 12}}, omega, log_weight}, [](auto& x) {
+    return exact_window_case(x, {20, 0, 1e-6, 16}, mask_on(x[0], Padding::holes, 2, 100));
+  });
+  add("exact_window20_layer60[2,100,4/2,r8,m16,12]", {xq, xk, {{2, 100, 2, 12}}, omega, log_weight},
+      [](auto& x) { return exact_window_case(x, {20, 60, 1e-6, 16}, Tensor()); });
   return cases;
 }
 
@@ -369,6 +456,54 @@ TEST(GpuFlashAttention, WindowIsDeterministicAndAWindowOfAtLeastSIsNone) {
   EXPECT_EQ(run(20), run(20));
   EXPECT_EQ(run(150), run(0));
   EXPECT_EQ(run(1000), run(0));
+}
+
+// Asking for the log normaliser changes no bit of the output, nor of the input gradients of a
+// loss on the output alone (no dlse / dlog_norm then): flash attention, linear attention
+// (causal and windowed) and random-feature attention, f32 and bf16.
+TEST(GpuAttentionNorms, AskingForTheNormChangesNoBitOfTheOutputOrItsGradients) {
+  DARK_REQUIRE_GPU();
+  const Device dev = Device::cuda(0);
+  using Fn = std::function<NormalizedAttention(const std::vector<Tensor>&, bool)>;
+  auto plain = [](Tensor out) { return NormalizedAttention{std::move(out), Tensor()}; };
+  const std::vector<std::tuple<std::string, std::vector<Shape>, Fn>> ops = {
+      {"flash", {{2, 90, 4, 32}, {2, 90, 2, 32}, {2, 90, 2, 32}},
+       [&](const auto& x, bool norm) {
+         return norm ? flash_attention_with_lse(x[0], x[1], x[2], true, 0.2, Tensor(), 30)
+                     : plain(flash_attention(x[0], x[1], x[2], true, 0.2, Tensor(), 30));
+       }},
+      {"linear", {{2, 150, 4, 16}, {2, 150, 2, 16}, {2, 150, 2, 8}},
+       [&](const auto& x, bool norm) {
+         return norm ? linear_attention_with_norm(x[0], x[1], x[2], true, 1e-6, 16)
+                     : plain(linear_attention(x[0], x[1], x[2], true, 1e-6, 16));
+       }},
+      {"linear_window40", {{2, 130, 2, 12}, {2, 130, 2, 12}, {2, 130, 2, 6}},
+       [&](const auto& x, bool norm) {
+         return norm ? linear_attention_with_norm(x[0], x[1], x[2], true, 1e-6, 16, Tensor(), 40)
+                     : plain(linear_attention(x[0], x[1], x[2], true, 1e-6, 16, Tensor(), 40));
+       }},
+      {"random_feature", {{2, 130, 4, 8}, {2, 130, 2, 8}, {2, 130, 2, 6}, {2, 16, 8}},
+       [&](const auto& x, bool norm) {
+         return norm ? random_feature_attention_with_norm(x[0], x[1], x[2], x[3], Tensor(), true, 1e-6, 16)
+                     : plain(random_feature_attention(x[0], x[1], x[2], x[3], Tensor(), true, 1e-6, 16));
+       }},
+  };
+  for (const DType dtype : {DType::f32, DType::bf16})
+    for (const auto& [name, shapes, fn] : ops) {
+      std::vector<std::vector<std::vector<float>>> runs;
+      for (const bool norm : {false, true}) {
+        std::vector<Tensor> x;
+        for (std::size_t i = 0; i < shapes.size(); ++i)
+          x.push_back(Tensor::randn(shapes[i], 6, i, DType::f32, dev).to(dtype).set_requires_grad(true));
+        const NormalizedAttention a = fn(x, norm);
+        EXPECT_EQ(a.log_norm.defined(), norm) << name;
+        backward(a.out, Tensor::randn(a.out.shape(), 6, 9, DType::f32, dev).to(dtype));
+        std::vector<std::vector<float>> values = {a.out.to(DType::f32).to_vector<float>()};
+        for (const Tensor& t : x) values.push_back(t.grad().to(DType::f32).to_vector<float>());
+        runs.push_back(std::move(values));
+      }
+      EXPECT_TRUE(runs[0] == runs[1]) << name << " " << dtype_name(dtype);
+    }
 }
 
 // The optimizer kernels over a flat buffer with decay ranges: the CUDA update equals the

@@ -323,6 +323,11 @@ TEST(HfExport, ExportThenImportGivesIdenticalLogitsAndTokenizer) {
   expect_error([&] { formats::export_hf(*performer, &bytes, tmp.path() / "performer", /*add_bos=*/false); },
                {"layer 0 uses performer"});
   EXPECT_FALSE(fs::exists(tmp.path() / "performer"));
+  linear.attention.exact_window = 4;  // the refusal says what the window is
+  auto windowed = build_model(linear);
+  expect_error([&] { formats::export_hf(*windowed, &bytes, tmp.path() / "windowed", /*add_bos=*/false); },
+               {"layer 0 uses performer with an exact window of 4 keys"});
+  EXPECT_FALSE(fs::exists(tmp.path() / "windowed"));
 }
 
 // add_bos (a run that fed bos at every sequence start): tokenizer_config.json says so and

@@ -396,6 +396,10 @@ std::vector<Field> make_schema() {
       choice(DARK_CONFIG_MEMBER(attention.windowed_layers),
              "what sliding-window layers (gemma3's local layers) run when kind is not softmax: softmax = exact "
              "windowed softmax (a swap replaces the global layers only), same = the configured kind"),
+      integer(DARK_CONFIG_MEMBER(attention.exact_window), 0,
+              "keys nearest each query (its own included) weighted by the kind's exact kernel, the farther ones "
+              "by its random features, in one normaliser; 0 = none (performer, lfk, darkformer in mode linear; "
+              "costs O(T W) more)"),
       choice(DARK_CONFIG_MEMBER(attention.darkformer.scope),
              "DARKFormer: head = one learned M per (layer, key/value head); layer = one M per layer, shared by "
              "its heads"),
@@ -761,6 +765,7 @@ attention::AttentionConfig attention_for_layer(const RunConfig& config, int laye
     a.kind = attention::Kind::softmax;
     a.mode = attention::Mode::linear;
     a.proposal = attention::Proposal::isotropic;
+    a.exact_window = 0;
   }
   return a;
 }

@@ -1,6 +1,7 @@
 // Hugging Face export (see hf_export.h).
 #include "train/formats/hf_export.h"
 
+
 #include <spdlog/spdlog.h>
 
 #include <nlohmann/json.hpp>
@@ -124,7 +125,7 @@ std::vector<fs::path> export_hf(nn::CausalLM& model, const data::Tokenizer* toke
   for (std::size_t layer = 0; layer < kernels.size(); ++layer) {
     const std::string_view kind = kernels[layer]->kind();
     DARK_CHECK(kind == "softmax", "export-hf: only softmax-attention models map onto LlamaForCausalLM; layer ", layer,
-               " uses ", kind);
+               " uses ", kernels[layer]->describe());
   }
   DARK_CHECK(!add_bos || (tokenizer && tokenizer->bos_id() >= 0), "export-hf: the run fed bos at every sequence "
              "start but its tokenizer ", tokenizer ? tokenizer->kind() : std::string("(none)"), " has no bos token");
