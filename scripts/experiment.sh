@@ -13,8 +13,8 @@ cd "$(dirname "$0")/.."
 name=${1:?usage: scripts/experiment.sh NAME [sweep flags]; see configs/experiments/}
 shift
 sweep=configs/experiments/$name.json
-[[ -f "$sweep" || "$name" == *_probe ]] ||
-  { echo "experiment: no $sweep; choose one of: gemma3_probe smollm2_probe $(ls configs/experiments | sed 's/\.json$//' | tr '\n' ' ')" >&2; exit 2; }
+[[ -f "$sweep" || "$name" == *_probe || "$name" == *_probe_window ]] ||
+  { echo "experiment: no $sweep; choose one of: gemma3_probe smollm2_probe gemma3_probe_window smollm2_probe_window $(ls configs/experiments | sed 's/\.json$//' | tr '\n' ' ')" >&2; exit 2; }
 
 build=${BUILD_DIR:-build}
 scripts/install-deps.sh
@@ -38,21 +38,24 @@ released_checkpoint() {
   fi
 }
 
-# The probe of a released model's own queries and keys at m = 64, 128, 256 on 4 validation
-# batches of 4 x 512 debdocs tokens. $1: the experiment name, $2: the released run folder.
+# The probe of a released model's own queries and keys at m = $features (64, 128, 256) on 4
+# validation batches of 4 x 512 debdocs tokens. $1: the experiment name, $2: the released run folder.
+features=64,128,256
 probe_released() {
   local out=runs/experiments/$1 released=$2
   shift 2
   mkdir -p "$out"
-  "$build"/darkformer probe --checkpoint "$released" --features 64,128,256 --batches 4 --redraws 4 \
+  "$build"/darkformer probe --checkpoint "$released" --features "$features" --batches 4 --redraws 4 \
     --set training.device=cpu --json "$out/probe.json" "$@" | tee "$out/probe.txt"
 }
 
 jobs=${JOBS:-2}
 case "$name" in
-  gemma3_probe | smollm2_probe)
-    # Not sweeps: the probe at head dimension 256 (Gemma 3 270M) and 64 (SmolLM2-135M).
-    if [[ $name == gemma3_probe ]]; then
+  gemma3_probe | smollm2_probe | gemma3_probe_window | smollm2_probe_window)
+    # Not sweeps: the probe at head dimension 256 (Gemma 3 270M) and 64 (SmolLM2-135M); the
+    # _window ones at m = 64, every estimator with and without the exact window of 64 keys.
+    if [[ $name == *_window ]]; then features=64; set -- --exact-window 64 "$@"; fi
+    if [[ $name == gemma3_* ]]; then
       scripts/fetch-models.sh gemma3
       released_checkpoint configs/gemma3_finetune.json runs/gemma3-released
       probe_released "$name" runs/gemma3-released "$@"

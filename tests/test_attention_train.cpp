@@ -178,6 +178,53 @@ TEST(AttentionTraining, ProbeMeasuresEveryEstimatorOnATrainedModel) {
   EXPECT_NE(report.table().find("layer 1"), std::string::npos);
 }
 
+TEST(AttentionTraining, ProbeMeasuresEveryEstimatorWithAndWithoutTheExactWindow) {
+  TempDir tmp;
+  train(parse_config(with_attention(tiny_config(tmp, "run", 10), {{"kind", "darkformer"}, {"num_features", 16}})), {});
+  const formats::CheckpointData ck = formats::load_checkpoint(tmp.path() / "run/checkpoints" / formats::checkpoint_name(10));
+  const RunConfig config = parse_config(ck.state.at("config"));
+  auto model = build_model(config);
+  load_trained_state(*model, ck, config, "test");
+  const data::PreparedData data = data::open_prepared(config.data.dir);
+  experiments::ProbeOptions o;
+  o.batches = 1;
+  o.features = {8};
+  o.redraws = 2;
+  o.calibration_batches = 1;
+  const experiments::ProbeReport without = experiments::run_probe(*model, config, data, o);
+  for (const experiments::ProbeRow& r : without.rows) EXPECT_EQ(r.method.find("+window"), std::string::npos) << r.method;
+  const char* methods[] = {"performer", "darkformer_identity", "darkformer_whiten", "performer_var_opt",
+                           "darkformer_learned", "lfk"};
+  // A window of a quarter of the sequence (8 of 32 tokens): the same estimators, the nearest
+  // keys exact; the rows without it are the same numbers as in a probe without a window. The
+  // swap error shrinks too where the kernel is softmax (not for a whitened or learned M).
+  o.exact_window = 8;
+  const experiments::ProbeReport quarter = experiments::run_probe(*model, config, data, o);
+  EXPECT_EQ(quarter.rows.size(), 2 * without.rows.size());
+  for (const std::string method : methods) {
+    const experiments::ProbeRow& plain = pooled_row(quarter, method, 8);
+    const experiments::ProbeRow& windowed = pooled_row(quarter, method + " +window8", 8);
+    EXPECT_EQ(plain.swap.mean, pooled_row(without, method, 8).swap.mean) << method;
+    EXPECT_EQ(windowed.swap.count, plain.swap.count) << method;
+    EXPECT_EQ(windowed.has_monte_carlo, plain.has_monte_carlo) << method;
+    if (plain.has_monte_carlo) EXPECT_LT(windowed.monte_carlo.mean, plain.monte_carlo.mean) << method;
+    if (method.find("darkformer_whiten") == std::string::npos && method != "darkformer_learned")
+      EXPECT_LT(windowed.swap.mean, plain.swap.mean) << method;
+  }
+  EXPECT_NE(quarter.table().find("darkformer_identity +window8"), std::string::npos);
+  EXPECT_EQ(quarter.to_json()["rows"].size(), quarter.rows.size());
+  // A window over the whole sequence makes attention exact: no Monte Carlo error left, and for
+  // performer (whose kernel is softmax) no swap error either.
+  o.exact_window = static_cast<int>(config.data.seq_len);
+  const experiments::ProbeReport whole = experiments::run_probe(*model, config, data, o);
+  const std::string suffix = " +window" + std::to_string(config.data.seq_len);
+  for (const std::string method : methods) {
+    const experiments::ProbeRow& r = pooled_row(whole, method + suffix, 8);
+    if (r.has_monte_carlo) EXPECT_LT(r.monte_carlo.p99, 1e-5) << method;
+  }
+  EXPECT_LT(pooled_row(whole, "performer" + suffix, 8).swap.p99, 1e-5);
+}
+
 TEST(AttentionTraining, ProbeGivesTheModelItsKernelsBackWhenAForwardThrows) {
   TempDir tmp;
   RunConfig config = parse_config(with_attention(tiny_config(tmp, "probe", 10), {{"kind", "performer"}, {"num_features", 8}}));

@@ -212,6 +212,8 @@ int probe_command(const CommandArgs& args) {
       {"--features", "LIST", "16,32,64,128,256", "feature counts m, comma-separated"},
       {"--redraws", "N", "8", "feature draws per (layer, m)"},
       {"--calibration-batches", "N", "2", "training batches for the whiten initialisation"},
+      {"--exact-window", "W", "the checkpoint's attention.exact_window",
+       "W > 0: also measure every estimator with its W nearest keys exact (rows \"<method> +windowW\")"},
       {"--json", "PATH", "", "write the full report (per layer and head) here; default <checkpoint>/probe.json"},
       kData,
       {"--text", "FILE", "", "measure and calibrate on windows of this text file instead of prepared data"},
@@ -231,6 +233,8 @@ int probe_command(const CommandArgs& args) {
   o.calibration_batches = a.integer("--calibration-batches", 1);
   const std::string where = a.require("--checkpoint");
   LoadedRun run = load_run(where, a.all("--set"));
+  o.exact_window = a.has("--exact-window") ? static_cast<int>(a.integer("--exact-window", 0, 1 << 30))
+                                           : run.config.attention.exact_window;
   data::TextData text;
   const experiments::ProbeReport report = experiments::run_probe(*run.model, run.config, run_data(run, a, text), o);
   std::printf("probe of %s (step %lld): per-token relative errors |out - ref| / |ref|\n"

@@ -11,6 +11,7 @@
 #include "attention/darkformer_attention.h"
 #include "attention/factory.h"
 #include "attention/lfk_attention.h"
+#include "attention/random_feature_attention.h"
 #include "attention/softmax_attention.h"
 #include "autograd/grad_mode.h"
 #include "autograd/ops.h"
@@ -213,6 +214,32 @@ std::vector<Estimator> estimators_for(const nn::AttentionShape& shape, const Att
   return out;
 }
 
+// Runs `linear` on every batch of `inputs` for draws 0 .. redraws - 1 and adds its errors to
+// `acc` (this layer) and `all` (every layer): swap against `softmax_out`, Monte Carlo against
+// `exact_out` (none when empty: no fixed kernel).
+void measure(nn::AttentionKernel& linear, const std::vector<RecordingKernel::Inputs>& inputs,
+             const std::vector<Tensor>& softmax_out, const std::vector<Tensor>& exact_out, std::int64_t redraws,
+             Accumulator& acc, Accumulator& all) {
+  for (std::int64_t draw = 0; draw < redraws; ++draw) {
+    linear.set_feature_epoch(draw);
+    double draw_sum = 0;
+    std::int64_t draw_count = 0;
+    for (std::size_t b = 0; b < inputs.size(); ++b) {
+      const Tensor out = linear.forward(inputs[b].q, inputs[b].k, inputs[b].v);
+      const std::vector<double> swap = token_errors(out, softmax_out[b]);
+      acc.add(acc.swap, swap);
+      all.add(all.swap, swap);
+      if (exact_out.empty()) continue;
+      const std::vector<double> mc_errors = token_errors(out, exact_out[b]);
+      acc.add(acc.monte_carlo, mc_errors);
+      all.add(all.monte_carlo, mc_errors);
+      draw_sum += std::accumulate(mc_errors.begin(), mc_errors.end(), 0.0);
+      draw_count += static_cast<std::int64_t>(mc_errors.size());
+    }
+    if (draw_count) acc.draw_means.push_back(draw_sum / static_cast<double>(draw_count));
+  }
+}
+
 void push_rows(ProbeReport& report, int layer, const std::string& method, std::int64_t m, Accumulator& acc,
                bool has_monte_carlo) {
   // Pooled over heads first, then one row per head.
@@ -246,6 +273,7 @@ ProbeReport run_probe(nn::CausalLM& model, const train::RunConfig& config, const
                       const ProbeOptions& options) {
   DARK_CHECK(options.batches >= 1 && options.redraws >= 1 && options.calibration_batches >= 1 && !options.features.empty(),
              "probe: --batches, --redraws and --calibration-batches must be >= 1 and --features non-empty");
+  DARK_CHECK(options.exact_window >= 0, "probe: --exact-window must be >= 0, got ", options.exact_window);
   for (std::int64_t m : options.features) DARK_CHECK(m >= 1, "probe: feature counts must be >= 1, got ", m);
   NoGradGuard no_grad;
   model.train(false);
@@ -271,6 +299,8 @@ ProbeReport run_probe(nn::CausalLM& model, const train::RunConfig& config, const
   ProbeReport report;
   std::map<std::pair<std::string, std::int64_t>, Accumulator> pooled;  // over layers
   std::map<std::pair<std::string, std::int64_t>, std::vector<double>> layer_draw_sds;
+  std::vector<int> windows = {0};  // exact windows measured: none, then W
+  if (options.exact_window > 0) windows.push_back(options.exact_window);
   for (std::size_t layer = 0; layer < measured.size(); ++layer) {
     const nn::AttentionShape shape{mc.n_heads, mc.n_kv_heads, mc.head_size(), static_cast<int>(layer), mc.dtype};
     // The swap reference is the layer's own attention: windowed on a gemma3 local layer. The
@@ -286,32 +316,21 @@ ProbeReport run_probe(nn::CausalLM& model, const train::RunConfig& config, const
       spdlog::info("probe: layer {}/{}, m = {}", layer + 1, measured.size(), m);
       for (Estimator& e : estimators_for(shape, settings, *model.attention_kernels()[layer], m, config.seed,
                                          calibration[layer], model.device())) {
-        Accumulator acc(mc.n_heads);
-        Accumulator& all = pooled.try_emplace({e.name, m}, mc.n_heads).first->second;
         std::vector<Tensor> exact_out;
         if (e.exact)
           for (const auto& in : measured[layer]) exact_out.push_back(e.exact->forward(in.q, in.k, in.v));
-        for (std::int64_t draw = 0; draw < options.redraws; ++draw) {
-          e.linear->set_feature_epoch(draw);
-          double draw_sum = 0;
-          std::int64_t draw_count = 0;
-          for (std::size_t b = 0; b < measured[layer].size(); ++b) {
-            const auto& in = measured[layer][b];
-            const Tensor out = e.linear->forward(in.q, in.k, in.v);
-            const std::vector<double> swap = token_errors(out, softmax_out[b]);
-            acc.add(acc.swap, swap);
-            all.add(all.swap, swap);
-            if (!e.exact) continue;
-            const std::vector<double> mc_errors = token_errors(out, exact_out[b]);
-            acc.add(acc.monte_carlo, mc_errors);
-            all.add(all.monte_carlo, mc_errors);
-            draw_sum += std::accumulate(mc_errors.begin(), mc_errors.end(), 0.0);
-            draw_count += static_cast<std::int64_t>(mc_errors.size());
-          }
-          if (draw_count) acc.draw_means.push_back(draw_sum / static_cast<double>(draw_count));
+        // Without the window, then with it: the same kernel (features, M, proposal, draws).
+        auto& kernel = dynamic_cast<attention::RandomFeatureAttention&>(*e.linear);
+        for (int window : windows) {
+          const std::string name = window == 0 ? e.name : e.name + " +window" + std::to_string(window);
+          kernel.set_exact_window(window);
+          Accumulator acc(mc.n_heads);
+          Accumulator& all = pooled.try_emplace({name, m}, mc.n_heads).first->second;
+          measure(kernel, measured[layer], softmax_out, exact_out, options.redraws, acc, all);
+          layer_draw_sds[{name, m}].push_back(standard_deviation(acc.draw_means));
+          push_rows(report, static_cast<int>(layer), name, m, acc, e.exact != nullptr);
         }
-        layer_draw_sds[{e.name, m}].push_back(standard_deviation(acc.draw_means));
-        push_rows(report, static_cast<int>(layer), e.name, m, acc, e.exact != nullptr);
+        kernel.set_exact_window(0);
       }
     }
   }
@@ -348,10 +367,12 @@ nlohmann::json ProbeReport::to_json() const {
 std::string ProbeReport::table() const {
   std::string out;
   char line[256];
+  int width = 26;  // the method column, wider for a longer name ("darkformer_whiten_var_opt +window64")
+  for (const ProbeRow& r : rows) width = std::max(width, static_cast<int>(r.method.size()));
   const auto header = [&](const std::string& title) {
     out += title + "\n";
-    std::snprintf(line, sizeof line, "%-26s %5s | %8s %8s %8s %8s %8s | %8s %8s %8s %8s\n", "method", "m", "mc mean",
-                  "mc p50", "mc p90", "mc p99", "draw sd", "swap mean", "swap p50", "swap p90", "swap p99");
+    std::snprintf(line, sizeof line, "%-*s %5s | %8s %8s %8s %8s %8s | %8s %8s %8s %8s\n", width, "method", "m",
+                  "mc mean", "mc p50", "mc p90", "mc p99", "draw sd", "swap mean", "swap p50", "swap p90", "swap p99");
     out += line;
   };
   int current = -2;
@@ -367,14 +388,14 @@ std::string ProbeReport::table() const {
       header(current < 0 ? "all layers" : "layer " + std::to_string(current));
     }
     if (r->has_monte_carlo) {
-      std::snprintf(line, sizeof line, "%-26s %5lld | %8.4f %8.4f %8.4f %8.4f %8.4f | %9.4f %8.4f %8.4f %8.4f\n",
-                    r->method.c_str(), static_cast<long long>(r->features), r->monte_carlo.mean, r->monte_carlo.median,
-                    r->monte_carlo.p90, r->monte_carlo.p99, r->draw_sd, r->swap.mean, r->swap.median, r->swap.p90,
-                    r->swap.p99);
-    } else {
-      std::snprintf(line, sizeof line, "%-26s %5lld | %8s %8s %8s %8s %8s | %9.4f %8.4f %8.4f %8.4f\n",
-                    r->method.c_str(), static_cast<long long>(r->features), "-", "-", "-", "-", "-", r->swap.mean,
+      std::snprintf(line, sizeof line, "%-*s %5lld | %8.4f %8.4f %8.4f %8.4f %8.4f | %9.4f %8.4f %8.4f %8.4f\n",
+                    width, r->method.c_str(), static_cast<long long>(r->features), r->monte_carlo.mean,
+                    r->monte_carlo.median, r->monte_carlo.p90, r->monte_carlo.p99, r->draw_sd, r->swap.mean,
                     r->swap.median, r->swap.p90, r->swap.p99);
+    } else {
+      std::snprintf(line, sizeof line, "%-*s %5lld | %8s %8s %8s %8s %8s | %9.4f %8.4f %8.4f %8.4f\n",
+                    width, r->method.c_str(), static_cast<long long>(r->features), "-", "-", "-", "-", "-",
+                    r->swap.mean, r->swap.median, r->swap.p90, r->swap.p99);
     }
     out += line;
   }

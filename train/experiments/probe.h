@@ -21,6 +21,9 @@
 //                exp(q~^T M^T M k~) for darkformer): the estimator's error alone (the paper's
 //                importance-sampling argument); undefined for lfk, which has no fixed kernel;
 //   swap:        ref = the layer's exact softmax attention: what replacing the attention costs.
+// With an exact window W > 0 (ProbeOptions::exact_window; attention/exact_window.h) every
+// estimator is measured a second time, the same kernel object (features, M, proposal, draws)
+// with its W nearest keys weighted exactly: the rows "<method> +windowW", beside "<method>".
 // Errors are heavy-tailed, so the report gives the mean and the median, 90th and 99th
 // percentiles over every (batch, position, head, draw), and draw_sd, the standard deviation
 // over draws of the per-draw mean Monte Carlo error.
@@ -41,6 +44,7 @@ struct ProbeOptions {
   std::vector<std::int64_t> features = {16, 32, 64, 128, 256};
   std::int64_t redraws = 8;
   std::int64_t calibration_batches = 2;  // training batches for darkformer_whiten
+  int exact_window = 0;                  // W > 0: each estimator also with an exact window of W keys
 };
 
 struct ErrorStats {
