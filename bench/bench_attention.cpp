@@ -27,6 +27,13 @@
 // parameters): everything the pass itself allocates, gradients included; also the growth
 // of the peak RSS over that call.
 //
+// Exact window (--exact-window W, default 64; 0 = off): each random-feature kind at each m
+// also runs with attention.exact_window = W (attention/exact_window.h), labelled kind+WW,
+// timed in the same rounds as the kind without it and measured for memory in its own child,
+// so the table's "t W/0" and "mem W/0" (its time and peak over the kind's at the same m and L)
+// are ratios of times from the same rounds; the summary holds the worst over L 2048-32768 at
+// m 64 against the targets (time <= 1.3x, memory <= 1.1x).
+//
 // A configuration whose predicted time (from the same kind at the previous L: quadratic for
 // softmax, linear for the others) exceeds --budget-s is skipped and says so.
 // --merge F1,F2,... combines the JSON of several runs (per configuration, the median of
@@ -43,6 +50,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <fstream>
 #include <iostream>
@@ -51,6 +59,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/median.h"
@@ -70,6 +79,9 @@ using nlohmann::json;
 
 const char* const kTool = "darkformer_bench_attention";
 constexpr std::int64_t kRefLen = 2048, kBigLen = 32768, kSoftLen = 16384;
+// The exact window's targets: at m = 64, over L kRefLen..kBigLen, t(W) / t(0) and mem(W) / mem(0).
+constexpr std::int64_t kExactWindowM = 64;
+constexpr double kExactWindowTime = 1.3, kExactWindowMemory = 1.1;
 
 struct Args {
   std::vector<std::string> kinds = {"softmax", "performer", "lfk", "darkformer"};
@@ -83,6 +95,7 @@ struct Args {
   int threads = 0;  // 0 = OpenMP's default (OMP_NUM_THREADS)
   std::int64_t batch = 1, heads = 4, head_dim = 64, chunk = 64;
   std::int64_t window = 0;  // sliding window of every kind (0 = full causal)
+  std::int64_t exact_window = 64;  // attention.exact_window of the extra configurations (0 = none)
   std::uint64_t seed = 1234;
   bool no_memory = false;
   std::string json_path;
@@ -114,6 +127,9 @@ struct Args {
          "  --batch N, --heads N, --head-dim N   shape (default 1, 4, 64; n_kv_heads = heads)\n"
          "  --chunk N         causal linear-attention chunk length (default 64, the config default)\n"
          "  --window N        sliding-window attention of N keys for every kind (default 0: full causal)\n"
+         "  --exact-window W  also run each random-feature kind and m with attention.exact_window = W,\n"
+         "                    timed in the same rounds as without it, with its own memory; the table\n"
+         "                    shows t(W) / t(0) and mem(W) / mem(0) (default 64; 0 = off)\n"
          "  --seed N          input and feature seed (default 1234)\n"
          "  --no-memory       time only (no per-configuration memory children)\n"
          "  --merge F1,F2,..  report the median over earlier runs' JSON files instead of measuring\n"
@@ -186,6 +202,7 @@ Args parse_args(int argc, char** argv) {
     else if (arg == "--head-dim") a.head_dim = to_int(arg, value(), 1);
     else if (arg == "--chunk") a.chunk = to_int(arg, value(), 1);
     else if (arg == "--window") a.window = to_int(arg, value(), 0);
+    else if (arg == "--exact-window") a.exact_window = to_int(arg, value(), 0);
     else if (arg == "--seed") a.seed = static_cast<std::uint64_t>(to_int(arg, value(), 0));
     else if (arg == "--no-memory") a.no_memory = true;
     else if (arg == "--merge") a.merge = value();
@@ -213,16 +230,32 @@ double peak_rss_mib() {  // ru_maxrss is KiB on Linux
 
 constexpr double kMiB = 1024.0 * 1024.0;
 
-struct Spec {
+// One kind at one m (softmax: m = 0), with or without the exact window: a block of the table.
+struct Series {
   std::string kind;
-  std::int64_t m = 0, L = 0;
+  std::int64_t m = 0, exact_window = 0;  // exact_window: attention.exact_window (0 = none)
+  auto operator<=>(const Series&) const = default;
+  std::string label() const { return exact_window ? kind + "+W" + std::to_string(exact_window) : kind; }
+  const Series& series() const { return *this; }
 };
 
+// One configuration: a series at one L.
+struct Spec : Series {
+  std::int64_t L = 0;
+};
+
+// "kind:m:L" or, with the exact window, "kind:m:L:W".
 Spec parse_spec(const std::string& text) {
   const auto parts = split(text, ':');
-  DARK_CHECK(parts.size() == 3, "a configuration is kind:m:L, got '", text, "'");
+  DARK_CHECK(parts.size() == 3 || parts.size() == 4, "a configuration is kind:m:L[:W], got '", text, "'");
   dark::parse_enum<dark::attention::Kind>(parts[0], "attention kind");
-  return {parts[0], to_int("m", parts[1], 0), to_int("L", parts[2], 1)};
+  return {{parts[0], to_int("m", parts[1], 0), parts.size() == 4 ? to_int("W", parts[3], 0) : 0},
+          to_int("L", parts[2], 1)};
+}
+
+std::string spec_text(const Series& s, std::int64_t L) {
+  return s.kind + ":" + std::to_string(s.m) + ":" + std::to_string(L) +
+         (s.exact_window ? ":" + std::to_string(s.exact_window) : "");
 }
 
 // ------------------------------------------------------------------ children
@@ -241,6 +274,7 @@ struct Bench {
     config.num_features = spec.m > 0 ? static_cast<int>(spec.m) : 64;
     config.chunk_size = static_cast<int>(a.chunk);
     config.seed = a.seed;
+    config.exact_window = static_cast<int>(spec.exact_window);
     kernel = attention::make_factory(config)(nn::AttentionShape{a.heads, a.heads, a.head_dim, 0, DType::f32, a.window});
     kernel->train(true);
     DARK_CHECK(!kernel->needs_calibration(), spec.kind, " needs a calibration; the benchmark uses the default config");
@@ -269,13 +303,15 @@ struct Bench {
   void check_finite() const {
     for (const dark::Tensor* t : {&q, &k, &v}) {
       const double s = dark::sum(dark::square(t->grad())).item();
-      DARK_CHECK(std::isfinite(s), spec.kind, " m=", spec.m, " L=", spec.L, ": non-finite gradient");
+      DARK_CHECK(std::isfinite(s), spec.label(), " m=", spec.m, " L=", spec.L, ": non-finite gradient");
     }
   }
 };
 
 json spec_json(const Spec& s) {
-  return {{"kind", s.kind}, {"m", s.kind == "softmax" ? 0 : s.m}, {"L", s.L}};
+  json j = {{"kind", s.kind}, {"m", s.kind == "softmax" ? 0 : s.m}, {"L", s.L}};
+  if (s.exact_window) j["exact_window"] = s.exact_window;
+  return j;
 }
 
 // After a first call that took `first` seconds: calls b until it has run at least twice and
@@ -433,9 +469,8 @@ std::string range_text(double lo, double hi) {
 
 // One row of the report: a configuration, or (ref_of > 0) a reference re-timed in the
 // group of L = ref_of.
-struct Row {
-  std::string kind;
-  std::int64_t m = 0, L = 0, ref_of = 0;
+struct Row : Series {
+  std::int64_t L = 0, ref_of = 0;
   json data = json::object();  // time and memory fields
   std::string skipped;         // why not timed
   bool timed() const { return data.contains("ms"); }
@@ -447,6 +482,7 @@ struct Row {
     j["kind"] = kind;
     j["m"] = m;
     j["L"] = L;
+    if (exact_window) j["exact_window"] = exact_window;
     if (ref_of) j["ref_of"] = ref_of;
     if (!skipped.empty()) j["skipped"] = skipped;
     return j;
@@ -482,48 +518,75 @@ std::string child_flags(const Args& a) {
   return cmd.str();
 }
 
-std::string spec_text(const std::string& kind, std::int64_t m, std::int64_t L) {
-  return kind + ":" + std::to_string(m) + ":" + std::to_string(L);
-}
-
 // Prints the table and the target lines; writes the JSON when asked. Returns the rows'
 // summary as JSON.
-json report(const Args& a, const std::vector<Row>& rows, const Meta& meta,
-            const std::vector<std::pair<std::string, std::int64_t>>& series, const std::vector<std::int64_t>& lens) {
-  auto find = [&](const std::string& kind, std::int64_t m, std::int64_t L, std::int64_t ref_of = 0) -> const Row* {
+json report(const Args& a, const std::vector<Row>& rows, const Meta& meta, const std::vector<Series>& series,
+            const std::vector<std::int64_t>& lens) {
+  auto find = [&](const Series& s, std::int64_t L, std::int64_t ref_of = 0) -> const Row* {
     for (const Row& r : rows)
-      if (r.kind == kind && r.m == m && r.L == L && r.ref_of == ref_of) return &r;
+      if (r.series() == s && r.L == L && r.ref_of == ref_of) return &r;
     return nullptr;
   };
-  auto timed = [&](const std::string& kind, std::int64_t m, std::int64_t L) -> const Row* {
-    const Row* r = find(kind, m, L);
+  auto timed = [&](const Series& s, std::int64_t L) -> const Row* {
+    const Row* r = find(s, L);
     return r && r->timed() ? r : nullptr;
   };
+  const Series softmax{"softmax", 0, 0};
+  // What the exact window costs: a series with it against the same kind and m without it,
+  // at the same L (times from the same rounds).
+  struct WindowRatios {
+    std::optional<double> time, memory;
+  };
+  auto window_ratios = [&](const Series& s, std::int64_t L) {
+    WindowRatios out;
+    const Row* w = find(s, L);
+    const Row* base = find(Series{s.kind, s.m, 0}, L);
+    if (!w || !base) return out;
+    if (w->timed() && base->timed()) out.time = w->ms() / base->ms();
+    if (w->has_memory() && base->has_memory() && base->mib() > 0) out.memory = w->mib() / base->mib();
+    return out;
+  };
+  auto ratio_text = [](const std::optional<double>& x) { return x ? fmt("%.2fx", *x) : std::string("-"); };
 
-  std::printf("%-10s | %4s | %6s | %10s | %21s | %9s | %9s | %9s | %9s | %10s\n", "kind", "m", "L", "ms (med)",
-              "[min..max]", "fwd ms", "bwd ms", "peak MiB", "RSS+ MiB", "vs softmax");
-  std::printf("%s\n", std::string(125, '-').c_str());
-  for (const auto& [kind, m] : series) {
+  char header[256];
+  std::snprintf(header, sizeof header, "%-15s | %4s | %6s | %10s | %21s | %9s | %9s | %9s | %9s | %10s | %7s | %7s",
+                "kind", "m", "L", "ms (med)", "[min..max]", "fwd ms", "bwd ms", "peak MiB", "RSS+ MiB", "vs softmax",
+                "t W/0", "mem W/0");
+  std::printf("%s\n%s\n", header, std::string(std::strlen(header), '-').c_str());
+  json window_rows = json::array();  // the ratio columns, for --json
+  for (const Series& s : series) {
     for (std::int64_t L : lens) {
-      const Row* r = find(kind, m, L);
-      const std::string ms_text = m ? std::to_string(m) : "-";
+      const Row* r = find(s, L);
+      const std::string ms_text = s.m ? std::to_string(s.m) : "-";
       const std::string mib = r && r->has_memory() ? fmt("%.1f", r->mib()) : "-";
       const std::string rss = r && r->has_memory() ? fmt("%.0f", r->data["peak_rss_growth_mib"].get<double>()) : "-";
+      std::string t_w, mem_w;  // blank for series without the window
+      if (s.exact_window) {
+        const WindowRatios w = window_ratios(s, L);
+        t_w = ratio_text(w.time);
+        mem_w = ratio_text(w.memory);
+        window_rows.push_back({{"kind", s.kind}, {"m", s.m}, {"L", L}, {"exact_window", s.exact_window},
+                               {"time_ratio", w.time ? json(*w.time) : json(nullptr)},
+                               {"memory_ratio", w.memory ? json(*w.memory) : json(nullptr)}});
+      }
       if (!r || !r->timed()) {
-        std::printf("%-10s | %4s | %6lld | %s%s\n", kind.c_str(), ms_text.c_str(), static_cast<long long>(L),
+        std::printf("%-15s | %4s | %6lld | %s%s\n", s.label().c_str(), ms_text.c_str(), static_cast<long long>(L),
                     r ? r->skipped.c_str() : "not run", r && r->has_memory() ? ("; peak " + mib + " MiB").c_str() : "");
         continue;
       }
       const json& j = r->data;
-      const Row* s = timed("softmax", 0, L);
-      const std::string vs = kind == "softmax" ? "1.00x" : s ? fmt("%.2fx", s->ms() / r->ms()) : "-";
-      std::printf("%-10s | %4s | %6lld | %10.2f | %21s | %9.2f | %9.2f | %9s | %9s | %10s\n", kind.c_str(),
-                  ms_text.c_str(), static_cast<long long>(L), r->ms(),
+      const Row* sm = timed(softmax, L);
+      const std::string vs = s.kind == "softmax" ? "1.00x" : sm ? fmt("%.2fx", sm->ms() / r->ms()) : "-";
+      std::printf("%-15s | %4s | %6lld | %10.2f | %21s | %9.2f | %9.2f | %9s | %9s | %10s | %7s | %7s\n",
+                  s.label().c_str(), ms_text.c_str(), static_cast<long long>(L), r->ms(),
                   range_text(j["ms_min"].get<double>(), j["ms_max"].get<double>()).c_str(), j["fwd_ms"].get<double>(),
-                  j["bwd_ms"].get<double>(), mib.c_str(), rss.c_str(), vs.c_str());
+                  j["bwd_ms"].get<double>(), mib.c_str(), rss.c_str(), vs.c_str(), t_w.c_str(), mem_w.c_str());
     }
   }
   std::printf("(vs softmax: softmax time / this kind's time at the same L, timed in the same rounds; > 1 = faster)\n");
+  if (!window_rows.empty())
+    std::printf("(kind+WW: attention.exact_window = W; t W/0, mem W/0: its time and peak over the kind's without the\n"
+                " window at the same m and L, timed in the same rounds)\n");
   for (const Row& r : rows)
     if (r.ref_of && r.timed())
       std::printf("reference, re-timed in the L=%lld rounds: %-10s m=%-4lld L=%lld  %.2f ms\n",
@@ -540,38 +603,41 @@ json report(const Args& a, const std::vector<Row>& rows, const Meta& meta,
     summary.push_back({{"what", what}, {"value", value ? json(*value) : json(nullptr)}, {"target", target},
                        {"verdict", verdict}, {"note", note}});
   };
+  // The kinds' own targets are of the series without the exact window.
+  auto windowless_rf = [](const Series& s) { return s.kind != "softmax" && !s.exact_window; };
   std::printf("Targets (medians measured in this run):\n");
-  for (const auto& [kind, m] : series) {
-    if (kind == "softmax") continue;
-    const Row* big = timed(kind, m, kBigLen);
-    const Row* ref = find(kind, m, kRefLen, kBigLen);  // re-timed in the 32768 rounds
+  for (const Series& s : series) {
+    if (!windowless_rf(s)) continue;
+    const Row* big = timed(s, kBigLen);
+    const Row* ref = find(s, kRefLen, kBigLen);  // re-timed in the 32768 rounds
     std::optional<double> g;
     std::string note = "(linear = 16)";
     if (big && ref && ref->timed()) {
       g = big->ms() / ref->ms();
-      if (const Row* table = timed(kind, m, kRefLen))
+      if (const Row* table = timed(s, kRefLen))
         note = "(linear = 16; 2048 timed in the same rounds; with the table's 2048 row: " +
                fmt("%.2f", big->ms() / table->ms()) + ")";
-    } else if (const Row* table = timed(kind, m, kRefLen); big && table) {
+    } else if (const Row* table = timed(s, kRefLen); big && table) {
       g = big->ms() / table->ms();
       note = "(linear = 16; 2048 and 32768 timed in different rounds)";
     }
-    target_line("time t(32768)/t(2048)  " + kind + " m=" + std::to_string(m), g, "<= 20", g && *g <= 20.0, note);
+    target_line("time t(32768)/t(2048)  " + s.kind + " m=" + std::to_string(s.m), g, "<= 20", g && *g <= 20.0, note);
   }
-  for (const auto& [kind, m] : series) {
-    if (kind == "softmax") continue;
-    const Row* r = timed(kind, m, kSoftLen);
-    const Row* s = timed("softmax", 0, kSoftLen);
+  for (const Series& s : series) {
+    if (!windowless_rf(s)) continue;
+    const Row* r = timed(s, kSoftLen);
+    const Row* sm = timed(softmax, kSoftLen);
     std::optional<double> sp;
-    if (r && s) sp = s->ms() / r->ms();
-    target_line("speedup over softmax at L=16384  " + kind + " m=" + std::to_string(m), sp, ">= 5", sp && *sp >= 5.0);
+    if (r && sm) sp = sm->ms() / r->ms();
+    target_line("speedup over softmax at L=16384  " + s.kind + " m=" + std::to_string(s.m), sp, ">= 5",
+                sp && *sp >= 5.0);
   }
   for (std::int64_t m : a.features) {
     std::vector<double> ratios;
     std::string per_l;
     for (std::int64_t L : lens) {
-      const Row* d = timed("darkformer", m, L);
-      const Row* p = timed("performer", m, L);
+      const Row* d = timed(Series{"darkformer", m, 0}, L);
+      const Row* p = timed(Series{"performer", m, 0}, L);
       if (!d || !p) continue;
       ratios.push_back(d->ms() / p->ms());
       per_l += fmt(" %.0f:", static_cast<double>(L)) + fmt("%.2f", ratios.back());
@@ -583,31 +649,62 @@ json report(const Args& a, const std::vector<Row>& rows, const Meta& meta,
                 worst && *worst <= 1.05, ratios.empty() ? "" : "(median " + fmt("%.2f", dark::median(ratios)) + ")");
     if (!per_l.empty()) std::printf("    per L:%s\n", per_l.c_str());
   }
-  for (const auto& [kind, m] : series) {
-    if (kind == "softmax") continue;
+  // The exact window's targets: at m = 64 and every L in 2048..32768 (the largest ratio
+  // counts), time and memory against the same kind without it.
+  struct Measure {
+    const char* name;
+    double limit;
+    std::optional<double> WindowRatios::*field;
+  };
+  for (const Series& s : series) {
+    if (!s.exact_window || s.m != kExactWindowM) continue;
+    for (const Measure& measure : {Measure{"time", kExactWindowTime, &WindowRatios::time},
+                                   Measure{"memory", kExactWindowMemory, &WindowRatios::memory}}) {
+      std::vector<double> ratios;
+      std::string per_l;
+      for (std::int64_t L : lens) {
+        const std::optional<double> x = window_ratios(s, L).*measure.field;
+        if (L < kRefLen || L > kBigLen || !x) continue;
+        ratios.push_back(*x);
+        per_l += fmt(" %.0f:", static_cast<double>(L)) + fmt("%.2f", *x);
+      }
+      std::optional<double> worst;
+      if (!ratios.empty()) worst = *std::max_element(ratios.begin(), ratios.end());
+      target_line("exact window W=" + std::to_string(s.exact_window) + " " + measure.name + " / W=0  " + s.kind +
+                      " m=" + std::to_string(s.m),
+                  worst, "<= " + fmt("%.1f", measure.limit), worst && *worst <= measure.limit,
+                  ratios.empty() ? "(no L in 2048-32768 measured)"
+                                 : "(max over " + std::to_string(ratios.size()) + " L in 2048-32768; median " +
+                                       fmt("%.2f", dark::median(ratios)) + ")");
+      if (!per_l.empty()) std::printf("    per L:%s\n", per_l.c_str());
+    }
+  }
+  for (const Series& s : series) {
+    if (!windowless_rf(s)) continue;
     std::optional<std::int64_t> cross;
     bool stays = true;
     for (std::int64_t L : lens) {
-      const Row* r = timed(kind, m, L);
-      const Row* s = timed("softmax", 0, L);
-      if (!r || !s) continue;
-      if (r->ms() < s->ms()) {
+      const Row* r = timed(s, L);
+      const Row* sm = timed(softmax, L);
+      if (!r || !sm) continue;
+      if (r->ms() < sm->ms()) {
         if (!cross) cross = L;
       } else if (cross) {
         stays = false;
       }
     }
-    const std::string what = "crossover vs softmax  " + kind + " m=" + std::to_string(m);
+    const std::string what = "crossover vs softmax  " + s.kind + " m=" + std::to_string(s.m);
     std::printf("%-56s %8s   (smallest L where it beats softmax%s)\n", what.c_str(),
                 cross ? std::to_string(*cross).c_str() : "none", cross && !stays ? "; NOT at every longer L" : "");
     summary.push_back({{"what", what}, {"value", cross ? json(*cross) : json(nullptr)}});
   }
-  for (const auto& [kind, m] : series) {
-    const Row* big = find(kind, m, kBigLen);
-    const Row* ref = find(kind, m, kRefLen);
+  for (const Series& s : series) {
+    if (s.exact_window) continue;
+    const Row* big = find(s, kBigLen);
+    const Row* ref = find(s, kRefLen);
     std::optional<double> g;
     if (big && ref && big->has_memory() && ref->has_memory() && ref->mib() > 0) g = big->mib() / ref->mib();
-    target_line("memory mem(32768)/mem(2048)  " + kind + (m ? " m=" + std::to_string(m) : ""), g, "<= 20",
+    target_line("memory mem(32768)/mem(2048)  " + s.kind + (s.m ? " m=" + std::to_string(s.m) : ""), g, "<= 20",
                 g && *g <= 20.0, "(linear = 16)");
   }
   std::printf("\n%s; load average after: %s\n",
@@ -628,8 +725,10 @@ json report(const Args& a, const std::vector<Row>& rows, const Meta& meta,
                 {"load_before", meta.load_before},
                 {"load_after", meta.load_after},
                 {"total_s", meta.total_s},
-                {"shape", {{"batch", a.batch}, {"heads", a.heads}, {"head_dim", a.head_dim}, {"chunk", a.chunk}, {"window", a.window}}},
+                {"shape", {{"batch", a.batch}, {"heads", a.heads}, {"head_dim", a.head_dim}, {"chunk", a.chunk},
+                           {"window", a.window}, {"exact_window", a.exact_window}}},
                 {"rows", jrows},
+                {"exact_window_ratios", window_rows},
                 {"summary", summary}};
     for (auto& [k, v] : meta.extra.items()) doc[k] = v;
     std::ofstream(a.json_path) << doc.dump(1) << "\n";
@@ -637,12 +736,17 @@ json report(const Args& a, const std::vector<Row>& rows, const Meta& meta,
   return summary;
 }
 
-std::vector<std::pair<std::string, std::int64_t>> series_of(const Args& a) {
-  std::vector<std::pair<std::string, std::int64_t>> series;  // softmax once, with m = 0
+// Softmax once, with m = 0; each random-feature kind at each m, followed by the same with the
+// exact window (--exact-window > 0).
+std::vector<Series> series_of(const Args& a) {
+  std::vector<Series> series;
   for (const auto& kind : a.kinds) {
-    if (kind == "softmax") series.emplace_back(kind, 0);
+    if (kind == "softmax") series.push_back({kind, 0, 0});
     else
-      for (std::int64_t m : a.features) series.emplace_back(kind, m);
+      for (std::int64_t m : a.features) {
+        series.push_back({kind, m, 0});
+        if (a.exact_window > 0) series.push_back({kind, m, a.exact_window});
+      }
   }
   return series;
 }
@@ -666,6 +770,9 @@ void print_header(const Args& a, const Meta& meta, const char* what) {
               DARK_BENCH_BUILD_TYPE, static_cast<long long>(a.batch), static_cast<long long>(a.heads),
               static_cast<long long>(a.heads), static_cast<long long>(a.head_dim), static_cast<long long>(a.chunk),
               a.window > 0 ? (", window " + std::to_string(a.window)).c_str() : "", what);
+  if (a.exact_window > 0)
+    std::printf("exact window: each random-feature kind also with attention.exact_window = %lld (kind+W%lld)\n",
+                static_cast<long long>(a.exact_window), static_cast<long long>(a.exact_window));
   std::printf("CPU: %s, %ld online cores, %d OpenMP threads (OMP_WAIT_POLICY=%s); %s; load average before: %s\n",
               meta.cpu.c_str(), sysconf(_SC_NPROCESSORS_ONLN), meta.threads, meta.wait_policy.c_str(),
               meta.date.c_str(), meta.load_before.c_str());
@@ -683,12 +790,12 @@ int run_driver(const Args& a) {
   const std::int64_t top = a.lens.back();
   const bool refs = top > kRefLen && std::find(a.lens.begin(), a.lens.end(), kRefLen) != a.lens.end();
 
-  std::map<std::pair<std::string, std::int64_t>, std::pair<std::int64_t, double>> last;  // series -> (L, s/call)
-  auto predict = [&](const std::string& kind, std::int64_t m, std::int64_t L) -> std::optional<double> {
-    const auto prev = last.find({kind, m});
+  std::map<Series, std::pair<std::int64_t, double>> last;  // series -> (L, s/call)
+  auto predict = [&](const Series& s, std::int64_t L) -> std::optional<double> {
+    const auto prev = last.find(s);
     if (prev == last.end()) return std::nullopt;
     const double ratio = static_cast<double>(L) / static_cast<double>(prev->second.first);
-    return prev->second.second * (kind == "softmax" ? ratio * ratio : ratio);
+    return prev->second.second * (s.kind == "softmax" ? ratio * ratio : ratio);
   };
   std::vector<Row> rows;
   int failures = 0;
@@ -698,9 +805,9 @@ int run_driver(const Args& a) {
     // ---- timing: every configuration at L in one child, alternating ----
     std::vector<std::size_t> group;  // indices into rows
     std::vector<std::string> specs;
-    for (const auto& [kind, m] : series) {
-      Row row{kind, m, L, 0, json::object(), ""};
-      if (const auto per_call = predict(kind, m, L)) {
+    for (const Series& s : series) {
+      Row row{s, L, 0, json::object(), ""};
+      if (const auto per_call = predict(s, L)) {
         const double predicted = *per_call >= 1.0 ? *per_call * (1 + std::min(a.reps, 3))
                                                   : std::max(*per_call, a.warmup_ms * 1e-3) +
                                                         a.reps * std::max(*per_call, a.min_rep_ms * 1e-3);
@@ -710,15 +817,15 @@ int run_driver(const Args& a) {
       rows.push_back(row);
       if (rows.back().skipped.empty()) {
         group.push_back(rows.size() - 1);
-        specs.push_back(spec_text(kind, m, L));
+        specs.push_back(spec_text(s, L));
       }
     }
     if (refs && L == top)
-      for (const auto& [kind, m] : series)
-        if (kind != "softmax") {
-          rows.push_back(Row{kind, m, kRefLen, top, json::object(), ""});
+      for (const Series& s : series)
+        if (s.kind != "softmax" && !s.exact_window) {
+          rows.push_back(Row{s, kRefLen, top, json::object(), ""});
           group.push_back(rows.size() - 1);
-          specs.push_back(spec_text(kind, m, kRefLen));
+          specs.push_back(spec_text(s, kRefLen));
         }
     if (!group.empty()) {
       std::string list;
@@ -741,9 +848,9 @@ int run_driver(const Args& a) {
         for (std::size_t g = 0; g < group.size(); ++g) {
           Row& row = rows[group[g]];
           for (auto& [k, v] : (*result)[g].items())
-            if (k != "kind" && k != "m" && k != "L") row.data[k] = v;
-          if (!row.ref_of) last[{row.kind, row.m}] = {L, row.ms() * 1e-3};
-          std::fprintf(stderr, "           %-10s m=%-4lld L=%-6lld %10.2f ms%s\n", row.kind.c_str(),
+            if (k != "kind" && k != "m" && k != "L" && k != "exact_window") row.data[k] = v;
+          if (!row.ref_of) last[row.series()] = {L, row.ms() * 1e-3};
+          std::fprintf(stderr, "           %-15s m=%-4lld L=%-6lld %10.2f ms%s\n", row.label().c_str(),
                        static_cast<long long>(row.m), static_cast<long long>(row.L), row.ms(),
                        row.ref_of ? "  (reference for the growth ratio)" : "");
         }
@@ -753,20 +860,20 @@ int run_driver(const Args& a) {
     if (a.no_memory) continue;
     for (Row& row : rows) {
       if (row.L != L || row.ref_of) continue;
-      const double one_call = row.timed() ? row.ms() * 1e-3 : predict(row.kind, row.m, L).value_or(0);
+      const double one_call = row.timed() ? row.ms() * 1e-3 : predict(row, L).value_or(0);
       if (one_call > a.budget_s) continue;
       int status = 0;
-      const std::string text = run_command(
-          "'" + exe + "' --one " + spec_text(row.kind, row.m, L) + " --memory-only" + child_flags(a), status);
+      const std::string text =
+          run_command("'" + exe + "' --one " + spec_text(row, L) + " --memory-only" + child_flags(a), status);
       try {
         if (status != 0) throw std::runtime_error("status " + std::to_string(status));
         const json j = json::parse(text);
         for (const char* k : {"peak_mib", "inputs_mib", "peak_rss_growth_mib", "peak_rss_mib", "base_rss_mib"})
           row.data[k] = j.at(k);
-        std::fprintf(stderr, "           %-10s m=%-4lld L=%-6lld peak %.1f MiB\n", row.kind.c_str(),
+        std::fprintf(stderr, "           %-15s m=%-4lld L=%-6lld peak %.1f MiB\n", row.label().c_str(),
                      static_cast<long long>(row.m), static_cast<long long>(L), row.mib());
       } catch (const std::exception& e) {
-        std::fprintf(stderr, "           %-10s m=%-4lld L=%-6lld memory FAILED: %s\n", row.kind.c_str(),
+        std::fprintf(stderr, "           %-15s m=%-4lld L=%-6lld memory FAILED: %s\n", row.label().c_str(),
                      static_cast<long long>(row.m), static_cast<long long>(L), e.what());
         ++failures;
       }
@@ -790,25 +897,25 @@ int run_merge(const Args& a) {
   }
   DARK_CHECK(!docs.empty(), "--merge wants at least one file");
   std::vector<Row> rows;
-  std::map<std::tuple<std::string, std::int64_t, std::int64_t, std::int64_t>, std::vector<json>> by_key;
-  std::vector<std::tuple<std::string, std::int64_t, std::int64_t, std::int64_t>> order;
+  using Key = std::tuple<Series, std::int64_t, std::int64_t>;  // series, L, ref_of
+  std::map<Key, std::vector<json>> by_key;
+  std::vector<Key> order;
   std::vector<std::int64_t> lens;
-  std::vector<std::pair<std::string, std::int64_t>> series;
+  std::vector<Series> series;
   for (const json& d : docs)
     for (const json& r : d["rows"]) {
-      const auto key = std::make_tuple(r["kind"].get<std::string>(), r["m"].get<std::int64_t>(),
-                                       r["L"].get<std::int64_t>(), r.value("ref_of", std::int64_t{0}));
+      const Series s{r["kind"].get<std::string>(), r["m"].get<std::int64_t>(), r.value("exact_window", std::int64_t{0})};
+      const Key key{s, r["L"].get<std::int64_t>(), r.value("ref_of", std::int64_t{0})};
       if (!by_key.count(key)) order.push_back(key);
       by_key[key].push_back(r);
       if (!r.contains("ref_of")) {
-        if (std::find(lens.begin(), lens.end(), std::get<2>(key)) == lens.end()) lens.push_back(std::get<2>(key));
-        const auto s = std::make_pair(std::get<0>(key), std::get<1>(key));
+        if (std::find(lens.begin(), lens.end(), std::get<1>(key)) == lens.end()) lens.push_back(std::get<1>(key));
         if (std::find(series.begin(), series.end(), s) == series.end()) series.push_back(s);
       }
     }
   std::sort(lens.begin(), lens.end());
   for (const auto& key : order) {
-    Row row{std::get<0>(key), std::get<1>(key), std::get<2>(key), std::get<3>(key), json::object(), ""};
+    Row row{std::get<0>(key), std::get<1>(key), std::get<2>(key), json::object(), ""};
     std::vector<double> ms, fwd, bwd;
     double lo = 1e300, hi = 0;
     int reps = 0;
@@ -858,9 +965,12 @@ int run_merge(const Args& a) {
     shape.window = first["shape"].value("window", a.window);
   }
   shape.features.clear();
-  for (const auto& [kind, m] : series)
-    if (m > 0 && std::find(shape.features.begin(), shape.features.end(), m) == shape.features.end())
-      shape.features.push_back(m);
+  shape.exact_window = 0;
+  for (const Series& s : series) {
+    if (s.m > 0 && std::find(shape.features.begin(), shape.features.end(), s.m) == shape.features.end())
+      shape.features.push_back(s.m);
+    shape.exact_window = std::max(shape.exact_window, s.exact_window);
+  }
   const std::string what = " -- median over " + std::to_string(docs.size()) + " runs";
   print_header(shape, meta, what.c_str());
   report(shape, rows, meta, series, lens);

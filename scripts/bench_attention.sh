@@ -12,6 +12,10 @@
 #     random-feature kinds, its causal chunked path, at its default chunk (256 tokens) and at
 #     ours (64, attention.chunk_size's default; --dp-chunks); target: ours >= 3x faster than
 #     its faster chunk at every L >= 2048.
+# darkformer also runs each random-feature kind with attention.exact_window = W
+# (--exact-window, default 64; 0 = off) and reports its time and memory over the kind's
+# without it (target: <= 1.3x and <= 1.1x at m = 64, L 2048-32768); the PyTorch peers are
+# compared with the kinds without the window.
 # darkformer times all kinds of one L in one child process, alternating round by round,
 # and measures memory in one child per configuration; each PyTorch peer runs one child per
 # configuration (peak RSS per configuration). --rounds N repeats all sides N times,
@@ -33,6 +37,7 @@ reps=5
 rounds=1
 features="64,256"
 kinds="softmax,performer,lfk,darkformer"
+exact_window=64
 lens=""
 max_len=32768
 budget_s=120
@@ -61,6 +66,9 @@ PyTorch way (performer-pytorch's) and darkformer-pytorch's causal chunked attent
                      region: up to 2x at small L)
   --features LIST    random-feature counts (default 64,256)
   --kinds LIST       darkformer kinds (default softmax,performer,lfk,darkformer)
+  --exact-window W   darkformer also runs each random-feature kind with attention.exact_window
+                     = W, timed in the same rounds, and reports t(W) / t(0) and mem(W) / mem(0)
+                     (default 64; 0 = off)
   --lens LIST        sequence lengths, comma- or space-separated (default powers of two
                      256 .. --max-len)
   --max-len N        (default 32768)
@@ -96,6 +104,7 @@ while [[ $# -gt 0 ]]; do
     --omp-wait-policy) wait_policy="${2:?--omp-wait-policy needs a value}"; shift 2 ;;
     --features) features="${2:?--features needs a value}"; shift 2 ;;
     --kinds) kinds="${2:?--kinds needs a value}"; shift 2 ;;
+    --exact-window) exact_window="${2:?--exact-window needs a value}"; shift 2 ;;
     --lens) lens="${2:?--lens needs a value}"; shift 2 ;;
     --max-len) max_len="${2:?--max-len needs a value}"; shift 2 ;;
     --reps) reps="${2:?--reps needs a value}"; shift 2 ;;
@@ -116,6 +125,7 @@ done
 [[ "$threads" =~ ^[1-9][0-9]*$ ]] || { echo "bench_attention.sh: --threads wants a positive integer, got '$threads'" >&2; exit 2; }
 [[ "$reps" =~ ^[1-9][0-9]*$ ]] || { echo "bench_attention.sh: --reps wants a positive integer, got '$reps'" >&2; exit 2; }
 [[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "bench_attention.sh: --rounds wants a positive integer, got '$rounds'" >&2; exit 2; }
+[[ "$exact_window" =~ ^[0-9]+$ ]] || { echo "bench_attention.sh: --exact-window wants an integer >= 0, got '$exact_window'" >&2; exit 2; }
 case "$wait_policy" in
   passive | active) export OMP_WAIT_POLICY="${wait_policy^^}" ;;
   env) ;;
@@ -209,7 +219,7 @@ for ((round = 1; round <= rounds; round++)); do
   # ---- darkformer (memory is measured in the first round only) ----
   memory_args=()
   [[ $round -gt 1 ]] && memory_args=(--no-memory)
-  if ! OMP_NUM_THREADS="$threads" "$bench" --threads "$threads" --kinds "$kinds" --features "$features" \
+  if ! OMP_NUM_THREADS="$threads" "$bench" --threads "$threads" --kinds "$kinds" --features "$features" --exact-window "$exact_window" \
       "${lens_args[@]}" --reps "$reps" --budget-s "$budget_s" "${memory_args[@]}" --json "$out_dir/darkformer.$round.json" \
       2> >(tee "$out_dir/darkformer.$round.progress" >&2) | tee "$out_dir/darkformer.$round.log"; then
     echo "darkformer side failed (see $out_dir/darkformer.$round.progress)" >&2
@@ -278,7 +288,9 @@ for pid, _ in peers:
     theirs[pid] = rows
     combined["pytorch"].extend(rows.values())
 
-ours_by = {(r["kind"], r["m"], r["L"]): r for r in ours["rows"] if "ms" in r and "ref_of" not in r}
+# The peers are compared with the kinds without the exact window.
+ours_by = {(r["kind"], r["m"], r["L"]): r for r in ours["rows"]
+           if "ms" in r and "ref_of" not in r and not r.get("exact_window")}
 if peers:
     print()
     print("darkformer vs the PyTorch peers, fwd+bwd median ms (peer/ours > 1: ours is faster); "
