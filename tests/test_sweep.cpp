@@ -72,6 +72,30 @@ TEST(Sweep, BadPointsAreReportedBeforeAnythingRuns) {
   EXPECT_FALSE(fs::exists(tmp.path() / "out"));
 }
 
+// sweep --set: every point gets the overrides, after the file's "set" (which it may replace)
+// and before the axes (which replace it); a bad one is refused naming it; --dry-run lists them.
+TEST(Sweep, SetOverridesEveryPointBeforeTheAxes) {
+  TempDir tmp;
+  const fs::path file = write_sweep(tmp, R"({"optimizer.lr": [0.01, 0.02]})");
+  const experiments::SweepPlan plan =
+      experiments::plan_sweep(file, {"training.steps=7", "stability.window=9", "optimizer.lr=0.5"});
+  ASSERT_EQ(plan.points.size(), 2u);
+  for (std::size_t i = 0; i < 2; ++i) {
+    const RunConfig c = parse_config(plan.points[i].config);
+    EXPECT_EQ(c.training.steps, 7);
+    EXPECT_EQ(c.stability.window, 9);                     // replaces the file's "set" (5)
+    EXPECT_DOUBLE_EQ(c.optimizer.lr, i == 0 ? 0.01 : 0.02);  // the axis wins
+  }
+  EXPECT_NE(experiments::describe_plan(plan).find("every point with --set: training.steps=7 stability.window=9 "
+                                                  "optimizer.lr=0.5"),
+            std::string::npos);
+  dark::testing::expect_error([&] { experiments::plan_sweep(file, {"training.stepz=7"}); },
+                              {"sweep: --set training.stepz=7: ", "did you mean training.steps?"});
+  dark::testing::expect_error([&] { experiments::plan_sweep(file, {"training.steps"}); },
+                              {"sweep: --set training.steps: ", "expected key=value"});
+  EXPECT_FALSE(fs::exists(tmp.path() / "out"));
+}
+
 TEST(Sweep, DivergedPointsAreRecordedResumesAndReports) {
   TempDir tmp;
   const fs::path file = write_sweep(tmp, R"({"attention.kind": ["softmax", "performer"], "optimizer.lr": [0.01, 100]})",

@@ -16,9 +16,14 @@ int sweep_command(const CommandArgs& args) {
       {"--jobs", "N", "1", "points trained at once (each child gets OMP_NUM_THREADS = cores / N unless set)"},
       {"--launcher", "COMMAND", "", "run each point under this command, e.g. \"mpirun -np 2\" (overrides the sweep "
                                     "file's launcher)"},
+      {"--set", "KEY=VALUE", "",
+       "override a config key of every point, after the sweep file's \"set\" and before the axes, e.g. --set "
+       "training.steps=50 (repeatable; run again with the same settings to resume)",
+       true},
       {"--dry-run", "", "", "check every point's config and list what would run; write nothing"},
       kHelpFlag};
-  if (print_help_if_asked(args, "usage: darkformer sweep --config FILE [--jobs N] [--launcher COMMAND] [--dry-run]\n"
+  if (print_help_if_asked(args, "usage: darkformer sweep --config FILE [--jobs N] [--launcher COMMAND] [--set KEY=VALUE]... "
+                           "[--dry-run]\n"
                            "Trains every point of a grid of config overrides as its own `darkformer train` process;\n"
                            "finished points are skipped and interrupted ones resumed when run again. SIGTERM or SIGINT\n"
                            "stops the running points (each saves its step), records them as interrupted and exits 75.\n"
@@ -28,7 +33,7 @@ int sweep_command(const CommandArgs& args) {
   Args a(args, specs);
   const long long jobs = a.integer("--jobs");
   DARK_CHECK(jobs >= 1, "--jobs: expected a positive integer, got ", jobs);
-  const experiments::SweepPlan plan = experiments::plan_sweep(a.require("--config"));
+  const experiments::SweepPlan plan = experiments::plan_sweep(a.require("--config"), a.all("--set"));
   if (a.has("--dry-run")) {
     std::printf("%s", experiments::describe_plan(plan).c_str());
     return 0;

@@ -209,7 +209,7 @@ std::vector<SweepPoint> grid_points(const Axes& axes, const json& base, const js
 
 }  // namespace
 
-SweepPlan plan_sweep(const fs::path& sweep_file) {
+SweepPlan plan_sweep(const fs::path& sweep_file, const std::vector<std::string>& overrides) {
   const std::string file = sweep_file.string();
   nlohmann::ordered_json ordered_sweep;  // read once, depth-limited; its key order is the grid's
   try {
@@ -248,6 +248,14 @@ SweepPlan plan_sweep(const fs::path& sweep_file) {
     throw Error(str(where("base"), ": ", e.what()));
   }
   for (const auto& [key, value] : set.items()) apply_setting(base, key, value, where("set." + key));
+  for (const std::string& o : overrides) {
+    try {
+      train::apply_override(base, o);
+    } catch (const Error& e) {
+      throw Error(str("sweep: --set ", o, ": ", e.what()));
+    }
+  }
+  plan.overrides = overrides;
   if (sweep.contains("launcher")) {
     DARK_CHECK(sweep["launcher"].is_string(), where("launcher"), ": expected a command, e.g. \"mpirun -np 2\", got ",
                sweep["launcher"].dump());
@@ -470,6 +478,7 @@ bool prepare_data(const SweepPlan& plan, const std::string& executable, const st
 
 std::string describe_plan(const SweepPlan& plan) {
   std::string out = str(plan.points.size(), " point(s) in ", plan.dir.string(), "\n");
+  if (!plan.overrides.empty()) out += str("every point with --set: ", join_words(plan.overrides), "\n");
   if (!plan.launcher.empty()) out += str("each point trains under: ", join_words(plan.launcher), "\n");
   for (std::size_t i = 0; i < plan.points.size(); ++i) {
     const SweepPoint& p = plan.points[i];

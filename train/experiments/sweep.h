@@ -64,6 +64,7 @@ struct SweepPoint {
 
 struct SweepPlan {
   std::filesystem::path file;  // the sweep file
+  std::vector<std::string> overrides;  // sweep --set, applied to every point
   std::filesystem::path dir;   // the sweep folder
   std::vector<std::string> launcher;  // the launcher's words ("mpirun", "-np", "2"); empty = none
   std::vector<std::string> axes;
@@ -72,7 +73,9 @@ struct SweepPlan {
 
 // Reads a sweep file and builds every point, checking each point's config (unknown keys, bad
 // values, cross-field rules) before anything runs. Errors start "sweep: FILE: KEY: ...".
-SweepPlan plan_sweep(const std::filesystem::path& sweep_file);
+// overrides: "KEY=VALUE" settings (`sweep --set`) applied to every point after the file's
+// "set" and before the axes, as `train --set` applies them to one config.
+SweepPlan plan_sweep(const std::filesystem::path& sweep_file, const std::vector<std::string>& overrides = {});
 
 // "3e-3" for 0.003, "64" for 64, "0.5" for 0.5: the shortest spelling that reads back exactly.
 std::string short_number(double value);
