@@ -7,6 +7,10 @@
 
 #include <cmath>
 #include <fstream>
+#include <sstream>
+
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 
 #include "nn/model.h"
 #include "test_util.h"
@@ -31,6 +35,37 @@ TEST(TrainEndToEnd, TinyModelLearnsASmallText) {
   EXPECT_TRUE(fs::exists(tmp.path() / "run/config.json"));
   EXPECT_TRUE(fs::exists(tmp.path() / "run/sample.txt"));
   EXPECT_EQ(losses(tmp.path() / "run").size(), 150u);
+}
+
+// The first progress line (before any timed step) shows that step's own rate and an ETA from
+// it, marked, never "0 tok/s | ETA 0s"; the later ones the timed average.
+TEST(TrainEndToEnd, TheFirstProgressLineEstimatesFromItsOwnStep) {
+  TempDir tmp;
+  std::ostringstream captured;
+  const auto previous = spdlog::default_logger();
+  auto logger = std::make_shared<spdlog::logger>("capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(captured));
+  spdlog::set_default_logger(logger);
+  auto config = tiny_config(tmp, "run", 6);
+  config["training"]["log_interval"] = 3;
+  try {
+    train(parse_config(config), {});
+  } catch (...) {
+    spdlog::set_default_logger(previous);
+    throw;
+  }
+  spdlog::set_default_logger(previous);
+  std::vector<std::string> steps;
+  std::istringstream lines(captured.str());
+  for (std::string line; std::getline(lines, line);)
+    if (line.find(" tok/s") != std::string::npos) steps.push_back(line);
+  ASSERT_EQ(steps.size(), 3u) << captured.str();  // steps 1, 3 and 6
+  EXPECT_NE(steps[0].find("step 1/6"), std::string::npos) << steps[0];
+  EXPECT_NE(steps[0].find("tok/s (first step) | ETA <= "), std::string::npos) << steps[0];
+  EXPECT_EQ(steps[0].find("| 0 tok/s"), std::string::npos) << steps[0];
+  EXPECT_EQ(steps[1].find("(first step)"), std::string::npos) << steps[1];
+  EXPECT_EQ(steps[1].find("| 0 tok/s"), std::string::npos) << steps[1];
+  EXPECT_NE(steps[2].find("step 6/6"), std::string::npos) << steps[2];
+  EXPECT_NE(steps[2].find("ETA 0s"), std::string::npos) << steps[2];
 }
 
 TEST(TrainEndToEnd, ResumeReproducesTheUninterruptedLossCurveBitForBit) {

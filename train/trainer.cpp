@@ -119,11 +119,16 @@ class RunLog {
     if (!attention.empty()) line["attention_stats"] = metrics::attention_stats_json(attention);
     if (write(run, line)) return true;
     if (run.step % tc.log_interval == 0 || index == first_step_ || run.step == tc.steps) {
-      const double eta =
-          timed_steps_ ? timed_seconds_ / static_cast<double>(timed_steps_) * static_cast<double>(tc.steps - run.step) : 0.0;
-      spdlog::info("{} step {}/{} | loss {:.4f} | grad norm {:.3f} | lr {:.2e} | {:.0f} ms | {:.0f} tok/s | ETA {}",
+      // Before any timed step (the first one warms the caches and is left out of the rates),
+      // that step's own time stands in for the rate and the ETA, marked as such: an upper
+      // estimate rather than "0 tok/s | ETA 0s".
+      const bool untimed = timed_steps_ == 0 && r.seconds > 0;
+      const double per_step = untimed ? r.seconds : timed_steps_ ? timed_seconds_ / static_cast<double>(timed_steps_) : 0.0;
+      const double shown_rate = untimed ? static_cast<double>(tokens_per_step_) / r.seconds : tok_per_s;
+      spdlog::info("{} step {}/{} | loss {:.4f} | grad norm {:.3f} | lr {:.2e} | {:.0f} ms | {:.0f} tok/s{} | ETA {}{}",
                    progress_bar(run.step, tc.steps), run.step, tc.steps, r.loss, r.grad_norm, r.lr, r.seconds * 1e3,
-                   tok_per_s, duration_text(eta));
+                   shown_rate, untimed ? " (first step)" : "", untimed && run.step < tc.steps ? "<= " : "",
+                   duration_text(per_step * static_cast<double>(tc.steps - run.step)));
     }
     return false;
   }
