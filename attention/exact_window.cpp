@@ -65,6 +65,10 @@ Tensor exact_window_attention(const Tensor& xq, const Tensor& xk, const Tensor& 
   // No query has a far key: the kind's exact attention over the window, the same op and bits
   // as its exact mode.
   if (!spec.has_far(xq.size(1))) return flash_attention(qp, kp, v, /*causal=*/true, 1.0, key_mask, spec.near());
+  // Global layers: one tape entry that saves only the merged output (autograd/ops.h).
+  if (spec.layer_window == 0)
+    return random_feature_attention_exact_window(xq, xk, v, omega, log_weight, spec.window, spec.eps, spec.chunk,
+                                                 key_mask);
   const NormalizedAttention near = flash_attention_with_lse(qp, kp, v, /*causal=*/true, 1.0, key_mask, spec.near());
   return merge_attention(near, far_part(xq, xk, v, omega, log_weight, key_mask, spec, logits));
 }

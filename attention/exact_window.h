@@ -13,6 +13,9 @@
 // and the sum is the kernel's. eps belongs to the far part's denominator (in its offset units,
 // as without a window): a query with no far key (t < W) gets exact softmax over its window.
 // Cost: the kind's on T - W positions plus flash attention over a window of W: O(T (W + m) d).
+// On global layers the two parts and the merge are one tape entry that saves only the merged
+// output (random_feature_attention_exact_window, autograd/ops.h); sliding-window layers
+// compose the differentiable ops.
 //
 // Sliding-window layers (Gemma 3's local layers, window w): the near part is the nearest
 // min(W, w) keys, the far part the keys t - w < j <= t - W (none when w <= W).

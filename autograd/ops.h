@@ -278,6 +278,15 @@ NormalizedAttention random_feature_attention_with_norm(const Tensor& x_q, const 
 // (exactly a.out where b saw no key, b.out where a saw none, 0 where neither did: both outs
 // are 0 there). Differentiable in all four tensors (composed of elementwise ops).
 Tensor merge_attention(const NormalizedAttention& a, const NormalizedAttention& b);
+// The exact window (attention/exact_window.h) of a global layer, 1 <= window < T, as one tape
+// entry: merge_attention(flash_attention_with_lse(x_q, x_k, v) over the window, scale 1 (x_q and
+// x_k padded to Dv), random_feature_attention_with_norm on the sequence shifted by window), the
+// merge done in place and not differentiated: the backward runs each kernel's own backward with
+// the merged output and normaliser, so only out and two (B, Hq, T) rows are saved beyond the
+// inputs. Gradients reach x_q, x_k, v and omega.
+Tensor random_feature_attention_exact_window(const Tensor& x_q, const Tensor& x_k, const Tensor& v,
+                                             const Tensor& omega, const Tensor& log_weight, std::int64_t window,
+                                             double eps, std::int64_t chunk = 64, const Tensor& key_mask = Tensor());
 
 // ---- operators for readable model code ----
 inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }

@@ -284,6 +284,48 @@ TEST(ExactWindow, GradcheckOfQueriesKeysValuesTransformAndFeatures) {
   }
 }
 
+// On global layers the window is one tape entry that differentiates no merge: its output and
+// the gradients of x_q, x_k, v and omega equal those of the composition of differentiable ops.
+TEST(ExactWindow, TheGlobalLayersOpEqualsTheComposition) {
+  for (const Case& c : {Case{2, 37, 4, 2, 6, 8, 6, 8, 5, 0, true, true, Padding::left},
+                        Case{1, 50, 2, 1, 5, 12, 7, 16, 16, 0, false, true, Padding::holes}})
+    for (DType dtype : {DType::f64, DType::f32}) {
+      const std::vector<Tensor> in = c.inputs(dtype);
+      const Tensor lw = c.log_weight(dtype);
+      auto run = [&](bool fused) {
+        std::vector<Tensor> leaves;
+        for (const Tensor& x : in) leaves.push_back(x.detach().set_requires_grad(true));
+        Tensor out;
+        if (fused) {
+          out = random_feature_attention_exact_window(leaves[0], leaves[1], leaves[2], leaves[3], lw, c.window, 1e-6,
+                                                      c.chunk, c.mask());
+        } else {
+          const NormalizedAttention near = flash_attention_with_lse(
+              attention::pad_last_dim(leaves[0], c.dv), attention::pad_last_dim(leaves[1], c.dv), leaves[2], true, 1.0,
+              c.mask(), c.window);
+          const std::int64_t n = c.t - c.window;
+          const Tensor mask = c.mask();
+          const NormalizedAttention shifted = random_feature_attention_with_norm(
+              slice(leaves[0], 1, c.window, c.t), slice(leaves[1], 1, 0, n), slice(leaves[2], 1, 0, n), leaves[3], lw,
+              true, 1e-6, c.chunk, mask.defined() ? slice(mask, 1, 0, n) : Tensor());
+          const NormalizedAttention far{
+              concat({Tensor::zeros({c.b, c.window, c.hq, c.dv}, dtype), shifted.out}, 1),
+              concat({Tensor::full({c.b, c.hq, c.window}, kNegInf, grad_dtype(dtype)), shifted.log_norm}, 2)};
+          out = merge_attention(near, far);
+        }
+        backward(out, Tensor::randn(out.shape(), 12, 0, DType::f64).to(dtype));
+        std::vector<Tensor> r{out.detach()};
+        for (const Tensor& l : leaves) r.push_back(l.grad());
+        return r;
+      };
+      const std::vector<Tensor> fused = run(true), composed = run(false);
+      const double tol = dtype == DType::f64 ? 1e-11 : 2e-5;
+      const char* names[] = {"out", "d x_q", "d x_k", "d v", "d omega"};
+      for (int i = 0; i < 5; ++i)
+        expect_close(fused[i], composed[i], tol, tol, c.name() + " " + dtype_name(dtype) + " " + names[i]);
+    }
+}
+
 // One position at a time through exact_window_decode equals the forward of the whole sequence.
 TEST(ExactWindow, DecodingEqualsTheForward) {
   for (const Case& c : {Case{2, 29, 4, 2, 6, 8, 6, 8, 5, 0, true, false}, Case{1, 35, 2, 1, 4, 8, 5, 8, 6, 14, false, false},
