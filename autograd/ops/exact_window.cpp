@@ -44,7 +44,7 @@ struct FarInputs {
 };
 
 // Rows t >= W of (out, L) (near values in place) merged with the far part's (far_out, far_norm):
-// s = sigmoid(L - far_norm), out = s out + (1 - s) far_out, L = logaddexp(L, far_norm). Returns
+// out by merge_attention (not recorded), L = logaddexp(L, far_norm). Returns
 // the far rows' equivalent denominator den_far exp(L_merged - far_norm), in den_far's dtype.
 Tensor merge_rows(Tensor& out, Tensor& norm, const Tensor& far_out, const Tensor& far_den, const Tensor& far_norm,
                   std::int64_t window) {
@@ -53,23 +53,17 @@ Tensor merge_rows(Tensor& out, Tensor& norm, const Tensor& far_out, const Tensor
   Tensor out_tail = core::slice(out, 1, window, T), norm_tail = core::slice(norm, 2, window, T);
   const Tensor near_norm = norm_tail.contiguous();
   const DType dt = near_norm.dtype();
-  const Device dev = near_norm.device();
-  Tensor d = sub(near_norm, far_norm);
-  // -inf - -inf (no key in either part: both outs are 0) is NaN, any weight will do; infinite
-  // differences are clamped where sigmoid is exactly 0 and 1 (as merge_attention does).
-  d = masked_fill(d, ne(d, d), 0.0);
-  d = maximum(minimum(d, Tensor::scalar(1e4, dt, dev)), Tensor::scalar(-1e4, dt, dev));
-  auto weight = [&](const Tensor& x) { return to_dtype(unsqueeze(transpose(sigmoid(x), 1, 2), 3), out.dtype()); };
-  out_tail.copy_(add(mul(weight(d), out_tail), mul(weight(neg(d)), far_out)));
+  const Tensor neg_inf = Tensor::scalar(-std::numeric_limits<double>::infinity(), dt, near_norm.device());
+  out_tail.copy_(merge_attention({out_tail, near_norm}, {far_out, far_norm}));
   // logaddexp; -inf where neither part saw a key
   const Tensor top = maximum(near_norm, far_norm);
-  const Tensor none = eq(top, Tensor::scalar(-std::numeric_limits<double>::infinity(), dt, dev));
+  const Tensor none = eq(top, neg_inf);
   const Tensor safe_top = masked_fill(top, none, 0.0);
   Tensor merged = add(safe_top, log(add(exp(sub(near_norm, safe_top)), exp(sub(far_norm, safe_top)))));
   merged = masked_fill(merged, none, -std::numeric_limits<double>::infinity());
   norm_tail.copy_(merged);
   // A row with no far key (far_norm = -inf) gets G = 0 in the kernel whatever its den: 1 there.
-  const Tensor no_far = eq(far_norm, Tensor::scalar(-std::numeric_limits<double>::infinity(), dt, dev));
+  const Tensor no_far = eq(far_norm, neg_inf);
   const Tensor ratio = masked_fill(exp(sub(merged, masked_fill(far_norm, no_far, 0.0))), no_far, 1.0);
   return mul(far_den.to(dt), ratio).to(far_den.dtype()).contiguous();
 }
