@@ -9,12 +9,6 @@
 
 namespace dark::attention {
 
-Tensor pad_last_dim(const Tensor& x, std::int64_t width) {
-  if (x.size(3) == width) return x;
-  DARK_CHECK(x.size(3) < width, "pad_last_dim: ", x.describe(), " is wider than ", width);
-  return concat({x, Tensor::zeros({x.size(0), x.size(1), x.size(2), width - x.size(3)}, x.dtype(), x.device())}, 3);
-}
-
 namespace {
 
 void check_spec(const ExactWindowSpec& spec) {
@@ -48,6 +42,13 @@ NormalizedAttention far_part(const Tensor& xq, const Tensor& xk, const Tensor& v
                                                mask);
   const NormalizedAttention front = empty_state(B, W, H, v.size(3), v.dtype(), v.device());
   return {concat({front.out, shifted.out}, 1), concat({front.log_norm, shifted.log_norm}, 2)};
+}
+
+// Drops all but the last `count` positions of the state's caches (copies, so the dropped
+// prefix's memory is freed).
+void keep_last(ExactWindowState& s, std::int64_t count) {
+  const std::int64_t held = s.keys.size(1);
+  for (Tensor* cache : {&s.keys, &s.key_logits, &s.values}) *cache = slice(*cache, 1, held - count, held).contiguous();
 }
 
 }  // namespace
@@ -96,10 +97,7 @@ Tensor exact_window_decode(const Tensor& xq_in, const Tensor& xk_in, const Tenso
     // Global layers: the key W positions back leaves the window for the running feature state.
     if (spec.layer_window == 0 && held > spec.window) {
       fold_position(s->far, slice(s->key_logits, 1, 0, 1), slice(s->values, 1, 0, 1));
-      s->keys = slice(s->keys, 1, 1, held).contiguous();
-      s->key_logits = slice(s->key_logits, 1, 1, held).contiguous();
-      s->values = slice(s->values, 1, 1, held).contiguous();
-      --held;
+      keep_last(*s, --held);
     }
     const Tensor q = at(xq), ql = at(lq);
     const std::int64_t nn = std::min(near, held);
@@ -109,7 +107,7 @@ Tensor exact_window_decode(const Tensor& xq_in, const Tensor& xk_in, const Tenso
     NormalizedAttention far = empty_state(B, 1, hq, dv, acc, v.device());
     if (spec.layer_window == 0) {
       if (s->far) far = read_state(*s->far, ql, spec.eps);
-    } else if (spec.has_far(spec.window + 1) && held > near) {
+    } else if (spec.far_window() > 0 && held > near) {
       // Sliding-window layer: the query's far keys (t - w, t - W] are the cached ones before
       // its window; it sits on the last of their rows (its causal prefix: all of them).
       const std::int64_t nf = held - near;
@@ -121,11 +119,7 @@ Tensor exact_window_decode(const Tensor& xq_in, const Tensor& xk_in, const Tenso
       far = {slice(rows.out, 1, nf - 1, nf), slice(rows.log_norm, 2, nf - 1, nf)};
     }
     outputs.push_back(merge_attention(exact, far));
-    if (held > keep) {  // what no later query can see
-      s->keys = slice(s->keys, 1, held - keep, held).contiguous();
-      s->key_logits = slice(s->key_logits, 1, held - keep, held).contiguous();
-      s->values = slice(s->values, 1, held - keep, held).contiguous();
-    }
+    if (held > keep) keep_last(*s, keep);  // what no later query can see
   }
   return (T == 1 ? outputs[0] : concat(outputs, 1)).to(v_in.dtype());
 }

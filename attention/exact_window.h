@@ -28,10 +28,6 @@
 
 namespace dark::attention {
 
-// x (B, T, H, r) padded with zeros to (B, T, H, width) (dot products unchanged): the flash op
-// needs queries, keys and values of one width. x itself when r == width.
-Tensor pad_last_dim(const Tensor& x, std::int64_t width);
-
 // The far part's feature logits of transformed rows (B, T, H, r) -> (B, T, H, m), for the
 // windowed op of sliding-window layers (which takes logits, not x and omega).
 using FeatureLogitsFn = std::function<Tensor(const Tensor&)>;

@@ -114,6 +114,9 @@ Tensor embedding(const Tensor& weight, const Tensor& ids, DType dtype);
 // Selects entries of index (1-D, i32/i64) along axis.
 Tensor index_select(const Tensor& x, int axis, const Tensor& index);
 Tensor concat(const std::vector<Tensor>& parts, int axis);
+// x (..., r) padded with zeros to (..., width) (dot products unchanged: the flash op needs
+// queries, keys and values of one width); x itself when r == width.
+Tensor pad_last_dim(const Tensor& x, std::int64_t width);
 // Splits axis into pieces of the given sizes (which must add up to its length).
 std::vector<Tensor> split(const Tensor& x, const std::vector<std::int64_t>& sizes, int axis);
 // cond != 0 ? a : b, broadcasting all three. cond is not differentiated.

@@ -301,7 +301,7 @@ TEST(ExactWindow, TheGlobalLayersOpEqualsTheComposition) {
                                                       c.chunk, c.mask());
         } else {
           const NormalizedAttention near = flash_attention_with_lse(
-              attention::pad_last_dim(leaves[0], c.dv), attention::pad_last_dim(leaves[1], c.dv), leaves[2], true, 1.0,
+              pad_last_dim(leaves[0], c.dv), pad_last_dim(leaves[1], c.dv), leaves[2], true, 1.0,
               c.mask(), c.window);
           const std::int64_t n = c.t - c.window;
           const Tensor mask = c.mask();
@@ -389,8 +389,8 @@ TEST(ExactWindow, LogNormalisersOfTheOps) {
           want_lse[row] = sum_exp == 0 ? kNegInf : std::log(sum_exp);
         }
     const NormalizedAttention lin = linear_attention_with_norm(lq, lk, in[2], true, eps, 8, c.mask(), window);
-    const NormalizedAttention lse = flash_attention_with_lse(attention::pad_last_dim(in[0], c.dv),
-                                                             attention::pad_last_dim(in[1], c.dv), in[2], true, 1.0,
+    const NormalizedAttention lse = flash_attention_with_lse(pad_last_dim(in[0], c.dv),
+                                                             pad_last_dim(in[1], c.dv), in[2], true, 1.0,
                                                              c.mask(), window);
     const std::vector<double> got_lin = testing::values(lin.log_norm), got_lse = testing::values(lse.log_norm);
     for (std::size_t i = 0; i < want_lin.size(); ++i) {

@@ -60,4 +60,13 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<std::int64_t>& size
   return out;
 }
 
+Tensor pad_last_dim(const Tensor& x, std::int64_t width) {
+  DARK_CHECK(x.dim() >= 1 && x.size(x.dim() - 1) <= width, "pad_last_dim: ", x.describe(), " is wider than ", width);
+  const std::int64_t r = x.size(x.dim() - 1);
+  if (r == width) return x;
+  Shape zeros = x.shape();
+  zeros[zeros.size() - 1] = width - r;
+  return concat({x, Tensor::zeros(zeros, x.dtype(), x.device())}, x.dim() - 1);
+}
+
 }  // namespace dark

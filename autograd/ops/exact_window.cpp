@@ -21,14 +21,6 @@
 namespace dark {
 namespace {
 
-// x (B, T, H, r) padded with zeros to width columns (dot products unchanged), no tape.
-Tensor padded(const Tensor& x, std::int64_t width) {
-  if (x.size(3) == width) return x;
-  Tensor out = Tensor::zeros({x.size(0), x.size(1), x.size(2), width}, x.dtype(), x.device());
-  core::slice(out, 3, 0, x.size(3)).copy_(x);
-  return out;
-}
-
 // Rows [begin, end) of the sequence axis (axis 1 of (B, T, ...)), contiguous.
 Tensor rows(const Tensor& x, std::int64_t begin, std::int64_t end) {
   return x.defined() ? core::slice(x, 1, begin, end).contiguous() : Tensor();
@@ -91,8 +83,8 @@ Tensor random_feature_attention_exact_window(const Tensor& xq_in, const Tensor& 
   const Device dev = xq.device();
 
   Tensor out = Tensor::empty({B, T, hq, dv}, dt, dev), norm = Tensor::empty({B, hq, T}, grad_dtype(dt), dev);
-  kernels::flash_attention_forward().get(dev.type, dt)(padded(xq, dv), padded(xk, dv), v, mask, out, norm,
-                                                      /*causal=*/true, 1.0, window);
+  kernels::flash_attention_forward().get(dev.type, dt)(pad_last_dim(xq.detach(), dv), pad_last_dim(xk.detach(), dv), v,
+                                                      mask, out, norm, /*causal=*/true, 1.0, window);
   Tensor den_equiv;
   {
     const FarInputs far(xq, xk, v, mask, window);
@@ -115,7 +107,7 @@ Tensor random_feature_attention_exact_window(const Tensor& xq_in, const Tensor& 
              Tensor dq = Tensor::empty({xq.size(0), xq.size(1), xq.size(2), dv}, dt, dev);
              Tensor dk = Tensor::empty({xk.size(0), xk.size(1), xk.size(2), dv}, dt, dev);
              Tensor dv_all = Tensor::empty(v.shape(), dt, dev);
-             kernels::flash_attention_backward().get(dev.type, dt)(padded(xq, dv), padded(xk, dv), v, mask, out, norm,
+             kernels::flash_attention_backward().get(dev.type, dt)(pad_last_dim(xq, dv), pad_last_dim(xk, dv), v, mask, out, norm,
                                                                   dout, Tensor(), dq, dk, dv_all, /*causal=*/true, 1.0,
                                                                   window);
              if (r < dv) dq = core::slice(dq, 3, 0, r).contiguous(), dk = core::slice(dk, 3, 0, r).contiguous();
