@@ -166,12 +166,15 @@ DARK_DECLARE_KERNEL(flash_attention_forward, void(const Tensor& q, const Tensor&
 // out, lse from the forward; dout: (B, T, Hq, D) contiguous. dlse: undefined (lse is not
 // an output of the op) or (B, Hq, T) contiguous like lse: the gradient of lse, which enters
 // FlashAttention-2's backward as D_i = rowsum(dO * O) - dlse_i (d lse_i / d s_ij = P_ij).
-// dq, dk, dv contiguous with q's, k's and v's shapes, written (not accumulated); padded keys
-// get dk = dv = 0. Deterministic: fixed summation order, independent of the thread count.
+// dq, dk, dv contiguous with q's, k's and v's shapes, written, or with accumulate added to
+// (another part's gradients already there; the CPU adds in place, CUDA through temporaries);
+// padded keys get dk = dv = 0 (nothing added). Deterministic: fixed summation order,
+// independent of the thread count.
 DARK_DECLARE_KERNEL(flash_attention_backward, void(const Tensor& q, const Tensor& k, const Tensor& v,
                                                    const Tensor& key_mask, const Tensor& out, const Tensor& lse,
                                                    const Tensor& dout, const Tensor& dlse, Tensor& dq, Tensor& dk,
-                                                   Tensor& dv, bool causal, double scale, std::int64_t window))
+                                                   Tensor& dv, bool causal, double scale, std::int64_t window,
+                                                   bool accumulate))
 
 // Cross entropy over rows of logits: (N, V) with targets: (N) (i32 / i64, read from the
 // tensor) contiguous. lse: (N) gets each row's logsumexp (0 for ignored rows); loss (one

@@ -37,6 +37,7 @@
 #include "attention/kv_cache.h"
 #include "attention/softmax_attention.h"
 #include "core/allocator.h"
+#include "core/kernels.h"
 
 namespace dark {
 namespace {
@@ -703,8 +704,9 @@ TEST(FusedFlashAttentionWindow, Gradcheck) {
                      c.inputs(DType::f64, 11), {true, true, true}, window_name(c, 4) + padding_name(kind));
 }
 
-// Sizes that are not multiples of the tiles (forward 64 x 128, backward 128 x 64): windows
-// that skip whole key tiles, straddle tile edges, or cover everything.
+// Sizes that are not multiples of the tiles (forward 64 x 128, backward 128 x 64; windows of
+// at most 256 keys: spans of 32 queries or keys, backward segments of 1024 keys): windows
+// that skip whole key tiles, straddle tile and segment edges, or cover everything.
 TEST(FusedFlashAttentionWindow, MatchesNaive) {
   struct Case {
     AttentionCase c;
@@ -715,6 +717,8 @@ TEST(FusedFlashAttentionWindow, MatchesNaive) {
       {{1, 70, 330, 4, 2, 8, true}, {1, 3, 69, 70, 200, 329, 330}},  // S > T: a cached prefix of 260
       {{1, 1, 200, 2, 1, 8, true}, {1, 3, 64, 199}},                 // one decoding step
       {{2, 9, 4, 2, 1, 4, true}, {1, 2}},                             // T > S
+      {{1, 2100, 2100, 2, 1, 8, true}, {5, 64, 256}},                 // three backward segments
+      {{1, 900, 2200, 2, 1, 8, true}, {64, 256}},                     // ... with a cached prefix
   };
   for (DType dt : {DType::f64, DType::f32})
     for (const Case& k : cases)
@@ -726,7 +730,8 @@ TEST(FusedFlashAttentionWindow, MatchesNaive) {
 }
 
 TEST(FusedFlashAttentionWindow, MaskedMatchesNaive) {
-  const std::vector<AttentionCase> cases = {{2, 150, 150, 4, 2, 8, true}, {2, 70, 200, 2, 1, 8, true}};
+  const std::vector<AttentionCase> cases = {
+      {2, 150, 150, 4, 2, 8, true}, {2, 70, 200, 2, 1, 8, true}, {1, 1300, 1300, 2, 1, 8, true}};
   for (DType dt : {DType::f64, DType::f32})
     for (const AttentionCase& c : cases)
       for (const std::int64_t w : {3, 40, 149})
@@ -786,30 +791,63 @@ TEST(FusedFlashAttentionWindow, Errors) {
   testing::expect_error([&] { flash_attention(q, k, k, true, 1.0, Tensor(), -1); }, {"flash_attention", "window", "-1"});
 }
 
-// Same bits across runs and thread counts (3 threads: the split backward schedule, 1, 2, 4:
-// the fused one), with and without a key mask.
+// Same bits across runs and thread counts (window 300, 3 threads: the split backward
+// schedule, 1, 2, 4: the fused one; window 70: spans, over two segments at T = 1500), with
+// and without a key mask.
 TEST(FusedFlashAttentionWindow, BackwardDeterministic) {
-  const std::vector<Tensor> in = AttentionCase{2, 333, 333, 4, 2, 32, true}.inputs(DType::f32);
+  const std::vector<Tensor> in = AttentionCase{2, 1500, 1500, 4, 2, 32, true}.inputs(DType::f32);
   const int saved = omp_get_max_threads();
-  for (const Tensor& mask : {Tensor(), mask_tensor(padding_mask(Padding::holes, 2, 333), 2)}) {
-    std::vector<std::vector<float>> runs;
-    for (int threads : {3, 3, 1, 2, 4}) {
-      omp_set_num_threads(threads);
-      const GradRun r = run_with_grad(window_attention_fn(0.125, 70, mask), in, {true, true, true});
-      std::vector<float> bits = r.out.to_vector<float>();
-      for (const Tensor& g : r.grads) {
-        const std::vector<float> gv = g.to_vector<float>();
-        bits.insert(bits.end(), gv.begin(), gv.end());
+  for (const std::int64_t window : {70, 300}) {
+    for (const Tensor& mask : {Tensor(), mask_tensor(padding_mask(Padding::holes, 2, 1500), 2)}) {
+      std::vector<std::vector<float>> runs;
+      for (int threads : {3, 3, 1, 2, 4}) {
+        omp_set_num_threads(threads);
+        const GradRun r = run_with_grad(window_attention_fn(0.125, window, mask), in, {true, true, true});
+        std::vector<float> bits = r.out.to_vector<float>();
+        for (const Tensor& g : r.grads) {
+          const std::vector<float> gv = g.to_vector<float>();
+          bits.insert(bits.end(), gv.begin(), gv.end());
+        }
+        runs.push_back(bits);
       }
-      runs.push_back(bits);
-    }
-    omp_set_num_threads(saved);
-    for (std::size_t i = 1; i < runs.size(); ++i) {
-      ASSERT_EQ(runs[i].size(), runs[0].size());
-      EXPECT_EQ(std::memcmp(runs[0].data(), runs[i].data(), runs[0].size() * sizeof(float)), 0)
-          << "run " << i << (mask.defined() ? " masked" : "");
+      omp_set_num_threads(saved);
+      for (std::size_t i = 1; i < runs.size(); ++i) {
+        ASSERT_EQ(runs[i].size(), runs[0].size());
+        EXPECT_EQ(std::memcmp(runs[0].data(), runs[i].data(), runs[0].size() * sizeof(float)), 0)
+            << "window " << window << ", run " << i << (mask.defined() ? " masked" : "");
+      }
     }
   }
+}
+
+// The backward kernel with accumulate adds its gradients to what dq, dk, dv hold (the exact
+// window's features put theirs there first): X + the written gradients, for the grid (no
+// window; window 300) and the spans (window 70, three segments), with and without a mask.
+TEST(FusedFlashAttentionWindow, BackwardAccumulateAddsToTheGradientsThere) {
+  const AttentionCase c{2, 2100, 2100, 4, 2, 8, true};
+  const std::vector<Tensor> in = c.inputs(DType::f64, 41);
+  const Tensor dout = randn(in[0].shape(), 44, DType::f64);
+  const auto& forward = kernels::flash_attention_forward().get(DeviceType::cpu, DType::f64);
+  const auto& backward = kernels::flash_attention_backward().get(DeviceType::cpu, DType::f64);
+  for (const std::int64_t window : {0, 70, 300})
+    for (const Tensor& mask : {Tensor(), mask_tensor(padding_mask(Padding::holes, c.b, c.s), c.b)}) {
+      const std::string name = window_name(c, window) + (mask.defined() ? " masked" : "");
+      Tensor out = Tensor::empty(in[0].shape(), DType::f64, Device::cpu());
+      Tensor lse = Tensor::empty({c.b, c.hq, c.t}, DType::f64, Device::cpu());
+      forward(in[0], in[1], in[2], mask, out, lse, true, 0.3, window);
+      std::vector<Tensor> written, added, there;
+      for (int i = 0; i < 3; ++i) {
+        written.push_back(Tensor::empty(in[i].shape(), DType::f64, Device::cpu()));
+        there.push_back(randn(in[i].shape(), 50 + i, DType::f64));
+        added.push_back(there[i].clone());
+      }
+      backward(in[0], in[1], in[2], mask, out, lse, dout, Tensor(), written[0], written[1], written[2], true, 0.3,
+               window, /*accumulate=*/false);
+      backward(in[0], in[1], in[2], mask, out, lse, dout, Tensor(), added[0], added[1], added[2], true, 0.3, window,
+               /*accumulate=*/true);
+      for (int i = 0; i < 3; ++i)
+        expect_close(added[i], add(there[i], written[i]), 1e-12, 1e-12, name + " gradient " + std::to_string(i));
+    }
 }
 
 // Decoding through SoftmaxAttention with a window (a prefill longer than the window, then

@@ -5,7 +5,8 @@
 // result's buffers) and the fused random-feature kernel on the sequence shifted by W (its out,
 // den and log normaliser); rows t >= W are then merged in place into out and the merged log
 // normaliser L. Saved: x_q, x_k, v, omega, out, L and each far row's equivalent denominator, not
-// the two parts' outputs. Backward: each kernel's own backward, given the merged quantities:
+// the two parts' outputs. Backward: each kernel's own backward, given the merged quantities
+// (the features' first, then flash's added to their gradients in place):
 //   flash with lse = L: P = exp(s - L) is the merged softmax's probability of a near key, and
 //     D = rowsum(dO out) its FlashAttention-2 statistic, so dS = P (dP - D) is exact;
 //   the features with den = exp(L - qoff - o): their G = [dO / den, -(dO . out) / den] is then
@@ -60,6 +61,16 @@ Tensor merge_rows(Tensor& out, Tensor& norm, const Tensor& far_out, const Tensor
   return mul(far_den.to(dt), ratio).to(far_den.dtype()).contiguous();
 }
 
+// A zero (B, T, H, width) gradient with `part` (B, n, H, w <= width) in rows [begin, begin + n),
+// columns [0, w). `part` is released before returning, so at most one full-length gradient and
+// the far parts are alive at once.
+Tensor place_rows(Tensor part, const std::vector<std::int64_t>& shape, std::int64_t begin) {
+  Tensor full = Tensor::empty(shape, part.dtype(), part.device());
+  full.fill_(0.0);
+  core::slice(core::slice(full, 1, begin, begin + part.size(1)), 3, 0, part.size(3)).copy_(part);
+  return full;
+}
+
 }  // namespace
 
 Tensor random_feature_attention_exact_window(const Tensor& xq_in, const Tensor& xk_in, const Tensor& v_in,
@@ -103,30 +114,27 @@ Tensor random_feature_attention_exact_window(const Tensor& xq_in, const Tensor& 
              const Tensor dout = g.out_grad().contiguous();
              const DType dt = xq.dtype();
              const Device dev = xq.device();
-             // near keys: flash's backward with the merged out and normaliser
-             Tensor dq = Tensor::empty({xq.size(0), xq.size(1), xq.size(2), dv}, dt, dev);
-             Tensor dk = Tensor::empty({xk.size(0), xk.size(1), xk.size(2), dv}, dt, dev);
-             Tensor dv_all = Tensor::empty(v.shape(), dt, dev);
-             kernels::flash_attention_backward().get(dev.type, dt)(pad_last_dim(xq, dv), pad_last_dim(xk, dv), v, mask, out, norm,
-                                                                  dout, Tensor(), dq, dk, dv_all, /*causal=*/true, 1.0,
-                                                                  window);
-             if (r < dv) dq = core::slice(dq, 3, 0, r).contiguous(), dk = core::slice(dk, 3, 0, r).contiguous();
-             // far keys: the features' backward on the shifted rows, added into the rows they came from
-             const FarInputs far(xq, xk, v, mask, window);
-             const std::int64_t T = xq.size(1);
-             Tensor dxq = Tensor::empty(far.xq.shape(), dt, dev), dxk = Tensor::empty(far.xk.shape(), dt, dev);
-             Tensor dvf = Tensor::empty(far.v.shape(), dt, dev);
+             const std::int64_t B = xq.size(0), T = xq.size(1);
+             // far keys first: the features' backward on the shifted rows, each gradient then
+             // placed into a full-length one (flash's widths)
+             Tensor dq, dk, dv_all;
              Tensor domega = g.needs_grad(3) ? Tensor::empty(omega.shape(), dt, dev) : Tensor();
-             kernels::random_feature_attention_backward().get(dev.type, dt)(
-                 far.xq, far.xk, far.v, omega, log_weight, far.mask, rows(out, window, T), den_equiv,
-                 rows(dout, window, T), Tensor(), dxq, dxk, dvf, domega, /*causal=*/true, chunk);
-             auto add_rows = [](Tensor& into, std::int64_t begin, const Tensor& part) {
-               Tensor view = core::slice(into, 1, begin, begin + part.size(1));
-               view.copy_(add(view, part));
-             };
-             add_rows(dq, window, dxq);
-             add_rows(dk, 0, dxk);
-             add_rows(dv_all, 0, dvf);
+             {
+               const FarInputs far(xq, xk, v, mask, window);
+               Tensor dxq = Tensor::empty(far.xq.shape(), dt, dev), dxk = Tensor::empty(far.xk.shape(), dt, dev);
+               Tensor dvf = Tensor::empty(far.v.shape(), dt, dev);
+               kernels::random_feature_attention_backward().get(dev.type, dt)(
+                   far.xq, far.xk, far.v, omega, log_weight, far.mask, rows(out, window, T), den_equiv,
+                   rows(dout, window, T), Tensor(), dxq, dxk, dvf, domega, /*causal=*/true, chunk);
+               dq = place_rows(std::move(dxq), {B, T, xq.size(2), dv}, window);
+               dk = place_rows(std::move(dxk), {B, T, xk.size(2), dv}, 0);
+               dv_all = place_rows(std::move(dvf), v.shape(), 0);
+             }
+             // near keys: flash's backward with the merged out and normaliser, added to them
+             kernels::flash_attention_backward().get(dev.type, dt)(pad_last_dim(xq, dv), pad_last_dim(xk, dv), v, mask,
+                                                                  out, norm, dout, Tensor(), dq, dk, dv_all,
+                                                                  /*causal=*/true, 1.0, window, /*accumulate=*/true);
+             if (r < dv) dq = core::slice(dq, 3, 0, r).contiguous(), dk = core::slice(dk, 3, 0, r).contiguous();
              if (g.needs_grad(0)) g.set_input_grad(0, dq);
              if (g.needs_grad(1)) g.set_input_grad(1, dk);
              if (g.needs_grad(2)) g.set_input_grad(2, dv_all);

@@ -65,7 +65,7 @@ NormalizedAttention flash_attention_op(const Tensor& q_in, const Tensor& k_in, c
              Tensor dk = Tensor::empty(k.shape(), k.dtype(), k.device());
              Tensor dv = Tensor::empty(v.shape(), v.dtype(), v.device());
              kernels::flash_attention_backward().get(q.device().type, q.dtype())(
-                 q, k, v, mask, out, lse, dout, dlse, dq, dk, dv, causal, scale, window);
+                 q, k, v, mask, out, lse, dout, dlse, dq, dk, dv, causal, scale, window, /*accumulate=*/false);
              if (g.needs_grad(0)) g.set_input_grad(0, dq);
              if (g.needs_grad(1)) g.set_input_grad(1, dk);
              if (g.needs_grad(2)) g.set_input_grad(2, dv);

@@ -1,24 +1,25 @@
 // CPU flash attention for grouped-query heads, forward and backward.
 //
-// Forward (FlashAttention-2): one task per (batch, query head, tile of kFwdBlockQ queries).
-// It walks the tiles of kFwdBlockK keys the queries can see, keeps a running row max m,
+// Forward (FlashAttention-2): one task per (batch, query head, tile of fwd_q queries; see
+// Tiles). It walks the tiles of fwd_k keys the queries can see, keeps a running row max m,
 // row sum l and unnormalised output (online softmax), and at the end writes
-// out = acc / l and lse = m + log(l). Per thread only O(kFwdBlockQ * (kFwdBlockK + D)) scratch.
+// out = acc / l and lse = m + log(l). Per thread only O(fwd_q * (fwd_k + D)) scratch.
 // Padded keys (key mask 0) get score -inf in every tile, so they carry no probability; the
 // tile geometry stays that of the unmasked call (an all-ones mask changes no bit).
 // Sliding window (window > 0, causal): query t also loses the keys s <= t + S - T - window.
 // Key tiles wholly before every query's window are never visited (forward and backward
-// walk only the tiles between the first window start and the causal end: O(T window) work);
-// in the tile that straddles a row's window start, the keys before it get score -inf like
-// padded keys. window >= S is window 0 (the same tiles, the same bits).
+// walk only the tiles between the first window start and the causal end: O(T window) work;
+// a window of at most 256 keys covers each tile's band in one span, see Tiles); in a tile
+// that straddles a row's window start, the keys before it get score -inf like padded keys.
+// window >= S is window 0 (the same tiles, the same bits).
 //
-// Backward: D_i = rowsum(dO * O) (minus lse's gradient where the op returns lse) first; then, tile pair by tile pair, P = exp(S - lse) is
-// recomputed and
+// Backward: D_i = rowsum(dO * O) (minus lse's gradient where the op returns lse) first;
+// then, tile pair by tile pair, P = exp(S - lse) is recomputed and
 //   dV += P^T dO,  dS = P * (dO V^T - D_i),  dK += scale dS^T Q,  dQ += scale dS K.
 // Each of dK, dV (per key tile) and dQ (per query tile) is owned by one task at a time and
 // accumulated in a fixed order (see use_fused_schedule for the two schedules, which do the
-// same arithmetic). Nothing is atomic, so the result is bitwise the same for any number
-// of threads. Extra memory: D_i (B, Hq, T) and per-thread tiles. A padded key has P = 0,
+// same arithmetic, and span_backward for short windows). Nothing is atomic, so the result
+// is bitwise the same for any number of threads. Extra memory: D_i (B, Hq, T) and per-thread tiles. A padded key has P = 0,
 // hence dS = 0: its dK and dV rows stay exactly 0.
 //
 // Matrix products on tiles go to oneDNN's sgemm (float32; single-threaded inside our
@@ -46,17 +47,32 @@ namespace {
 
 #define DARK_CPU_CLONES __attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4")))
 
-// Tile sizes (queries x keys), tuned on AVX-512 with D = 64: the forward favours wide key
-// tiles, the backward tall query tiles.
-constexpr std::int64_t kFwdBlockQ = 64, kFwdBlockK = 128;
-constexpr std::int64_t kBwdBlockQ = 128, kBwdBlockK = 64;
-
+// Tile sizes (queries x keys). Full causal (or bidirectional) attention walks an aligned grid,
+// tuned on AVX-512 with D = 64: the forward favours wide key tiles, the backward tall query
+// tiles. A short sliding window instead covers each tile's whole band in one product
+// ("spans"): the forward's fwd_q queries take their fwd_q + window - 1 keys at once (starting
+// at the first one's window, not on a grid), the backward's bwd_k keys the bwd_k + window - 1
+// queries that see them (span_backward). A short window's grid is mostly cells outside the
+// band and per-call overhead (W = 64, L = 8192, 4 heads, 2 threads: 49 -> 31 ms).
+struct Tiles {
+  std::int64_t fwd_q, fwd_k, bwd_q, bwd_k;
+  bool spans;  // sliding window: one span per tile (above), no grid
+  std::int64_t p_rows, p_cols;  // the backward's P / dS scratch (row stride p_cols)
+};
+inline Tiles tiles_for(std::int64_t window) {
+  // Longer windows keep the grid: its cells are mostly inside the band, and a span's scratch
+  // grows as the window squared.
+  if (window == 0 || window > 256) return {64, 128, 128, 64, false, 128, 64};
+  constexpr std::int64_t q = 32;  // 16 times the same, 64 is 1.2x slower (W = 64, AVX-512)
+  return {q, q + window - 1, q, q, true, q + window - 1, q + window - 1};
+}
 
 // Shapes, strides, the causal geometry and the key padding mask of one call.
 struct Geometry {
   std::int64_t batch, t, s, hq, hkv, d, group;
   std::int64_t q_strides[3], k_strides[3], v_strides[3];  // batch, sequence, head (D has stride 1)
   bool causal;
+  Tiles tiles;
   std::int64_t window;           // > 0: sliding window (causal only); 0: none (also for window >= S)
   const std::int32_t* key_mask;  // (B, S), 0 = padded key; nullptr: every key is real
 
@@ -64,7 +80,7 @@ struct Geometry {
            std::int64_t window_)
       : batch(q.shape()[0]), t(q.shape()[1]), s(k.shape()[1]), hq(q.shape()[2]), hkv(k.shape()[2]),
         d(q.shape()[3]), group(q.shape()[2] / k.shape()[2]), causal(causal_),
-        window(window_ < s ? window_ : 0),
+        tiles(tiles_for(window_ < s ? window_ : 0)), window(window_ < s ? window_ : 0),
         key_mask(key_mask_.defined() ? key_mask_.data<std::int32_t>() : nullptr) {
     DARK_CHECK(window_ >= 0 && (window_ == 0 || causal_), "flash_attention: window must be >= 0 and needs causal, got ",
                window_, causal_ ? " (causal)" : " (not causal)");
@@ -280,22 +296,22 @@ void flash_attention_forward_kernel(const Tensor& q, const Tensor& k, const Tens
   const T* pv = v.data<T>();
   T* po = out.data<T>();
   T* plse = lse.data<T>();
-  const std::int64_t q_blocks = (g.t + kFwdBlockQ - 1) / kFwdBlockQ;
+  const std::int64_t q_blocks = (g.t + g.tiles.fwd_q - 1) / g.tiles.fwd_q;
   const std::int64_t d = g.d;
   auto make_scratch = [&] {
     ForwardScratch<T> s;
-    s.tile = AlignedBuffer<T>(kFwdBlockQ * kFwdBlockK);
-    s.acc = AlignedBuffer<T>(kFwdBlockQ * d);
-    s.m.resize(kFwdBlockQ);
-    s.l.resize(kFwdBlockQ);
-    s.alpha.resize(kFwdBlockQ);
-    s.visible.resize(kFwdBlockQ);
+    s.tile = AlignedBuffer<T>(g.tiles.fwd_q * g.tiles.fwd_k);
+    s.acc = AlignedBuffer<T>(g.tiles.fwd_q * d);
+    s.m.resize(g.tiles.fwd_q);
+    s.l.resize(g.tiles.fwd_q);
+    s.alpha.resize(g.tiles.fwd_q);
+    s.visible.resize(g.tiles.fwd_q);
     return s;
   };
   auto task = [&](std::int64_t i, ForwardScratch<T>& s) {
     const std::int64_t qb = i % q_blocks, h = (i / q_blocks) % g.hq, b = i / (q_blocks * g.hq);
     const std::int64_t kv = h / g.group;
-    const std::int64_t t0 = qb * kFwdBlockQ, rows = std::min(g.t, t0 + kFwdBlockQ) - t0;
+    const std::int64_t t0 = qb * g.tiles.fwd_q, rows = std::min(g.t, t0 + g.tiles.fwd_q) - t0;
     const T* qt = pq + b * g.q_strides[0] + t0 * g.q_strides[1] + h * g.q_strides[2];
     const T* kh = pk + b * g.k_strides[0] + kv * g.k_strides[2];
     const T* vh = pv + b * g.v_strides[0] + kv * g.v_strides[2];
@@ -303,15 +319,16 @@ void flash_attention_forward_kernel(const Tensor& q, const Tensor& k, const Tens
     std::fill(s.l.begin(), s.l.begin() + rows, T(0));
     std::fill(s.acc.data(), s.acc.data() + rows * d, T(0));
     const std::int64_t key_end = std::max<std::int64_t>(0, g.key_end(t0 + rows - 1));
-    for (std::int64_t s0 = g.key_begin(t0) / kFwdBlockK * kFwdBlockK; s0 < key_end; s0 += kFwdBlockK) {
-      const std::int64_t cols = std::min(key_end, s0 + kFwdBlockK) - s0;
+    const std::int64_t first = g.tiles.spans ? g.key_begin(t0) : g.key_begin(t0) / g.tiles.fwd_k * g.tiles.fwd_k;
+    for (std::int64_t s0 = first; s0 < key_end; s0 += g.tiles.fwd_k) {
+      const std::int64_t cols = std::min(key_end, s0 + g.tiles.fwd_k) - s0;
       if (!gemm('N', 'T', rows, cols, d, scale, qt, g.q_strides[1], kh + s0 * g.k_strides[1], g.k_strides[1], T(0),
-                s.tile.data(), kFwdBlockK))
+                s.tile.data(), g.tiles.fwd_k))
         return false;
-      mask_before_window(g, t0, rows, s0, cols, s.tile.data(), kFwdBlockK);
-      mask_padded_keys(g, b, s0, s.tile.data(), kFwdBlockK, rows, cols);
+      mask_before_window(g, t0, rows, s0, cols, s.tile.data(), g.tiles.fwd_k);
+      mask_padded_keys(g, b, s0, s.tile.data(), g.tiles.fwd_k, rows, cols);
       visible_columns(g, t0, rows, s0, cols, s.visible.data());
-      online_softmax(s.tile.data(), kFwdBlockK, rows, cols, s.visible.data(), s.m.data(), s.l.data(), s.alpha.data());
+      online_softmax(s.tile.data(), g.tiles.fwd_k, rows, cols, s.visible.data(), s.m.data(), s.l.data(), s.alpha.data());
       for (std::int64_t r = 0; r < rows; ++r) {
         const T a = s.alpha[r];
         if (a == T(1)) continue;
@@ -319,7 +336,7 @@ void flash_attention_forward_kernel(const Tensor& q, const Tensor& k, const Tens
 #pragma omp simd
         for (std::int64_t j = 0; j < d; ++j) acc[j] *= a;
       }
-      if (!gemm('N', 'N', rows, d, cols, T(1), s.tile.data(), kFwdBlockK, vh + s0 * g.v_strides[1], g.v_strides[1],
+      if (!gemm('N', 'N', rows, d, cols, T(1), s.tile.data(), g.tiles.fwd_k, vh + s0 * g.v_strides[1], g.v_strides[1],
                 T(1), s.acc.data(), d))
         return false;
     }
@@ -356,58 +373,134 @@ struct BackwardArgs {
   T scale;
   const T *q, *k, *v, *lse, *di, *dout;
   T *dq, *dk, *dv;
+  bool accumulate;  // dq, dk, dv hold gradients to add to (not zeroed first)
 };
+
+// A backward tile: queries [t0, t0 + rows) against keys [s0, s0 + cols).
+struct Tile {
+  std::int64_t t0, rows, s0, cols;
+};
+
+// The grid's tile of query tile t0 and key tile s0 (clipped at the ends).
+Tile grid_tile(const Geometry& g, std::int64_t t0, std::int64_t s0) {
+  return {t0, std::min(g.t, t0 + g.tiles.bwd_q) - t0, s0, std::min(g.s, s0 + g.tiles.bwd_k) - s0};
+}
 
 // One (query tile of head h, key tile of kv head) step: P = exp(scale Q K^T - lse) into
 // s.p and dS = P * (dO V^T - D_i) into s.ds; with want_dkv also dV += P^T dO and
 // dK += scale dS^T Q into the key tile's rows of dk and dv.
 template <class T>
-bool backward_tile(const BackwardArgs<T>& a, std::int64_t b, std::int64_t h, std::int64_t t0, std::int64_t s0,
-                   bool want_dkv, BackwardScratch<T>& s) {
+bool backward_tile(const BackwardArgs<T>& a, std::int64_t b, std::int64_t h, const Tile& tile, bool want_dkv,
+                   BackwardScratch<T>& s) {
   const Geometry& g = *a.g;
-  const std::int64_t d = g.d, kv = h / g.group;
-  const std::int64_t rows = std::min(g.t, t0 + kBwdBlockQ) - t0, cols = std::min(g.s, s0 + kBwdBlockK) - s0;
+  const std::int64_t d = g.d, kv = h / g.group, ld = g.tiles.p_cols;
+  const std::int64_t t0 = tile.t0, s0 = tile.s0, rows = tile.rows, cols = tile.cols;
   const T* qt = a.q + b * g.q_strides[0] + t0 * g.q_strides[1] + h * g.q_strides[2];
   const T* kt = a.k + b * g.k_strides[0] + s0 * g.k_strides[1] + kv * g.k_strides[2];
   const T* vt = a.v + b * g.v_strides[0] + s0 * g.v_strides[1] + kv * g.v_strides[2];
   const T* dot = a.dout + ((b * g.t + t0) * g.hq + h) * d;
   const std::int64_t ldo = g.hq * d, ldkv = g.hkv * d;
-  if (!gemm('N', 'T', rows, cols, d, a.scale, qt, g.q_strides[1], kt, g.k_strides[1], T(0), s.p.data(), kBwdBlockK))
+  if (!gemm('N', 'T', rows, cols, d, a.scale, qt, g.q_strides[1], kt, g.k_strides[1], T(0), s.p.data(), ld))
     return false;
-  mask_before_window(g, t0, rows, s0, cols, s.p.data(), kBwdBlockK);
-  mask_padded_keys(g, b, s0, s.p.data(), kBwdBlockK, rows, cols);
+  mask_before_window(g, t0, rows, s0, cols, s.p.data(), ld);
+  mask_padded_keys(g, b, s0, s.p.data(), ld, rows, cols);
   visible_columns(g, t0, rows, s0, cols, s.visible.data());
-  probabilities(s.p.data(), kBwdBlockK, rows, cols, s.visible.data(), a.lse + (b * g.hq + h) * g.t + t0);
+  probabilities(s.p.data(), ld, rows, cols, s.visible.data(), a.lse + (b * g.hq + h) * g.t + t0);
   if (want_dkv &&
-      !gemm('T', 'N', cols, d, rows, T(1), s.p.data(), kBwdBlockK, dot, ldo, T(1),
+      !gemm('T', 'N', cols, d, rows, T(1), s.p.data(), ld, dot, ldo, T(1),
             a.dv + ((b * g.s + s0) * g.hkv + kv) * d, ldkv))
     return false;
-  if (!gemm('N', 'T', rows, cols, d, T(1), dot, ldo, vt, g.v_strides[1], T(0), s.ds.data(), kBwdBlockK)) return false;
-  score_grad(s.p.data(), s.ds.data(), kBwdBlockK, rows, cols, a.di + (b * g.hq + h) * g.t + t0);
+  if (!gemm('N', 'T', rows, cols, d, T(1), dot, ldo, vt, g.v_strides[1], T(0), s.ds.data(), ld)) return false;
+  score_grad(s.p.data(), s.ds.data(), ld, rows, cols, a.di + (b * g.hq + h) * g.t + t0);
   if (want_dkv &&
-      !gemm('T', 'N', cols, d, rows, a.scale, s.ds.data(), kBwdBlockK, qt, g.q_strides[1], T(1),
+      !gemm('T', 'N', cols, d, rows, a.scale, s.ds.data(), ld, qt, g.q_strides[1], T(1),
             a.dk + ((b * g.s + s0) * g.hkv + kv) * d, ldkv))
     return false;
   return true;
 }
 
-// dQ rows of (b, h, query tile t0) += scale dS K for the key tile s0.
+// Rows [r0, r1) of the tile's dS times scale K (its keys, head h's kv head) added into dst
+// (row stride ld): the dQ contribution of those queries.
 template <class T>
-bool backward_tile_dq(const BackwardArgs<T>& a, std::int64_t b, std::int64_t h, std::int64_t t0, std::int64_t s0,
-                      BackwardScratch<T>& s) {
+bool add_tile_dq_rows(const BackwardArgs<T>& a, std::int64_t b, std::int64_t h, const Tile& tile,
+                      const BackwardScratch<T>& s, std::int64_t r0, std::int64_t r1, T* dst, std::int64_t ld) {
   const Geometry& g = *a.g;
-  const std::int64_t d = g.d, kv = h / g.group;
-  const std::int64_t rows = std::min(g.t, t0 + kBwdBlockQ) - t0, cols = std::min(g.s, s0 + kBwdBlockK) - s0;
-  const T* kt = a.k + b * g.k_strides[0] + s0 * g.k_strides[1] + kv * g.k_strides[2];
-  return gemm('N', 'N', rows, d, cols, a.scale, s.ds.data(), kBwdBlockK, kt, g.k_strides[1], T(1),
-              a.dq + ((b * g.t + t0) * g.hq + h) * d, g.hq * d);
+  const std::int64_t kv = h / g.group, lp = g.tiles.p_cols;
+  const T* kt = a.k + b * g.k_strides[0] + tile.s0 * g.k_strides[1] + kv * g.k_strides[2];
+  return r1 <= r0 ||
+         gemm('N', 'N', r1 - r0, g.d, tile.cols, a.scale, s.ds.data() + r0 * lp, lp, kt, g.k_strides[1], T(1), dst, ld);
 }
 
-// Zeroes the dk and dv rows of key tile s0 of (b, kv).
+// dQ rows of the tile's queries (head h) += scale dS K with the tile's keys.
+template <class T>
+bool backward_tile_dq(const BackwardArgs<T>& a, std::int64_t b, std::int64_t h, const Tile& tile,
+                      BackwardScratch<T>& s) {
+  const Geometry& g = *a.g;
+  return add_tile_dq_rows(a, b, h, tile, s, 0, tile.rows, a.dq + ((b * g.t + tile.t0) * g.hq + h) * g.d, g.hq * g.d);
+}
+
+// The backward of a short sliding window (Tiles::spans): one task per (b, kv head, segment of
+// kSpanSegment keys) walks the segment's key tiles in order; each tile's band of queries is
+// one product set (P, dS, dV, dK, dQ: 5 products), so dK and dV are the task's own rows. A
+// band's dQ rows past the segment's own queries (those that first see the next segment) go
+// to the task's spill rows, added after every task has finished: each dQ row is summed in
+// one fixed order, and the segments do not depend on the thread count.
+constexpr std::int64_t kSpanSegment = 1024;
+
+template <class T, class MakeScratch>
+bool span_backward(const BackwardArgs<T>& a, MakeScratch&& make_scratch) {
+  const Geometry& g = *a.g;
+  const std::int64_t d = g.d, bk = g.tiles.bwd_k, ldq = g.hq * d;
+  const std::int64_t segments = (g.s + kSpanSegment - 1) / kSpanSegment, tasks = g.batch * g.hkv * segments;
+  const std::int64_t spill_rows = std::max<std::int64_t>(1, g.window - 1);  // query_end(S1 - 1) - query_begin(S1)
+  std::vector<T> spill(static_cast<std::size_t>(tasks * g.group * spill_rows * d), T(0));
+  // Queries [own_begin(S), own_begin(S')) are those that first see segment S's keys.
+  auto own_begin = [&](std::int64_t key) { return key >= g.s ? g.t : std::max<std::int64_t>(0, g.query_begin(key)); };
+  auto task = [&](std::int64_t i, BackwardScratch<T>& s) {
+    const std::int64_t seg = i % segments, kv = i / segments % g.hkv, b = i / (segments * g.hkv);
+    const std::int64_t k0 = seg * kSpanSegment, k1 = std::min(g.s, k0 + kSpanSegment), own_end = own_begin(k1);
+    for (std::int64_t s0 = k0; s0 < k1; s0 += bk) {
+      zero_key_tile(a, b, kv, s0);
+      const std::int64_t cols = std::min(k1, s0 + bk) - s0;
+      const std::int64_t t0 = std::max<std::int64_t>(0, g.query_begin(s0)), t_end = g.query_end(s0 + cols - 1);
+      if (t0 >= t_end) continue;
+      const Tile tile{t0, t_end - t0, s0, cols};
+      for (std::int64_t h = kv * g.group; h < (kv + 1) * g.group; ++h) {
+        T* spill_h = spill.data() + ((i * g.group + h - kv * g.group) * spill_rows) * d;
+        const std::int64_t split = std::clamp(own_end, t0, t_end) - t0;
+        if (!backward_tile(a, b, h, tile, true, s) ||
+            !add_tile_dq_rows(a, b, h, tile, s, 0, split, a.dq + ((b * g.t + t0) * g.hq + h) * d, ldq) ||
+            !add_tile_dq_rows(a, b, h, tile, s, split, tile.rows, spill_h + (t0 + split - own_end) * d, d))
+          return false;
+      }
+    }
+    return true;
+  };
+  if (!run_tasks<BackwardScratch<T>>(tasks, make_scratch, task)) return false;
+  parallel_for(g.batch * g.hq, 1, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t bh = begin; bh < end; ++bh) {
+      const std::int64_t b = bh / g.hq, h = bh % g.hq, kv = h / g.group;
+      for (std::int64_t seg = 0; seg + 1 < segments; ++seg) {
+        const std::int64_t i = (b * g.hkv + kv) * segments + seg, own_end = own_begin((seg + 1) * kSpanSegment);
+        const T* spill_h = spill.data() + ((i * g.group + h - kv * g.group) * spill_rows) * d;
+        for (std::int64_t r = 0; r < spill_rows && own_end + r < g.t; ++r) {
+          T* dq = a.dq + ((b * g.t + own_end + r) * g.hq + h) * d;
+          const T* sp = spill_h + r * d;
+#pragma omp simd
+          for (std::int64_t j = 0; j < d; ++j) dq[j] += sp[j];
+        }
+      }
+    }
+  });
+  return true;
+}
+
+// Zeroes the dk and dv rows of key tile s0 of (b, kv) (unless accumulating).
 template <class T>
 void zero_key_tile(const BackwardArgs<T>& a, std::int64_t b, std::int64_t kv, std::int64_t s0) {
+  if (a.accumulate) return;
   const Geometry& g = *a.g;
-  const std::int64_t cols = std::min(g.s, s0 + kBwdBlockK) - s0, ldkv = g.hkv * g.d;
+  const std::int64_t cols = std::min(g.s, s0 + g.tiles.bwd_k) - s0, ldkv = g.hkv * g.d;
   T* dk = a.dk + ((b * g.s + s0) * g.hkv + kv) * g.d;
   T* dv = a.dv + ((b * g.s + s0) * g.hkv + kv) * g.d;
   for (std::int64_t r = 0; r < cols; ++r) {
@@ -422,7 +515,7 @@ void zero_key_tile(const BackwardArgs<T>& a, std::int64_t b, std::int64_t kv, st
 //    query tiles, and accumulates dK, dV and dQ in one pass (5 tile products per tile pair);
 //  - split: tasks per (b, kv head, key tile) accumulate dK and dV, then tasks per (b, query
 //    head, query tile) recompute P and dS and accumulate dQ over the key tiles in order
-//    (7 products per tile pair, but B * Hq * T / kBwdBlockQ parallel tasks).
+//    (7 products per tile pair, but B * Hq * T / bwd_q parallel tasks).
 // fused is used when there are enough (b, kv head) tasks to keep the threads evenly busy.
 bool use_fused_schedule(const Geometry& g) {
   const std::int64_t tasks = g.batch * g.hkv;
@@ -435,7 +528,7 @@ template <class T>
 void flash_attention_backward_kernel(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
                                      const Tensor& out, const Tensor& lse, const Tensor& dout, const Tensor& dlse,
                                      Tensor& dq, Tensor& dk, Tensor& dv, bool causal, double scale_d,
-                                     std::int64_t window) {
+                                     std::int64_t window, bool accumulate) {
   const Geometry g(q, k, v, key_mask, causal, window);
   const std::int64_t d = g.d;
   const T* po = out.data<T>();
@@ -459,48 +552,57 @@ void flash_attention_backward_kernel(const Tensor& q, const Tensor& k, const Ten
     }
   });
 
-  dq.fill_(0.0);
+  if (!accumulate) dq.fill_(0.0);
   const BackwardArgs<T> a{&g, static_cast<T>(scale_d), q.data<T>(), k.data<T>(), v.data<T>(), lse.data<T>(), pdi, pdo,
-                          dq.data<T>(), dk.data<T>(), dv.data<T>()};
-  const std::int64_t key_tiles = (g.s + kBwdBlockK - 1) / kBwdBlockK, query_tiles = (g.t + kBwdBlockQ - 1) / kBwdBlockQ;
+                          dq.data<T>(), dk.data<T>(), dv.data<T>(), accumulate};
+  const Tiles& tl = g.tiles;
+  const std::int64_t key_tiles = (g.s + tl.bwd_k - 1) / tl.bwd_k, query_tiles = (g.t + tl.bwd_q - 1) / tl.bwd_q;
   auto make_scratch = [&] {
     BackwardScratch<T> s;
-    s.p = AlignedBuffer<T>(kBwdBlockQ * kBwdBlockK);
-    s.ds = AlignedBuffer<T>(kBwdBlockQ * kBwdBlockK);
-    s.visible.resize(kBwdBlockQ);
+    s.p = AlignedBuffer<T>(tl.p_rows * tl.p_cols);
+    s.ds = AlignedBuffer<T>(tl.p_rows * tl.p_cols);
+    s.visible.resize(tl.p_rows);
     return s;
   };
   // The query tiles that see key tile s0 start at this one and end before query_tiles_end.
-  auto first_query_tile = [&](std::int64_t s0) { return g.query_begin(s0) / kBwdBlockQ * kBwdBlockQ; };
-  auto query_tiles_end = [&](std::int64_t s0) { return g.query_end(std::min(g.s, s0 + kBwdBlockK) - 1); };
+  auto first_query_tile = [&](std::int64_t s0) { return g.query_begin(s0) / tl.bwd_q * tl.bwd_q; };
+  auto query_tiles_end = [&](std::int64_t s0) { return g.query_end(std::min(g.s, s0 + tl.bwd_k) - 1); };
   // fused: one task per (b, kv head) does everything.
   auto fused_task = [&](std::int64_t i, BackwardScratch<T>& s) {
     const std::int64_t kv = i % g.hkv, b = i / g.hkv;
-    for (std::int64_t s0 = 0; s0 < g.s; s0 += kBwdBlockK) {
+    for (std::int64_t s0 = 0; s0 < g.s; s0 += tl.bwd_k) {
       zero_key_tile(a, b, kv, s0);
       for (std::int64_t h = kv * g.group; h < (kv + 1) * g.group; ++h)
-        for (std::int64_t t0 = first_query_tile(s0); t0 < query_tiles_end(s0); t0 += kBwdBlockQ)
-          if (!backward_tile(a, b, h, t0, s0, true, s) || !backward_tile_dq(a, b, h, t0, s0, s)) return false;
+        for (std::int64_t t0 = first_query_tile(s0); t0 < query_tiles_end(s0); t0 += tl.bwd_q) {
+          const Tile tile = grid_tile(g, t0, s0);
+          if (!backward_tile(a, b, h, tile, true, s) || !backward_tile_dq(a, b, h, tile, s)) return false;
+        }
     }
     return true;
   };
   // split, first pass: one task per (b, kv head, key tile) accumulates that tile's dK, dV.
   auto key_tile_task = [&](std::int64_t i, BackwardScratch<T>& s) {
-    const std::int64_t s0 = i % key_tiles * kBwdBlockK, kv = i / key_tiles % g.hkv, b = i / (key_tiles * g.hkv);
+    const std::int64_t s0 = i % key_tiles * tl.bwd_k, kv = i / key_tiles % g.hkv, b = i / (key_tiles * g.hkv);
     zero_key_tile(a, b, kv, s0);
     for (std::int64_t h = kv * g.group; h < (kv + 1) * g.group; ++h)
-      for (std::int64_t t0 = first_query_tile(s0); t0 < query_tiles_end(s0); t0 += kBwdBlockQ)
-        if (!backward_tile(a, b, h, t0, s0, true, s)) return false;
+      for (std::int64_t t0 = first_query_tile(s0); t0 < query_tiles_end(s0); t0 += tl.bwd_q)
+        if (!backward_tile(a, b, h, grid_tile(g, t0, s0), true, s)) return false;
     return true;
   };
   // split, second pass: one task per (b, query head, query tile) accumulates its dQ rows.
   auto query_tile_task = [&](std::int64_t i, BackwardScratch<T>& s) {
-    const std::int64_t t0 = i % query_tiles * kBwdBlockQ, h = i / query_tiles % g.hq, b = i / (query_tiles * g.hq);
-    const std::int64_t key_end = g.key_end(std::min(g.t, t0 + kBwdBlockQ) - 1);
-    for (std::int64_t s0 = g.key_begin(t0) / kBwdBlockK * kBwdBlockK; s0 < key_end; s0 += kBwdBlockK)
-      if (!backward_tile(a, b, h, t0, s0, false, s) || !backward_tile_dq(a, b, h, t0, s0, s)) return false;
+    const std::int64_t t0 = i % query_tiles * tl.bwd_q, h = i / query_tiles % g.hq, b = i / (query_tiles * g.hq);
+    const std::int64_t key_end = g.key_end(std::min(g.t, t0 + tl.bwd_q) - 1);
+    for (std::int64_t s0 = g.key_begin(t0) / tl.bwd_k * tl.bwd_k; s0 < key_end; s0 += tl.bwd_k) {
+      const Tile tile = grid_tile(g, t0, s0);
+      if (!backward_tile(a, b, h, tile, false, s) || !backward_tile_dq(a, b, h, tile, s)) return false;
+    }
     return true;
   };
+  if (tl.spans) {
+    DARK_CHECK(span_backward(a, make_scratch), "flash_attention backward: dnnl_sgemm failed on a tile (D = ", d, ")");
+    return;
+  }
   const bool ok = use_fused_schedule(g)
                       ? run_tasks<BackwardScratch<T>>(g.batch * g.hkv, make_scratch, fused_task)
                       : run_tasks<BackwardScratch<T>>(g.batch * g.hkv * key_tiles, make_scratch, key_tile_task) &&

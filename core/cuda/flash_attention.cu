@@ -482,7 +482,18 @@ void flash_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
 template <class T>
 void flash_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask, const Tensor& out,
                     const Tensor& lse, const Tensor& dout, const Tensor& dlse, Tensor& dq, Tensor& dk, Tensor& dv,
-                    bool causal, double scale, std::int64_t window) {
+                    bool causal, double scale, std::int64_t window, bool accumulate) {
+  if (accumulate) {  // the tiles store their results: compute them apart, then add
+    Tensor part_q = Tensor::empty(dq.shape(), dq.dtype(), dq.device());
+    Tensor part_k = Tensor::empty(dk.shape(), dk.dtype(), dk.device());
+    Tensor part_v = Tensor::empty(dv.shape(), dv.dtype(), dv.device());
+    flash_backward<T>(q, k, v, key_mask, out, lse, dout, dlse, part_q, part_k, part_v, causal, scale, window, false);
+    const auto add = kernels::binary().get(DeviceType::cuda, dq.dtype());
+    add(BinaryOp::add, dq, part_q, dq);
+    add(BinaryOp::add, dk, part_k, dk);
+    add(BinaryOp::add, dv, part_v, dv);
+    return;
+  }
   check_dtype<T>("flash_attention_backward",
                  {{"q", &q}, {"k", &k}, {"v", &v}, {"out", &out}, {"dout", &dout}, {"dq", &dq}, {"dk", &dk}, {"dv", &dv}});
   DARK_CHECK(!dlse.defined() || (dlse.dtype() == DType::f32 && dlse.shape() == lse.shape() && dlse.is_contiguous()),

@@ -110,7 +110,8 @@ bf16_check::Difference self_check(const Sm90Config& c) {
       const ForcedChoice choice(sm90);
       std::vector<Tensor> grads = {Tensor::empty(q.shape(), DType::bf16, dev), Tensor::empty(k.shape(), DType::bf16, dev),
                                    Tensor::empty(v.shape(), DType::bf16, dev)};
-      backward(q, k, v, mask, out, lse, dout, Tensor(), grads[0], grads[1], grads[2], c.causal, scale, window);
+      backward(q, k, v, mask, out, lse, dout, Tensor(), grads[0], grads[1], grads[2], c.causal, scale, window,
+               /*accumulate=*/false);
       return grads;
     };
     const std::vector<Tensor> want = run_backward(false), got = run_backward(true);
