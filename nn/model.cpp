@@ -190,6 +190,15 @@ Residual CausalLM::hidden_states(const Tensor& ids, const DropoutKey& dropout, c
   return h;
 }
 
+Tensor CausalLM::hidden_states_through(const Tensor& ids, std::size_t layers) {
+  DARK_CHECK(!training(), "CausalLM::hidden_states_through runs in eval mode (no dropout)");
+  DARK_CHECK(ids.dim() == 2 && layers <= model.layers.size(), "CausalLM::hidden_states_through: ids ", ids.describe(),
+             " must be (batch, time) and layers ", layers, " at most ", model.layers.size());
+  Residual h{embed(ids), Tensor()};
+  for (std::size_t i = 0; i < layers; ++i) h = model.layers[i]->forward(h, RandomStream{2 * i + 1, Tensor()}, Tensor());
+  return h.sum();
+}
+
 Tensor CausalLM::forward(const Tensor& ids, std::uint64_t step, const Tensor& key_mask) {
   return logits_of(hidden_states(ids, {step, Tensor()}, key_mask));
 }

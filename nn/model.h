@@ -157,6 +157,9 @@ class CausalLM : public Module {
   bool activation_checkpointing = false;
   // Every layer's attention kernel, by layer.
   std::vector<AttentionKernel*> attention_kernels();
+  // The residual stream after the first `layers` decoder blocks (no final norm, no head), in
+  // eval semantics: what attention transfer (train/transfer.h) runs its layers' inputs through.
+  Tensor hidden_states_through(const Tensor& ids, std::size_t layers);
 
   // The inner model ("model." prefix) holds everything but the untied head.
   struct Inner : Module {

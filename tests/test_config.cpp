@@ -112,9 +112,9 @@ TEST(Config, ValueErrorsNameThePathAndTheAllowedValues) {
   EXPECT_EQ(parse_error(R"({"optimizer": {"name": "adam"}})"),
             R"(config: optimizer.name: "adam" is not one of adamw, sgd)");
   EXPECT_EQ(parse_error(R"({"training": {"steps": -5}})"),
-            "config: training.steps: expected a positive integer, got -5");
+            "config: training.steps: expected a non-negative integer, got -5");
   EXPECT_EQ(parse_error(R"({"training": {"steps": 0}})"),
-            "config: training.steps: expected a positive integer, got 0");
+            "config: training.steps: is 0: nothing would train (0 is for a run that only does finetune.transfer)");
   EXPECT_EQ(parse_error(R"({"training": {"keep_checkpoints": -1}})"),
             "config: training.keep_checkpoints: expected a non-negative integer, got -1");
   EXPECT_EQ(parse_error(R"({"optimizer": {"lr": "abc"}})"),
@@ -199,7 +199,7 @@ TEST(Config, ValidateChecksProgrammaticChanges) {
   EXPECT_NO_THROW(validate_config(c));
   c.training.steps = 0;
   EXPECT_EQ(error_of([&] { validate_config(c); }),
-            "config: training.steps: expected a positive integer, got 0");
+            "config: training.steps: is 0: nothing would train (0 is for a run that only does finetune.transfer)");
   c.training.steps = 10;
   c.optimizer.betas = {0.9, 1.0};
   EXPECT_EQ(error_of([&] { validate_config(c); }),

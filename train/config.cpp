@@ -21,6 +21,7 @@
 #include "core/file_io.h"
 #include "core/hash.h"
 #include "core/json_depth.h"
+#include "train/formats/checkpoint.h"
 #include "train/formats/hf_folder.h"
 
 namespace dark::train {
@@ -452,7 +453,8 @@ std::vector<Field> make_schema() {
       number(DARK_CONFIG_MEMBER(schedule.min_lr_ratio), unit_interval(false),
              "final learning rate as a fraction of optimizer.lr"),
 
-      integer(DARK_CONFIG_MEMBER(training.steps), 1, "optimizer steps"),
+      integer(DARK_CONFIG_MEMBER(training.steps), 0,
+              "optimizer steps; 0 = only finetune.transfer (a run folder with the transferred weights at step 0)"),
       integer(DARK_CONFIG_MEMBER(training.batch_size), 1, "sequences per micro-batch"),
       integer(DARK_CONFIG_MEMBER(training.grad_accum), 1, "micro-batches accumulated per optimizer step"),
       integer(DARK_CONFIG_MEMBER(training.eval_interval), 1, "steps between validation runs"),
@@ -502,6 +504,17 @@ std::vector<Field> make_schema() {
       text_list(DARK_CONFIG_MEMBER(finetune.trainable),
                 "parameter-name globs that train (the rest is frozen: no gradient, no optimizer state), or "
                 "presets: all, limited_attention (q_proj, k_proj, v_proj and the attention feature maps)"),
+      integer(DARK_CONFIG_MEMBER(finetune.transfer.steps), 0,
+              "attention transfer before finetuning: optimizer steps (of training.batch_size training windows) that "
+              "fit each swapped layer to its exact attention output on the frozen source model; 0 = none"),
+      number(DARK_CONFIG_MEMBER(finetune.transfer.lr), positive(),
+             "attention transfer: AdamW learning rate (constant, no weight decay)"),
+      text_list(DARK_CONFIG_MEMBER(finetune.transfer.trainable),
+                "attention transfer: what trains in the swapped layers: presets feature_map (the kind's own "
+                "parameters), qk (and q_proj, k_proj: performer has no parameters of its own), qkv (and v_proj), "
+                "or parameter-name globs"),
+      integer(DARK_CONFIG_MEMBER(finetune.transfer.eval_batches), 1,
+              "attention transfer: validation batches each swapped layer's error is measured on, before and after"),
 
       text(DARK_CONFIG_MEMBER(output.dir), false,
            "run folder (checkpoints, metrics, config.json); \"\" = runs/<config file stem>"),
@@ -770,6 +783,22 @@ attention::AttentionConfig attention_for_layer(const RunConfig& config, int laye
   return a;
 }
 
+namespace {
+// The data section of the run a checkpoint (or a run folder's latest checkpoint) belongs to,
+// from its state.json alone; nothing when `path` holds no checkpoint of ours.
+std::optional<data::DataConfig> checkpoint_data_config(const std::string& path) {
+  std::filesystem::path dir;
+  try {
+    dir = formats::find_checkpoint(path);
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+  const nlohmann::json state = nlohmann::json::parse(read_file(dir / "state.json"), nullptr, false);
+  if (state.is_discarded() || !state.contains("config")) return std::nullopt;
+  return parse_config(state["config"]).data;
+}
+}  // namespace
+
 void resolve_config(RunConfig& config, const std::string& config_stem) {
   // A GGUF model brings its own tokenizer: use it unless the document chose one.
   // So does a Hugging Face folder (its tokenizer.model or tokenizer.json).
@@ -784,6 +813,15 @@ void resolve_config(RunConfig& config, const std::string& config_stem) {
     if (!config.given.contains("data.tokenizer_model")) {
       config.data.tokenizer_model = file.path;
       folder_tokenizer = true;
+    }
+  } else if (!config.given.contains("data.tokenizer") && !init_from.empty() && !init_from.ends_with(".gguf")) {
+    // One of our checkpoints (a transfer-only run of a GGUF model, say): its run's tokenizer.
+    // A path that is none is left for loading to report.
+    const std::optional<data::DataConfig> theirs = checkpoint_data_config(init_from);
+    if (theirs) {
+      config.data.tokenizer = theirs->tokenizer;
+      if (!config.given.contains("data.tokenizer_model")) config.data.tokenizer_model = theirs->tokenizer_model;
+      if (!config.given.contains("data.vocab_size")) config.data.vocab_size = theirs->vocab_size;
     }
   }
   nn::ModelConfig& m = config.model;
@@ -830,6 +868,9 @@ void validate_config(const RunConfig& config) {
   if (m.max_seq_len != 0 && m.max_seq_len < config.data.seq_len) {
     fail("model.max_seq_len", str(m.max_seq_len, " is less than data.seq_len (", config.data.seq_len, ")"));
   }
+  if (config.training.steps == 0 && config.finetune.transfer.steps == 0) {
+    fail("training.steps", "is 0: nothing would train (0 is for a run that only does finetune.transfer)");
+  }
   if (config.schedule.warmup_steps > config.training.steps) {
     fail("schedule.warmup_steps",
          str(config.schedule.warmup_steps, " exceeds training.steps (", config.training.steps, ")"));
@@ -844,6 +885,13 @@ void validate_config(const RunConfig& config) {
   }
   if (config.distributed.zero_stage > 1) {
     fail("distributed.zero_stage", str(config.distributed.zero_stage, " is not supported: use 0 or 1"));
+  }
+  if (config.finetune.transfer.steps > 0 && config.finetune.init_from.empty()) {
+    fail("finetune.transfer.steps", "attention transfer fits swapped layers to a pretrained model's attention: set "
+                                    "finetune.init_from to that model (or finetune.transfer.steps to 0)");
+  }
+  if (config.finetune.transfer.trainable.empty()) {
+    fail("finetune.transfer.trainable", "is empty: nothing would train; use [\"feature_map\"], [\"qk\"] or globs");
   }
   if (config.finetune.trainable.empty()) {
     fail("finetune.trainable", "is empty: nothing would train; use [\"all\"] or name parameter globs");

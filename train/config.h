@@ -76,9 +76,21 @@ struct TrainingConfig {
 
 // Finetuning: start from trained weights (ours or a GGUF model), possibly with another
 // attention kind, and train only some parameters. See train/finetune.h.
+// Attention transfer before finetuning (train/transfer.h): each swapped layer is fitted to
+// reproduce its exact attention output on the frozen source model's activations.
+struct TransferConfig {
+  std::int64_t steps = 0;  // optimizer steps of training batches; 0 = no transfer
+  double lr = 1e-3;        // AdamW learning rate (constant, no weight decay)
+  // What trains, in the swapped layers only: presets feature_map (the kind's own parameters:
+  // DARKFormer's M, LFK's W), qk (and q_proj, k_proj), qkv (and v_proj), or parameter globs.
+  std::vector<std::string> trainable = {"feature_map"};
+  int eval_batches = 2;  // validation batches the per-layer error is measured on, before and after
+};
+
 struct FinetuneConfig {
   std::string init_from;                         // checkpoint, run folder or .gguf file; "" = random initialisation
   std::vector<std::string> trainable = {"all"};  // parameter-name globs or presets (all, limited_attention)
+  TransferConfig transfer;
 };
 
 // Data parallelism over the ranks of a run started by mpirun (train/data_parallel.h,

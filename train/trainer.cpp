@@ -243,8 +243,9 @@ TrainResult train_without_memory_advice(RunConfig config, const TrainOptions& op
   const TrainingConfig& tc = run.config.training;
   RunLog log(run);
   // A finetuning run first measures where it starts: the source's weights under this run's
-  // attention (the cost of the swap before any training).
-  if (run.finetuning && !run.resumed) log.eval(run);
+  // attention (the cost of the swap before any training, after the transfer if any); a run of
+  // no steps (the transfer alone) has only its final evaluation.
+  if (run.finetuning && !run.resumed && tc.steps > 0) log.eval(run);
 
   bool diverged = false, stopped = false;
   std::int64_t saved_step = run.resumed ? run.step : -1;  // the latest checkpoint's step

@@ -15,6 +15,7 @@
 #include "train/memory_estimate.h"
 #include "train/model_builder.h"
 #include "train/portable_checkpoint.h"
+#include "train/transfer.h"
 
 namespace dark::train {
 namespace fs = std::filesystem;
@@ -272,6 +273,11 @@ TrainingRun start_run(RunConfig config, bool resume) {
   // Calibration reads the same global batches on every rank, so its result is the same
   // everywhere (and the same as a one-process run's) without communication.
   if (!run.resumed) calibrate_attention(*run.model, c, *run.loader);
+  // Attention transfer starts from the calibrated kernels; a resumed run has done it already.
+  if (!run.resumed && c.finetune.transfer.steps > 0) {
+    const TransferReport transfer = run_transfer(*run.model, c, *run.loader, *run.val);
+    if (run.writes()) write_file_atomic(run.dir / "transfer.json", transfer.to_json().dump(2) + "\n");
+  }
   run.redraw_intervals = redraw_intervals(c);
   set_feature_epochs(*run.model, run.redraw_intervals, run.step);
   log_data_parallel(run);

@@ -1,0 +1,64 @@
+// Attention transfer (finetune.transfer; docs/method.md, "Attention transfer"): before a
+// swapped model is finetuned on the language-model loss, each swapped layer (a layer whose
+// kernel is not softmax) is fitted to reproduce its own exact attention output on the frozen
+// source model's activations, as Hedgehog and LoLCATs do for linear attention.
+//
+// Per step, on one training batch:
+//   1. the frozen model (the run's weights as loaded from finetune.init_from, every layer
+//      softmax, no gradient) runs up to the last swapped layer; each swapped layer's kernel
+//      output is its target (its own RoPE, QK-norm, GQA and sliding window);
+//   2. the swapped model runs up to the same layer; each swapped layer computes its kernel's
+//      output on its own queries, keys and values, adds its error to the loss, and passes the
+//      target on, so every layer sees the frozen model's inputs and no gradient crosses
+//      layers (each layer is its own problem; nothing backpropagates through the model);
+//   3. loss = the sum over swapped layers of the mean over (batch, position, head) of
+//      |out - target|^2 / (|target|^2 + 1e-6); AdamW on the parameters finetune.transfer.trainable
+//      selects in the swapped layers (the rest does not require grad while the transfer runs).
+// Random features are redrawn as training redraws them (epoch = step / redraw_interval), so
+// what is fitted is the kernel, not one draw. Memory: one batch's activations of the two
+// models, never the whole set's. The per-layer error before and after is the probe's measure
+// (|out - target| / |target| per position and head) on validation batches at feature epoch 0.
+#pragma once
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "data/loader.h"
+#include "nn/model.h"
+#include "train/config.h"
+
+namespace dark::train {
+
+struct ErrorSummary {
+  double mean = 0, median = 0;
+  std::int64_t count = 0;
+};
+
+struct LayerTransfer {
+  int layer = 0;
+  std::string kind;
+  ErrorSummary before, after;
+};
+
+struct TransferReport {
+  std::int64_t steps = 0, tokens_per_step = 0;
+  double seconds = 0;
+  double first_loss = 0, last_loss = 0;  // the summed loss of the first and last step
+  std::vector<std::string> trainable;     // the parameters that trained
+  std::vector<LayerTransfer> layers;
+  nlohmann::json to_json() const;
+};
+
+// The parameter-name globs finetune.transfer.trainable stands for (presets expanded).
+std::vector<std::string> transfer_globs(const std::vector<std::string>& entries);
+
+// Fits `model`'s swapped layers (see above) on `loader`'s batches 0 .. steps - 1, measuring
+// on `val`'s first eval_batches batches. `model` holds the source's weights and is on its
+// device; its parameters' requires_grad flags and feature epochs are as they were afterwards
+// (the caller sets the epochs training starts with). Throws when no layer is swapped or the
+// trainable entries select no parameter of a swapped layer.
+TransferReport run_transfer(nn::CausalLM& model, const RunConfig& config, const data::TrainLoader& loader,
+                            const data::ValidationSet& val);
+
+}  // namespace dark::train
