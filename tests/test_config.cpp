@@ -114,7 +114,8 @@ TEST(Config, ValueErrorsNameThePathAndTheAllowedValues) {
   EXPECT_EQ(parse_error(R"({"training": {"steps": -5}})"),
             "config: training.steps: expected a non-negative integer, got -5");
   EXPECT_EQ(parse_error(R"({"training": {"steps": 0}})"),
-            "config: training.steps: is 0: nothing would train (0 is for a run that only does finetune.transfer)");
+            "config: training.steps: is 0: a run of no steps evaluates and saves its finetune.init_from source "
+            "(after finetune.transfer, if set); set one");
   EXPECT_EQ(parse_error(R"({"training": {"keep_checkpoints": -1}})"),
             "config: training.keep_checkpoints: expected a non-negative integer, got -1");
   EXPECT_EQ(parse_error(R"({"optimizer": {"lr": "abc"}})"),
@@ -199,7 +200,8 @@ TEST(Config, ValidateChecksProgrammaticChanges) {
   EXPECT_NO_THROW(validate_config(c));
   c.training.steps = 0;
   EXPECT_EQ(error_of([&] { validate_config(c); }),
-            "config: training.steps: is 0: nothing would train (0 is for a run that only does finetune.transfer)");
+            "config: training.steps: is 0: a run of no steps evaluates and saves its finetune.init_from source "
+            "(after finetune.transfer, if set); set one");
   c.training.steps = 10;
   c.optimizer.betas = {0.9, 1.0};
   EXPECT_EQ(error_of([&] { validate_config(c); }),

@@ -184,6 +184,13 @@ TEST(AttentionTransfer, ResumeSkipsTheTransferAndATransferOnlyRunIsASource) {
   train(parse_config(cut), resume);
   EXPECT_EQ(losses(tmp.path() / "full"), losses(tmp.path() / "cut"));
   EXPECT_FALSE(fs::exists(tmp.path() / "cut/transfer.json")) << "the resumed run transferred again";
+  // The finetuning after the transfer trains (the transfer hands the parameters back intact).
+  auto weights_at = [&](int step) {
+    return formats::load_checkpoint(tmp.path() / "full/checkpoints" / formats::checkpoint_name(step)).model;
+  };
+  const auto at10 = weights_at(10), at20 = weights_at(20);
+  for (const char* name : {"model.layers.0.self_attn.q_proj.weight", "model.layers.1.self_attn.feature_map.M"})
+    EXPECT_GT(max(abs(sub(at20.at(name), at10.at(name)))).item(), 0.0) << name << " did not train after the transfer";
 
   train(parse_config(transfer_config(tmp, "only", 0, source, attention, transfer)), {});
   const TrainResult r = train(parse_config(transfer_config(tmp, "after", 2, tmp.path() / "only", attention,
@@ -200,7 +207,7 @@ TEST(AttentionTransfer, SettingsThatCannotWorkAreErrors) {
       [&] { parse_config(json{{"finetune", {{"transfer", {{"steps", 3}}}}}}); },
       {"finetune.transfer.steps", "finetune.init_from"});
   dark::testing::expect_error([&] { parse_config(json{{"training", {{"steps", 0}}}, {"schedule", {{"warmup_steps", 0}}}}); },
-                              {"training.steps", "finetune.transfer"});
+                              {"training.steps", "finetune.init_from"});
   dark::testing::expect_error(
       [&] {
         train(parse_config(transfer_config(tmp, "p", 0, source, {{"kind", "performer"}, {"num_features", 8}},

@@ -454,7 +454,8 @@ std::vector<Field> make_schema() {
              "final learning rate as a fraction of optimizer.lr"),
 
       integer(DARK_CONFIG_MEMBER(training.steps), 0,
-              "optimizer steps; 0 = only finetune.transfer (a run folder with the transferred weights at step 0)"),
+              "optimizer steps; 0 (with finetune.init_from) = evaluate and save the source as swapped, after "
+              "finetune.transfer if set: a run folder with those weights at step 0"),
       integer(DARK_CONFIG_MEMBER(training.batch_size), 1, "sequences per micro-batch"),
       integer(DARK_CONFIG_MEMBER(training.grad_accum), 1, "micro-batches accumulated per optimizer step"),
       integer(DARK_CONFIG_MEMBER(training.eval_interval), 1, "steps between validation runs"),
@@ -868,8 +869,9 @@ void validate_config(const RunConfig& config) {
   if (m.max_seq_len != 0 && m.max_seq_len < config.data.seq_len) {
     fail("model.max_seq_len", str(m.max_seq_len, " is less than data.seq_len (", config.data.seq_len, ")"));
   }
-  if (config.training.steps == 0 && config.finetune.transfer.steps == 0) {
-    fail("training.steps", "is 0: nothing would train (0 is for a run that only does finetune.transfer)");
+  if (config.training.steps == 0 && config.finetune.init_from.empty()) {
+    fail("training.steps", "is 0: a run of no steps evaluates and saves its finetune.init_from source (after "
+                           "finetune.transfer, if set); set one");
   }
   if (config.schedule.warmup_steps > config.training.steps) {
     fail("schedule.warmup_steps",

@@ -48,13 +48,13 @@ class FittingKernel final : public nn::AttentionKernel {
   Tensor forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask) override {
     DARK_CHECK(target.defined(), "attention transfer: a swapped layer ran without its target");
     const Tensor out = inner->forward(q, k, v, key_mask);
-    const Tensor num = sum(square(sub(out, target)), {3});
-    const Tensor den = add_scalar(sum(square(target), {3}), kTargetFloor);
+    const Tensor diff = square(sub(out, target)), norm = square(target);
     if (errors) {  // measuring: |out - target| / |target| per (batch, position, head)
-      const std::vector<double> e = sqrt(div(num, den)).to(Device::cpu()).to(DType::f64).to_vector<double>();
+      const Tensor rows = div(sum(diff, {3}), add_scalar(sum(norm, {3}), kTargetFloor));
+      const std::vector<double> e = sqrt(rows).to(Device::cpu()).to(DType::f64).to_vector<double>();
       errors->insert(errors->end(), e.begin(), e.end());
-    } else {
-      loss = mean(div(num, den));
+    } else {  // |out - target|^2 / |target|^2 over the whole batch of this layer
+      loss = div(sum(diff), add_scalar(sum(norm), kTargetFloor));
     }
     return std::exchange(target, Tensor());
   }

@@ -11,9 +11,9 @@
 //      output on its own queries, keys and values, adds its error to the loss, and passes the
 //      target on, so every layer sees the frozen model's inputs and no gradient crosses
 //      layers (each layer is its own problem; nothing backpropagates through the model);
-//   3. loss = the sum over swapped layers of the mean over (batch, position, head) of
-//      |out - target|^2 / (|target|^2 + 1e-6); AdamW on the parameters finetune.transfer.trainable
-//      selects in the swapped layers (the rest does not require grad while the transfer runs).
+//   3. loss = the sum over swapped layers of |out - target|^2 / (|target|^2 + 1e-6) over the
+//      layer's whole batch; AdamW on the parameters finetune.transfer.trainable selects in the
+//      swapped layers (the rest does not require grad while the transfer runs).
 // Random features are redrawn as training redraws them (epoch = step / redraw_interval), so
 // what is fitted is the kernel, not one draw. Memory: one batch's activations of the two
 // models, never the whole set's. The per-layer error before and after is the probe's measure
