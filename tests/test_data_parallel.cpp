@@ -209,6 +209,40 @@ TEST(DataParallel, FinetuningWithFrozenParametersOnTwoRanks) {
   EXPECT_NE(read_all(tmp / "two.log").find("finetune.trainable:"), std::string::npos);
 }
 
+// Attention transfer (finetune.transfer) on 2 ranks: the same transferred weights, bit for bit,
+// and the same per-layer errors as one process with twice the grad_accum (features redrawn
+// during the transfer).
+TEST(DataParallel, TransferOnTwoRanksEqualsOneProcessWithTwiceTheGradAccum) {
+  require_mpirun();
+  TempDir tmp;
+  json source = tiny_config(tmp, "source", 5);
+  source["training"]["generate_tokens"] = 0;
+  ASSERT_NO_FATAL_FAILURE(train(tmp, "source", source, 0));
+  json transfer = tiny_config(tmp, "one", 0);
+  transfer.erase("model");
+  transfer.merge_patch(json::parse(R"({
+    "attention": {"kind": "darkformer", "num_features": 16, "redraw_interval": 2},
+    "finetune": {"transfer": {"steps": 4, "lr": 0.01}},
+    "schedule": {"warmup_steps": 0},
+    "training": {"grad_accum": 2, "generate_tokens": 0}
+  })"));
+  transfer["finetune"]["init_from"] = tmp / "source";
+  ASSERT_NO_FATAL_FAILURE(train(tmp, "one", transfer, 0));
+  transfer["training"]["grad_accum"] = 1;
+  transfer["output"]["dir"] = tmp / "two";
+  ASSERT_NO_FATAL_FAILURE(train(tmp, "two", transfer, 2));
+  const formats::CheckpointData a = formats::load_checkpoint(*formats::latest_checkpoint(tmp / "one"));
+  const formats::CheckpointData b = formats::load_checkpoint(*formats::latest_checkpoint(tmp / "two"));
+  EXPECT_EQ(a.step, 0);
+  expect_identical(a.model, b.model, "transferred weights");
+  json ja = json::parse(read_all(tmp / "one/transfer.json")), jb = json::parse(read_all(tmp / "two/transfer.json"));
+  EXPECT_EQ(ja["ranks"], 1);
+  EXPECT_EQ(jb["ranks"], 2);
+  EXPECT_EQ(ja["tokens_per_step"], jb["tokens_per_step"]);
+  EXPECT_EQ(ja["layers"], jb["layers"]);
+  EXPECT_EQ(ja["last_loss"], jb["last_loss"]);
+}
+
 TEST(DataParallel, ZeroStageOneEqualsStageZero) {
   require_mpirun();
   TempDir tmp;

@@ -275,7 +275,7 @@ TrainingRun start_run(RunConfig config, bool resume) {
   if (!run.resumed) calibrate_attention(*run.model, c, *run.loader);
   // Attention transfer starts from the calibrated kernels; a resumed run has done it already.
   if (!run.resumed && c.finetune.transfer.steps > 0) {
-    const TransferReport transfer = run_transfer(*run.model, c, *run.loader, *run.val);
+    const TransferReport transfer = run_transfer(*run.model, c, *run.loader, *run.val, *run.comm);
     if (run.writes()) write_file_atomic(run.dir / "transfer.json", transfer.to_json().dump(2) + "\n");
   }
   run.redraw_intervals = redraw_intervals(c);

@@ -14,6 +14,7 @@
 #include "autograd/ops.h"
 #include "nn/optim.h"
 #include "train/attention_state.h"
+#include "train/data_parallel.h"
 #include "train/model_builder.h"
 #include "train/progress.h"
 
@@ -274,13 +275,13 @@ nlohmann::json TransferReport::to_json() const {
   for (const LayerTransfer& l : layers)
     layers_json.push_back({{"layer", l.layer}, {"kind", l.kind}, {"error_before", summary_json(l.before)},
                            {"error_after", summary_json(l.after)}});
-  return {{"steps", steps},           {"tokens_per_step", tokens_per_step}, {"seconds", seconds},
+  return {{"steps", steps},           {"tokens_per_step", tokens_per_step}, {"ranks", ranks}, {"seconds", seconds},
           {"first_loss", first_loss}, {"last_loss", last_loss},             {"trainable", trainable},
           {"layers", layers_json}};
 }
 
 TransferReport run_transfer(nn::CausalLM& model, const RunConfig& config, const data::TrainLoader& loader,
-                            const data::ValidationSet& val) {
+                            const data::ValidationSet& val, dist::Communicator& comm) {
   const TransferConfig& tc = config.finetune.transfer;
   const auto start = std::chrono::steady_clock::now();
   const std::vector<int> layers = swapped_layers(model);
@@ -299,7 +300,10 @@ TransferReport run_transfer(nn::CausalLM& model, const RunConfig& config, const 
 
   TransferReport report;
   report.steps = tc.steps;
-  report.tokens_per_step = static_cast<std::int64_t>(config.training.batch_size) * config.data.seq_len;
+  const int world = comm.world_size(), rank = comm.rank(), accum = config.training.grad_accum;
+  report.ranks = world;
+  report.tokens_per_step =
+      static_cast<std::int64_t>(config.training.batch_size) * accum * world * config.data.seq_len;
   for (const auto& [name, p] : trainable) report.trainable.push_back(name);
   std::int64_t numel = 0;
   for (const auto& [name, p] : trainable) numel += p->numel();
@@ -313,14 +317,29 @@ TransferReport run_transfer(nn::CausalLM& model, const RunConfig& config, const 
   const std::vector<ErrorSummary> before = measure(both, recorders, fitters, val, tc.eval_batches);
   Adam adam(trainable, tc.lr);
   const auto loop_start = std::chrono::steady_clock::now();
+  // The gradients of the mean over the global batch: each micro-batch's loss scaled by
+  // 1 / (grad_accum x ranks), the micro-batches' gradients added by backward, the ranks' by
+  // an all-reduce; the logged loss is the global batch's.
+  const double part = 1.0 / (static_cast<double>(accum) * world);
   for (std::int64_t step = 0; step < tc.steps; ++step) {
     set_feature_epochs(model, intervals, step);
-    run_batch(both, recorders, fitters, inputs_of(loader.batch(step)));
-    Tensor loss;
-    for (FittingKernel* f : fitters.at) loss = loss.defined() ? add(loss, f->loss) : f->loss;
-    backward(loss);
-    for (FittingKernel* f : fitters.at) f->loss = Tensor();
-    const double value = loss.item();
+    Tensor step_loss = Tensor::full({1}, 0.0, DType::f64, Device::cpu());
+    for (int micro = 0; micro < accum; ++micro) {
+      run_batch(both, recorders, fitters, inputs_of(loader.batch(micro_batch_index(step, rank, world, accum, micro))));
+      Tensor loss;
+      for (FittingKernel* f : fitters.at) loss = loss.defined() ? add(loss, f->loss) : f->loss;
+      for (FittingKernel* f : fitters.at) f->loss = Tensor();
+      loss = mul_scalar(loss, part);
+      backward(loss);
+      step_loss = add(step_loss, loss.detach().to(Device::cpu()).to(DType::f64));
+    }
+    if (world > 1) {
+      for (const auto& [name, p] : trainable)
+        if (p->grad().defined()) comm.all_reduce(p->grad());
+      step_loss = step_loss.to(comm.device());
+      comm.all_reduce(step_loss);
+    }
+    const double value = step_loss.item();
     DARK_CHECK(std::isfinite(value), "attention transfer: the loss is ", value, " at step ", step + 1,
                " (lower finetune.transfer.lr)");
     adam.step();

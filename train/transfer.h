@@ -14,6 +14,9 @@
 //   3. loss = the sum over swapped layers of |out - target|^2 / (|target|^2 + 1e-6) over the
 //      layer's whole batch; AdamW on the parameters finetune.transfer.trainable selects in the
 //      swapped layers (the rest does not require grad while the transfer runs).
+// A step takes training.grad_accum batches on every rank (the batches training's step would
+// take, train/data_parallel.h); under mpirun the gradients are summed over the ranks, so 2
+// ranks equal one process with twice the grad_accum, bit for bit.
 // Random features are redrawn as training redraws them (epoch = step / redraw_interval), so
 // what is fitted is the kernel, not one draw. Memory: one batch's activations of the two
 // models, never the whole set's. The per-layer error before and after is the probe's measure
@@ -27,6 +30,7 @@
 #include "data/loader.h"
 #include "nn/model.h"
 #include "train/config.h"
+#include "train/dist/communicator.h"
 
 namespace dark::train {
 
@@ -42,7 +46,8 @@ struct LayerTransfer {
 };
 
 struct TransferReport {
-  std::int64_t steps = 0, tokens_per_step = 0;
+  std::int64_t steps = 0, tokens_per_step = 0;  // tokens of the global batch
+  int ranks = 1;
   double seconds = 0;
   double first_loss = 0, last_loss = 0;  // the summed loss of the first and last step
   std::vector<std::string> trainable;     // the parameters that trained
@@ -59,6 +64,6 @@ std::vector<std::string> transfer_globs(const std::vector<std::string>& entries)
 // (the caller sets the epochs training starts with). Throws when no layer is swapped or the
 // trainable entries select no parameter of a swapped layer.
 TransferReport run_transfer(nn::CausalLM& model, const RunConfig& config, const data::TrainLoader& loader,
-                            const data::ValidationSet& val);
+                            const data::ValidationSet& val, dist::Communicator& comm);
 
 }  // namespace dark::train
