@@ -22,21 +22,6 @@ using dark::testing::TempDir;
 using nlohmann::json;
 namespace fs = std::filesystem;
 
-json quiet(json config) {
-  config["training"]["generate_tokens"] = 0;
-  return config;
-}
-
-// A finetuning config over the same tiny corpus: no model section (it comes from the source).
-json finetune_config(const TempDir& tmp, const std::string& run, int steps, const fs::path& init_from,
-                     const json& attention, const json& trainable) {
-  json config = quiet(tiny_config(tmp, run, steps));
-  config.erase("model");
-  config["attention"] = attention;
-  config["finetune"] = {{"init_from", init_from.string()}, {"trainable", trainable}};
-  return config;
-}
-
 std::map<std::string, Tensor> saved_parameters(const fs::path& run, std::int64_t step) {
   return formats::load_checkpoint(run / "checkpoints" / formats::checkpoint_name(step)).model;
 }

@@ -83,17 +83,10 @@ std::vector<double> layer_errors(nn::CausalLM& source, nn::CausalLM& swapped, co
   return out;
 }
 
-json quiet(json config) {
-  config["training"]["generate_tokens"] = 0;
-  return config;
-}
-
 json transfer_config(const TempDir& tmp, const std::string& run, int steps, const fs::path& init_from,
                      const json& attention, const json& transfer) {
-  json config = quiet(tiny_config(tmp, run, steps));
-  config.erase("model");
-  config["attention"] = attention;
-  config["finetune"] = {{"init_from", init_from.string()}, {"trainable", {"limited_attention"}}, {"transfer", transfer}};
+  json config = finetune_config(tmp, run, steps, init_from, attention, {"limited_attention"});
+  config["finetune"]["transfer"] = transfer;
   config["schedule"]["warmup_steps"] = 0;
   return config;
 }

@@ -32,6 +32,23 @@ inline nlohmann::json tiny_config(const dark::testing::TempDir& tmp, const std::
 }
 
 // The "loss" of every step line in metrics.jsonl, by step.
+// A config that samples no text at the end.
+inline nlohmann::json quiet(nlohmann::json config) {
+  config["training"]["generate_tokens"] = 0;
+  return config;
+}
+
+// A finetuning config over the same tiny corpus: no model section (it comes from the source).
+inline nlohmann::json finetune_config(const dark::testing::TempDir& tmp, const std::string& run, int steps,
+                                      const std::filesystem::path& init_from, const nlohmann::json& attention,
+                                      const nlohmann::json& trainable) {
+  nlohmann::json config = quiet(tiny_config(tmp, run, steps));
+  config.erase("model");
+  config["attention"] = attention;
+  config["finetune"] = {{"init_from", init_from.string()}, {"trainable", trainable}};
+  return config;
+}
+
 inline std::map<std::int64_t, double> losses(const std::filesystem::path& run) {
   std::map<std::int64_t, double> out;
   for (const metrics::StepRecord& s : metrics::read_metrics(run / "metrics.jsonl").steps)

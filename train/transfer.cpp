@@ -304,9 +304,11 @@ TransferReport run_transfer(nn::CausalLM& model, const RunConfig& config, const 
   report.ranks = world;
   report.tokens_per_step =
       static_cast<std::int64_t>(config.training.batch_size) * accum * world * config.data.seq_len;
-  for (const auto& [name, p] : trainable) report.trainable.push_back(name);
   std::int64_t numel = 0;
-  for (const auto& [name, p] : trainable) numel += p->numel();
+  for (const auto& [name, p] : trainable) {
+    report.trainable.push_back(name);
+    numel += p->numel();
+  }
   std::string what;
   for (const std::string& e : tc.trainable) what += (what.empty() ? "" : ", ") + e;
   spdlog::info("attention transfer: {} swapped layer(s), {} step(s) of {} tokens, lr {:g}; {} tensor(s) ({} parameters) "
