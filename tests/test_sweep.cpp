@@ -237,6 +237,40 @@ TEST(Sweep, SeededReportsPairMethodsAndASecondSweepFileExtendsTheFolder) {
   EXPECT_NE(md.find("| lfk | – |"), std::string::npos) << md;  // lfk redraws nothing
   EXPECT_NE(md.find("| all | final val loss | performer − lfk |"), std::string::npos) << md;
   EXPECT_TRUE(fs::exists(tmp.path() / "out/plots/attention_stats.gp"));
+  EXPECT_EQ(md.find("## Attention transfer"), std::string::npos) << "no point transferred";
+
+  // Points with a transfer.json (train/transfer.h's format) get its numbers: the loss at the
+  // swap, the layers' median errors averaged, their pairs by seed.
+  for (int seed = 1; seed <= 3; ++seed) {
+    const json layers = {{{"layer", 0}, {"error_before", {{"median", 1.0 + seed}}}, {"error_after", {{"median", 0.1 * seed}}}},
+                         {{"layer", 1}, {"error_before", {{"median", 3.0 + seed}}}, {"error_after", {{"median", 0.3 * seed}}}}};
+    const json transfer = {{"seconds", 10.0 * seed}, {"peak_resident_mib", 100.0}, {"validation_at_swap", {{"loss", 4.0 + seed}}},
+                           {"layers", layers}};
+    dark::testing::write_text(tmp / str("out/performer_seed", seed, "/transfer.json"), transfer.dump());
+    const json without_layers = {{"validation_at_swap", {{"loss", 4.0 + 0.5 * seed}}}};
+    dark::testing::write_text(tmp / str("out/lfk_seed", seed, "/transfer.json"), without_layers.dump());
+  }
+  const std::string with_transfer = read(experiments::write_report(tmp.path() / "out").markdown);
+  const auto table_row = [&](const std::string& title, const std::string& row) {
+    const std::size_t at = with_transfer.find("**" + title);
+    EXPECT_NE(at, std::string::npos) << title << "\n" << with_transfer;
+    if (at == std::string::npos) return;
+    const std::size_t end = with_transfer.find("\n\n", with_transfer.find("|---", at));
+    EXPECT_NE(with_transfer.substr(at, end - at).find(row), std::string::npos) << row << "\n" << with_transfer.substr(at, end - at);
+  };
+  EXPECT_NE(with_transfer.find("## Attention transfer (mean ± sd over 3 seeds)"), std::string::npos) << with_transfer;
+  table_row("Validation loss at the swap", "| performer | 6 ± 1 |");   // 5, 6, 7
+  table_row("Attention-output error before", "| performer | 4 ± 1 |");  // (2 + 4) / 2, 3, 4
+  table_row("Attention-output error after", "| performer | 0.4 ± 0.2 |");  // 0.2, 0.4, 0.6
+  table_row("Attention-output error after", "| lfk | – |");  // its transfer.json lists no layers
+  table_row("Transfer time", "| performer | 20 ± 10 |");
+  // performer − lfk at the swap: 0.5, 1, 1.5 (t quantile 4.303 for 2 degrees of freedom, sd 0.5)
+  EXPECT_NE(with_transfer.find("| all | val loss at swap | performer − lfk | +1 | [-0.242, +2.24] | 3 | not distinguishable |"),
+            std::string::npos)
+      << with_transfer;
+  dark::testing::write_text(tmp / "out/lfk_seed1/transfer.json", "[1, 2");
+  dark::testing::expect_error([&] { experiments::write_report(tmp.path() / "out"); }, {"lfk_seed1/transfer.json", "not a transfer report"});
+  fs::remove(tmp.path() / "out/lfk_seed1/transfer.json");
 
   // The report re-derives spikes with the settings it is given: a margin of 0 and 0.5 sd calls
   // batch noise spikes, more than the runs' own settings do.

@@ -15,6 +15,7 @@
 #include "tests/test_util.h"
 #include "tests/train_test_util.h"
 #include "train/config.h"
+#include "train/evaluate.h"
 #include "train/finetune.h"
 #include "train/formats/checkpoint.h"
 #include "train/model_builder.h"
@@ -127,6 +128,7 @@ TEST(AttentionTransfer, EveryLayerMovesTowardTheSourcesExactAttention) {
     ASSERT_TRUE(fs::exists(run / "checkpoints" / formats::checkpoint_name(0))) << name;
     const json report = json::parse(read_file(run / "transfer.json"));
     EXPECT_EQ(report["steps"], 40);
+    EXPECT_GT(report["peak_resident_mib"].get<double>(), 1.0) << name;
     ASSERT_EQ(report["layers"].size(), 2u);
 
     // Independently: the source's own q, k, v on validation text, its exact softmax, and the
@@ -145,6 +147,10 @@ TEST(AttentionTransfer, EveryLayerMovesTowardTheSourcesExactAttention) {
     const Tensor batch = core::slice(tokens, 1, 0, tokens.size(1) - 1).contiguous();
     // The independent check holds q, k, v at the source's: it applies where only the feature
     // map trains (darkformer); performer's trained projections are checked through its report.
+    // The language-model cost of the swap, before the transfer: the swapped source evaluated here.
+    const EvalMetrics swap_eval = evaluate(*at_swap, val, config.training.eval_batches);
+    EXPECT_NEAR(report["validation_at_swap"]["loss"].get<double>(), swap_eval.loss, 1e-4 * swap_eval.loss) << name;
+    EXPECT_EQ(report["validation_at_swap"]["tokens"].get<std::int64_t>(), swap_eval.tokens) << name;
     const std::vector<double> before_err = layer_errors(*source, *at_swap, batch);
     const std::vector<double> after_err = layer_errors(*source, *after, batch);
     for (std::size_t l = 0; l < 2; ++l) {

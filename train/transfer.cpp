@@ -15,6 +15,7 @@
 #include "nn/optim.h"
 #include "train/attention_state.h"
 #include "train/data_parallel.h"
+#include "train/memory_limit.h"
 #include "train/model_builder.h"
 #include "train/progress.h"
 
@@ -276,7 +277,9 @@ nlohmann::json TransferReport::to_json() const {
     layers_json.push_back({{"layer", l.layer}, {"kind", l.kind}, {"error_before", summary_json(l.before)},
                            {"error_after", summary_json(l.after)}});
   return {{"steps", steps},           {"tokens_per_step", tokens_per_step}, {"ranks", ranks}, {"seconds", seconds},
+          {"peak_resident_mib", peak_resident_mib},
           {"first_loss", first_loss}, {"last_loss", last_loss},             {"trainable", trainable},
+          {"validation_at_swap", {{"loss", at_swap.loss}, {"accuracy", at_swap.accuracy}, {"tokens", at_swap.tokens}}},
           {"layers", layers_json}};
 }
 
@@ -288,6 +291,11 @@ TransferReport run_transfer(nn::CausalLM& model, const RunConfig& config, const 
   DARK_CHECK(!layers.empty(), "config: finetune.transfer: no layer is swapped (every layer's attention is softmax): "
                               "set attention.kind to performer, lfk or darkformer");
   const auto trainable = transfer_parameters(model, layers, tc.trainable);
+  set_feature_epochs(model, redraw_intervals(config), 0);
+  TransferReport report;
+  report.at_swap = evaluate(model, val, config.training.eval_batches, comm);
+  spdlog::info("attention transfer: at swap, before it: val loss {:.4f} | accuracy {:.3f} ({} tokens)", report.at_swap.loss,
+               report.at_swap.accuracy, report.at_swap.tokens);
   const Device device = trainable.front().second->device();
   std::unique_ptr<nn::CausalLM> frozen = frozen_copy(model, config, device);
   Pair both{model, *frozen, layers};
@@ -298,7 +306,6 @@ TransferReport run_transfer(nn::CausalLM& model, const RunConfig& config, const 
   WrapScope<FittingKernel> fitters(model, both.layers);
   const std::vector<std::int64_t> intervals = redraw_intervals(config);
 
-  TransferReport report;
   report.steps = tc.steps;
   const int world = comm.world_size(), rank = comm.rank(), accum = config.training.grad_accum;
   report.ranks = world;
@@ -359,13 +366,15 @@ TransferReport run_transfer(nn::CausalLM& model, const RunConfig& config, const 
   const std::vector<ErrorSummary> after = measure(both, recorders, fitters, val, tc.eval_batches);
   model.train(was_training);
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  report.peak_resident_mib = static_cast<double>(peak_resident_bytes()) / (1 << 20);
   for (std::size_t j = 0; j < both.layers.size(); ++j) {
     report.layers.push_back({both.layers[j], fitters.at[j]->inner->kind(), before[j], after[j]});
     spdlog::info("attention transfer: layer {:>2} ({}): relative error mean {:.3f} -> {:.3f}, median {:.3f} -> {:.3f}",
                  both.layers[j], fitters.at[j]->inner->kind(), before[j].mean, after[j].mean, before[j].median,
                  after[j].median);
   }
-  spdlog::info("attention transfer: done in {}", duration_text(report.seconds));
+  spdlog::info("attention transfer: done in {}; peak resident set so far {:.0f} MiB", duration_text(report.seconds),
+               report.peak_resident_mib);
   return report;
 }
 

@@ -31,6 +31,7 @@
 #include "nn/model.h"
 #include "train/config.h"
 #include "train/dist/communicator.h"
+#include "train/evaluate.h"
 
 namespace dark::train {
 
@@ -49,8 +50,10 @@ struct TransferReport {
   std::int64_t steps = 0, tokens_per_step = 0;  // tokens of the global batch
   int ranks = 1;
   double seconds = 0;
+  double peak_resident_mib = 0;  // the process's peak resident set when the transfer ended (loading included)
   double first_loss = 0, last_loss = 0;  // the summed loss of the first and last step
   std::vector<std::string> trainable;     // the parameters that trained
+  EvalMetrics at_swap;                    // the swapped model's validation metrics before the transfer
   std::vector<LayerTransfer> layers;
   nlohmann::json to_json() const;
 };
@@ -59,7 +62,9 @@ struct TransferReport {
 std::vector<std::string> transfer_globs(const std::vector<std::string>& entries);
 
 // Fits `model`'s swapped layers (see above) on `loader`'s batches 0 .. steps - 1, measuring
-// on `val`'s first eval_batches batches. `model` holds the source's weights and is on its
+// on `val`'s first eval_batches batches. First evaluates the swapped model as it stands on
+// training.eval_batches validation batches (the run's own first evaluation, step 0, comes
+// after the transfer), so the report holds the language-model cost of the swap itself. `model` holds the source's weights and is on its
 // device; its parameters' requires_grad flags and feature epochs are as they were afterwards
 // (the caller sets the epochs training starts with). Throws when no layer is swapped or the
 // trainable entries select no parameter of a swapped layer.

@@ -92,6 +92,40 @@ const Metric kSqNormTail{"99th percentile of s (largest layer), end of training"
 const Metric kLogitSpread{"99th percentile of the feature-logit spread (largest layer), end of training", "logit spread p99",
                           [](const ReportPoint& p) { return attention_value(p, &nn::AttentionStats::logit_sd_p99, false); }, "%.3g"};
 
+// Attention transfer (a point's transfer.json): a number at `path`, NaN where it has none.
+double transfer_value(const ReportPoint& p, const json::json_pointer& path) {
+  if (!p.transfer.is_object() || !p.transfer.contains(path) || !p.transfer.at(path).is_number()) return kNaN;
+  return p.transfer.at(path).get<double>();
+}
+// The swapped layers' median attention-output errors ("error_before" or "error_after"), averaged.
+double transfer_layer_error(const ReportPoint& p, const char* when) {
+  if (!p.transfer.is_object() || !p.transfer.contains("layers") || !p.transfer.at("layers").is_array()) return kNaN;
+  const json& layers = p.transfer.at("layers");
+  if (layers.empty()) return kNaN;
+  double sum = 0;
+  for (const json& layer : layers)
+    sum += layer.contains(when) && layer.at(when).is_object() ? layer.at(when).value("median", kNaN) : kNaN;
+  return sum / static_cast<double>(layers.size());
+}
+
+const Metric kAtSwap{"Validation loss at the swap (before any transfer or training)", "val loss at swap",
+                     [](const ReportPoint& p) {
+                       return p.transfer.is_object() ? transfer_value(p, json::json_pointer("/validation_at_swap/loss"))
+                                                     : eval_value(p.stability.start_eval, &metrics::EvalRecord::loss);
+                     }};
+const Metric kAfterTransfer{"Validation loss at step 0 (after the transfer, where there is one)", "val loss after transfer",
+                            [](const ReportPoint& p) { return eval_value(p.stability.start_eval, &metrics::EvalRecord::loss); }};
+const Metric kErrorBefore{"Attention-output error before the transfer (median over positions and heads, mean over the swapped layers)",
+                          "error before transfer", [](const ReportPoint& p) { return transfer_layer_error(p, "error_before"); },
+                          "%.3g"};
+const Metric kErrorAfter{"Attention-output error after the transfer (median over positions and heads, mean over the swapped layers)",
+                         "error after transfer", [](const ReportPoint& p) { return transfer_layer_error(p, "error_after"); },
+                         "%.3g"};
+const Metric kTransferSeconds{"Transfer time (s; the evaluation at the swap and the error measurements included)", "transfer s",
+                              [](const ReportPoint& p) { return transfer_value(p, json::json_pointer("/seconds")); }, "%.3g"};
+const Metric kTransferPeak{"Peak resident set at the end of the transfer (MiB; the model's loading included)", "transfer peak MiB",
+                           [](const ReportPoint& p) { return transfer_value(p, json::json_pointer("/peak_resident_mib")); }, "%.4g"};
+
 // "3.21", "3.21 ± 0.04" over the cell's points, "k/n" for counts.
 std::string cell(const std::vector<const ReportPoint*>& points, const Metric& m) {
   if (points.empty()) return " ";
@@ -280,6 +314,16 @@ ReportResult write_report(const fs::path& sweep_dir, const ReportOptions& option
       md += method_table(d, method_title(d), group_of, *m);
     if (finetuning) md += method_table(d, method_title(d), group_of, kFromStart);
   }
+  const bool transfers = std::any_of(d.points.begin(), d.points.end(), [](const ReportPoint& p) { return p.transfer.is_object(); });
+  if (transfers) {
+    md += "## Attention transfer" + spread + "\n\n"
+          "From each run's `transfer.json` (`finetune.transfer`; docs/method.md, \"Attention transfer\"): the validation "
+          "loss of the swapped model before the transfer, at step 0 (after it) and at the end of the run, on the same "
+          "validation windows; each swapped layer's attention-output error |out - exact| / |exact| (the probe's measure) "
+          "before and after. Points without a transfer show their step-0 loss as the loss at the swap.\n\n";
+    for (const Metric* m : {&kAtSwap, &kAfterTransfer, &kFinalLoss, &kErrorBefore, &kErrorAfter, &kTransferSeconds, &kTransferPeak})
+      md += method_table(d, method_title(d), group_of, *m);
+  }
   const bool redraws = std::any_of(d.points.begin(), d.points.end(), [](const ReportPoint& p) { return !p.stability.redraw.nominal && !p.stability.redraw.shocks.empty(); });
   if (redraws) {
     md += "## Redraw shocks" + spread + "\n\n"
@@ -303,6 +347,7 @@ ReportResult write_report(const fs::path& sweep_dir, const ReportOptions& option
   if (d.seeded()) {
     std::vector<const Metric*> paired = {&kFinalLoss, &kAccuracy, &kSpikes, &kSpikeHeight, &kGradSpikes};
     if (finetuning) paired.push_back(&kFromStart);
+    if (transfers) paired.insert(paired.end(), {&kAtSwap, &kAfterTransfer, &kErrorAfter});
     if (redraws) paired.insert(paired.end(), {&kHeldOutMean, &kHeldOutWorst, &kLossJumpMean});
     md += paired_section(d, paired);
   }

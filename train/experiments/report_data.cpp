@@ -90,6 +90,10 @@ ReportData load_report_data(const fs::path& sweep_dir, const std::vector<std::st
     if (first) d.detector = config.stability, first = false;
     p.metrics = metrics::read_metrics(dir / "metrics.jsonl");
     p.stability = metrics::analyze_stability(p.metrics, train::stability_options(config));
+    if (fs::exists(dir / "transfer.json")) {
+      p.transfer = json::parse(read_file(dir / "transfer.json"), nullptr, /*allow_exceptions=*/false);
+      DARK_CHECK(p.transfer.is_object(), "report: ", (dir / "transfer.json").string(), ": not a transfer report (a JSON object)");
+    }
     for (const std::string& a : d.method_axes) p.method += (p.method.empty() ? "" : "/") + axis_value_text(row["values"][a]);
     for (const std::string& a : d.group_axes)
       p.group += str(p.group.empty() ? "" : ", ", axis_leaf(a), "=", axis_value_text(row["values"][a]));

@@ -25,6 +25,7 @@ struct ReportPoint {
   metrics::StabilityReport stability;
   std::string method, group;
   std::optional<std::int64_t> seed;
+  nlohmann::json transfer;  // the run's transfer.json (attention transfer, train/transfer.h); null without one
   std::string name() const { return row["name"].get<std::string>(); }
 };
 
@@ -38,7 +39,7 @@ struct ReportData {
   bool seeded() const { return seeds.size() >= 2; }
 };
 
-// Reads SWEEP_DIR/summary.json and every point's metrics; `stability_overrides` ("window=30",
+// Reads SWEEP_DIR/summary.json and every point's metrics (and transfer.json where it has one); `stability_overrides` ("window=30",
 // "stability.loss_margin=0.3": keys of the stability section) replace the points' own settings.
 ReportData load_report_data(const std::filesystem::path& sweep_dir, const std::vector<std::string>& stability_overrides);
 
