@@ -624,9 +624,9 @@ TEST(Config, Tables) {
                              "t");
   const std::string table = config_table(c);
   EXPECT_EQ(static_cast<std::size_t>(std::count(table.begin(), table.end(), '\n')), config_keys().size());
-  // Keys padded to the longest key (training.activation_checkpointing) plus two spaces.
+  // Keys padded to the longest key (finetune.transfer.checkpoint_interval) plus two spaces.
   const auto row = [](const std::string& key, const std::string& rest) {
-    return key + std::string(std::string("training.activation_checkpointing").size() + 2 - key.size(), ' ') +
+    return key + std::string(std::string("finetune.transfer.checkpoint_interval").size() + 2 - key.size(), ' ') +
            rest + "\n";
   };
   EXPECT_NE(table.find(row("training.steps", "50  (default 1000)")), std::string::npos) << table;

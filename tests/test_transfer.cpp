@@ -6,12 +6,17 @@
 // bad settings are errors that say what to do.
 #include <gtest/gtest.h>
 
+#include <signal.h>
+
+#include <chrono>
 #include <filesystem>
+#include <thread>
 
 #include "autograd/grad_mode.h"
 #include "autograd/ops.h"
 #include "core/file_io.h"
 #include "data/prepare.h"
+#include "tests/child_process.h"
 #include "tests/test_util.h"
 #include "tests/train_test_util.h"
 #include "train/config.h"
@@ -19,6 +24,7 @@
 #include "train/finetune.h"
 #include "train/formats/checkpoint.h"
 #include "train/model_builder.h"
+#include "train/stop_signal.h"
 #include "train/trainer.h"
 #include "train/training_run.h"
 #include "train/transfer.h"
@@ -197,6 +203,58 @@ TEST(AttentionTransfer, ResumeSkipsTheTransferAndATransferOnlyRunIsASource) {
                               {});
   EXPECT_EQ(r.steps, 2);
   EXPECT_TRUE(std::isfinite(r.final_eval.loss));
+}
+
+// A transfer stopped by SIGTERM saves its state and exits 75; a rerun without --resume is
+// refused, one with --resume continues it from where it stopped and ends with the weights and
+// the report of the uninterrupted transfer, bit for bit.
+TEST(AttentionTransfer, AStoppedTransferContinuesWhereItStopped) {
+  TempDir tmp;
+  const fs::path source = peaked_source(tmp);
+  const json attention = {{"kind", "darkformer"}, {"num_features", 16}};
+  const json transfer = {{"steps", 1000}, {"lr", 0.01}, {"checkpoint_interval", 0}};
+  for (const char* name : {"stopped", "whole"}) {
+    json c = transfer_config(tmp, name, 0, source, attention, transfer);
+    c["training"]["log_interval"] = 1;
+    dark::testing::write_text(tmp / (std::string(name) + ".json"), c.dump(2));
+  }
+  const auto args = [&](const std::string& name, bool resume) {
+    std::vector<std::string> a = {DARKFORMER_EXE, "train", "--config", tmp / (name + ".json")};
+    if (resume) a.push_back("--resume");
+    return a;
+  };
+  const pid_t pid = dark::testing::start_child(args("stopped", false), tmp / "stopped.log");
+  bool transferring = false;
+  for (int i = 0; i < 6000 && !transferring; ++i) {
+    transferring = dark::testing::read_all(tmp / "stopped.log").find("transfer step    10/") != std::string::npos;
+    if (!transferring) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_TRUE(transferring) << dark::testing::read_all(tmp / "stopped.log");
+  ::kill(pid, SIGTERM);
+  const std::optional<int> code = dark::testing::wait_child(pid, std::chrono::seconds(60));
+  const std::string log = dark::testing::read_all(tmp / "stopped.log");
+  ASSERT_EQ(code, kStoppedBySignal) << log;
+  EXPECT_NE(log.find("attention transfer: stopped by a signal at step "), std::string::npos) << log;
+  EXPECT_TRUE(fs::exists(tmp.path() / "stopped/transfer")) << log;
+  EXPECT_FALSE(fs::exists(tmp.path() / "stopped/transfer.json"));
+  EXPECT_TRUE(formats::list_checkpoints(tmp.path() / "stopped").empty());
+
+  EXPECT_NE(dark::testing::run_child(args("stopped", false), tmp / "again.log"), 0);
+  EXPECT_NE(dark::testing::read_all(tmp / "again.log").find("holds an attention transfer that stopped before its end"),
+            std::string::npos)
+      << dark::testing::read_all(tmp / "again.log");
+  ASSERT_EQ(dark::testing::run_child(args("stopped", true), tmp / "resumed.log"), 0) << dark::testing::read_all(tmp / "resumed.log");
+  ASSERT_EQ(dark::testing::run_child(args("whole", false), tmp / "whole.log"), 0) << dark::testing::read_all(tmp / "whole.log");
+  EXPECT_FALSE(fs::exists(tmp.path() / "stopped/transfer")) << "the finished transfer left its state";
+  const json resumed = json::parse(read_file(tmp.path() / "stopped/transfer.json"));
+  const json whole = json::parse(read_file(tmp.path() / "whole/transfer.json"));
+  EXPECT_GT(resumed["resumed_at"].get<std::int64_t>(), 9);
+  EXPECT_LT(resumed["resumed_at"].get<std::int64_t>(), 1000);
+  EXPECT_EQ(whole["resumed_at"], 0);
+  for (const char* key : {"layers", "validation_at_swap", "first_loss", "last_loss"}) EXPECT_EQ(resumed[key], whole[key]) << key;
+  const fs::path weights = fs::path("checkpoints") / formats::checkpoint_name(0) / "model.safetensors";
+  EXPECT_EQ(read_file(tmp.path() / "stopped" / weights), read_file(tmp.path() / "whole" / weights))
+      << "the continued transfer's weights differ from the uninterrupted one's";
 }
 
 TEST(AttentionTransfer, SettingsThatCannotWorkAreErrors) {

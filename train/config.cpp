@@ -516,6 +516,9 @@ std::vector<Field> make_schema() {
                 "or parameter-name globs"),
       integer(DARK_CONFIG_MEMBER(finetune.transfer.eval_batches), 1,
               "attention transfer: validation batches each swapped layer's error is measured on, before and after"),
+      integer(DARK_CONFIG_MEMBER(finetune.transfer.checkpoint_interval), 0,
+              "attention transfer: steps between saves of its state (in <run>/transfer/), which `train --resume` "
+              "continues; 0 = only when stopped by SIGTERM or SIGINT"),
 
       text(DARK_CONFIG_MEMBER(output.dir), false,
            "run folder (checkpoints, metrics, config.json); \"\" = runs/<config file stem>"),

@@ -85,6 +85,9 @@ struct TransferConfig {
   // DARKFormer's M, LFK's W), qk (and q_proj, k_proj), qkv (and v_proj), or parameter globs.
   std::vector<std::string> trainable = {"feature_map"};
   int eval_batches = 2;  // validation batches the per-layer error is measured on, before and after
+  // Steps between saves of the transfer's state (train/transfer_state.h), which --resume
+  // continues; 0: only when a stop signal arrives.
+  std::int64_t checkpoint_interval = 50;
 };
 
 struct FinetuneConfig {

@@ -182,16 +182,6 @@ void write_sample(TrainingRun& run) {
   spdlog::info("sample (temperature {}, top-k {}):\n{}", g.temperature, g.top_k, text);
 }
 
-// Whether a stop signal reached this process or, under mpirun, any rank: every rank calls
-// this at the same point of every step and gets the same answer.
-bool stop_requested(const TrainingRun& run) {
-  const bool here = StopSignals::received() != 0;
-  if (run.comm->backend() == dist::BackendKind::single) return here;
-  const Tensor flag = Tensor::full({1}, here ? 1.0 : 0.0, DType::i32, run.comm->device());
-  run.comm->all_reduce(flag, dist::ReduceOp::max);
-  return flag.to_vector<std::int32_t>()[0] != 0;
-}
-
 // A stop signal ended the run between two steps: checkpoint the step reached (unless that
 // checkpoint exists) so that --resume continues exactly where it stopped.
 void stop_by_signal(TrainingRun& run, std::int64_t saved_step) {
@@ -240,6 +230,12 @@ namespace {
 TrainResult train_without_memory_advice(RunConfig config, const TrainOptions& options) {
   const auto t_start = Clock::now();
   TrainingRun run = start_run(std::move(config), options.resume);
+  if (run.stopped_in_transfer) {  // the transfer saved its state and said so; nothing else was written
+    TrainResult stopped;
+    stopped.run_dir = run.dir.string();
+    stopped.stopped_by_signal = true;
+    return stopped;
+  }
   const TrainingConfig& tc = run.config.training;
   RunLog log(run);
   // A finetuning run first measures where it starts: the source's weights under this run's

@@ -15,7 +15,9 @@
 #include "train/memory_estimate.h"
 #include "train/model_builder.h"
 #include "train/portable_checkpoint.h"
+#include "train/stop_signal.h"
 #include "train/transfer.h"
+#include "train/transfer_state.h"
 
 namespace dark::train {
 namespace fs = std::filesystem;
@@ -254,6 +256,9 @@ TrainingRun start_run(RunConfig config, bool resume) {
   } else {
     DARK_CHECK(formats::list_checkpoints(run.dir).empty(), "run folder ", run.dir.string(),
                " already has checkpoints: pass --resume to continue it, or set output.dir to a new folder");
+    DARK_CHECK(resume || !transfer_in_progress(run.dir), "run folder ", run.dir.string(),
+               " holds an attention transfer that stopped before its end (", (run.dir / "transfer").string(),
+               "): pass --resume to continue it, or set output.dir to a new folder");
   }
   // Before the first write to the run folder: a run refused here leaves it as it was.
   run.memory = memory_preflight(config, run.world_size(), run.device, run.data, origin.source.has_value());
@@ -275,8 +280,10 @@ TrainingRun start_run(RunConfig config, bool resume) {
   if (!run.resumed) calibrate_attention(*run.model, c, *run.loader);
   // Attention transfer starts from the calibrated kernels; a resumed run has done it already.
   if (!run.resumed && c.finetune.transfer.steps > 0) {
-    const TransferReport transfer = run_transfer(*run.model, c, *run.loader, *run.val, *run.comm);
-    if (run.writes()) write_file_atomic(run.dir / "transfer.json", transfer.to_json().dump(2) + "\n");
+    const TransferKeeping keeping{run.dir, run.writes(), [&run] { return stop_requested(run); }};
+    const TransferReport transfer = run_transfer(*run.model, c, *run.loader, *run.val, *run.comm, keeping);
+    run.stopped_in_transfer = transfer.stopped;
+    if (run.writes() && !transfer.stopped) write_file_atomic(run.dir / "transfer.json", transfer.to_json().dump(2) + "\n");
   }
   run.redraw_intervals = redraw_intervals(c);
   set_feature_epochs(*run.model, run.redraw_intervals, run.step);
@@ -285,11 +292,22 @@ TrainingRun start_run(RunConfig config, bool resume) {
   return run;
 }
 
+bool stop_requested(const TrainingRun& run) {
+  const bool here = StopSignals::received() != 0;
+  if (run.comm->backend() == dist::BackendKind::single) return here;
+  const Tensor flag = Tensor::full({1}, here ? 1.0 : 0.0, DType::i32, run.comm->device());
+  run.comm->all_reduce(flag, dist::ReduceOp::max);
+  return flag.to_vector<std::int32_t>()[0] != 0;
+}
+
 namespace {
 
 WeightsOrigin find_weights(RunConfig& config, const fs::path& dir, bool resume, bool finetuning) {
   WeightsOrigin origin;
-  if (resume) {
+  // A transfer stopped before the run's first checkpoint continues from its own state
+  // (train/transfer_state.h): the weights come from the source again.
+  const bool transfer_only = resume && finetuning && !formats::latest_checkpoint(dir) && transfer_in_progress(dir);
+  if (resume && !transfer_only) {
     const auto latest = formats::latest_checkpoint(dir);
     DARK_CHECK(latest.has_value(), "--resume: no checkpoint in ", (dir / "checkpoints").string());
     origin.checkpoint_dir = *latest;

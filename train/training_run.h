@@ -46,6 +46,7 @@ struct TrainingRun {
   std::int64_t consecutive_skips = 0, skipped_total = 0;  // non-finite steps
   bool resumed = false;                         // continued from a checkpoint
   bool finetuning = false;                      // finetune.init_from is set
+  bool stopped_in_transfer = false;             // a stop signal ended the attention transfer (its state is saved)
   MemoryEstimate memory;                        // the pre-flight's estimate of the peak (train/memory_estimate.h)
 
   int world_size() const { return comm->world_size(); }
@@ -62,6 +63,10 @@ struct TrainingRun {
 // With several ranks (mpirun), every rank runs this: rank 0 alone writes the run folder, and
 // the parameters are checked to be identical on every rank.
 TrainingRun start_run(RunConfig config, bool resume);
+
+// Whether a stop signal reached this process or, under mpirun, any rank: every rank calls
+// this at the same point of every step and gets the same answer.
+bool stop_requested(const TrainingRun& run);
 
 // Checkpoints the run at run.step (keeping training.keep_checkpoints of them).
 void save_run(TrainingRun& run);

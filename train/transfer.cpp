@@ -18,6 +18,7 @@
 #include "train/memory_limit.h"
 #include "train/model_builder.h"
 #include "train/progress.h"
+#include "train/transfer_state.h"
 
 namespace dark::train {
 namespace {
@@ -123,8 +124,32 @@ class Adam {
     for (const auto& [name, p] : params) {
       Tensor zero = Tensor::empty(p->shape(), p->dtype(), p->device());
       zero.fill_(0.0);
-      state_.push_back({p, zero, zero.clone()});
+      state_.push_back({name, p, zero, zero.clone()});
     }
+  }
+  // The parameters and moments into `state`, by parameter name, on the CPU.
+  void save(TransferState& state) const {
+    for (const Slot& s : state_) {
+      state.params[s.name] = s.param->to(Device::cpu()).contiguous();
+      state.exp_avg[s.name] = s.m.to(Device::cpu()).contiguous();
+      state.exp_avg_sq[s.name] = s.v.to(Device::cpu()).contiguous();
+    }
+  }
+  // Continues from a saved state: its parameters, moments and step count.
+  void restore(const TransferState& state) {
+    NoGradGuard no_grad;
+    for (Slot& s : state_) {
+      const auto read = [&](const formats::TensorMap& map, const char* what) {
+        auto it = map.find(s.name);
+        DARK_CHECK(it != map.end() && it->second.shape() == s.param->shape(), "attention transfer: the saved state has no ",
+                   what, " of shape ", shape_str(s.param->shape()), " for ", s.name);
+        return it->second.to(s.param->dtype()).to(s.param->device());
+      };
+      s.param->copy_(read(state.params, "parameter"));
+      s.m.copy_(read(state.exp_avg, "exp_avg"));
+      s.v.copy_(read(state.exp_avg_sq, "exp_avg_sq"));
+    }
+    t_ = state.step;
   }
   void step() {
     NoGradGuard no_grad;
@@ -144,6 +169,7 @@ class Adam {
  private:
   static constexpr double kBeta1 = 0.9, kBeta2 = 0.999, kEps = 1e-8;
   struct Slot {
+    std::string name;
     Tensor* param;
     Tensor m, v;
   };
@@ -166,6 +192,16 @@ ErrorSummary summarise(std::vector<double>& errors) {
 }
 
 nlohmann::json summary_json(const ErrorSummary& s) { return {{"mean", s.mean}, {"median", s.median}, {"count", s.count}}; }
+ErrorSummary summary_from_json(const nlohmann::json& j) {
+  return {j.at("mean").get<double>(), j.at("median").get<double>(), j.at("count").get<std::int64_t>()};
+}
+nlohmann::json eval_json(const EvalMetrics& e) {
+  return {{"loss", e.loss}, {"accuracy", e.accuracy}, {"perplexity", e.perplexity}, {"tokens", e.tokens}};
+}
+EvalMetrics eval_from_json(const nlohmann::json& j) {
+  return {j.at("loss").get<double>(), j.at("perplexity").get<double>(), j.at("accuracy").get<double>(),
+          j.at("tokens").get<std::int64_t>()};
+}
 
 // The inputs of a (B, T + 1) token batch.
 Tensor inputs_of(const Tensor& tokens) { return core::slice(tokens, 1, 0, tokens.size(1) - 1).contiguous(); }
@@ -279,21 +315,42 @@ nlohmann::json TransferReport::to_json() const {
   return {{"steps", steps},           {"tokens_per_step", tokens_per_step}, {"ranks", ranks}, {"seconds", seconds},
           {"peak_resident_mib", peak_resident_mib},
           {"first_loss", first_loss}, {"last_loss", last_loss},             {"trainable", trainable},
-          {"validation_at_swap", {{"loss", at_swap.loss}, {"accuracy", at_swap.accuracy}, {"tokens", at_swap.tokens}}},
+          {"validation_at_swap", eval_json(at_swap)},  {"resumed_at", resumed_at},
           {"layers", layers_json}};
 }
 
 TransferReport run_transfer(nn::CausalLM& model, const RunConfig& config, const data::TrainLoader& loader,
-                            const data::ValidationSet& val, dist::Communicator& comm) {
+                            const data::ValidationSet& val, dist::Communicator& comm, const TransferKeeping& keeping) {
   const TransferConfig& tc = config.finetune.transfer;
   const auto start = std::chrono::steady_clock::now();
   const std::vector<int> layers = swapped_layers(model);
   DARK_CHECK(!layers.empty(), "config: finetune.transfer: no layer is swapped (every layer's attention is softmax): "
                               "set attention.kind to performer, lfk or darkformer");
   const auto trainable = transfer_parameters(model, layers, tc.trainable);
-  set_feature_epochs(model, redraw_intervals(config), 0);
+  const int world = comm.world_size(), rank = comm.rank(), accum = config.training.grad_accum;
+  const nlohmann::json settings = transfer_settings(config, world);
+  const std::optional<TransferState> saved =
+      keeping.run_dir.empty() ? std::nullopt : load_transfer_state(keeping.run_dir, settings);
+  const std::vector<std::int64_t> intervals = redraw_intervals(config);
+
   TransferReport report;
-  report.at_swap = evaluate(model, val, config.training.eval_batches, comm);
+  report.steps = tc.steps;
+  report.ranks = world;
+  report.tokens_per_step =
+      static_cast<std::int64_t>(config.training.batch_size) * accum * world * config.data.seq_len;
+  std::int64_t numel = 0;
+  for (const auto& [name, p] : trainable) {
+    report.trainable.push_back(name);
+    numel += p->numel();
+  }
+  if (saved) {
+    report.resumed_at = saved->step;
+    report.at_swap = eval_from_json(saved->record.at("at_swap"));
+    report.first_loss = saved->record.at("first_loss").get<double>();
+  } else {
+    set_feature_epochs(model, intervals, 0);
+    report.at_swap = evaluate(model, val, config.training.eval_batches, comm);
+  }
   spdlog::info("attention transfer: at swap, before it: val loss {:.4f} | accuracy {:.3f} ({} tokens)", report.at_swap.loss,
                report.at_swap.accuracy, report.at_swap.tokens);
   const Device device = trainable.front().second->device();
@@ -304,33 +361,43 @@ TransferReport run_transfer(nn::CausalLM& model, const RunConfig& config, const 
   RequiresGradScope grads(model, trainable);
   WrapScope<OutputRecorder> recorders(*frozen, both.layers);
   WrapScope<FittingKernel> fitters(model, both.layers);
-  const std::vector<std::int64_t> intervals = redraw_intervals(config);
 
-  report.steps = tc.steps;
-  const int world = comm.world_size(), rank = comm.rank(), accum = config.training.grad_accum;
-  report.ranks = world;
-  report.tokens_per_step =
-      static_cast<std::int64_t>(config.training.batch_size) * accum * world * config.data.seq_len;
-  std::int64_t numel = 0;
-  for (const auto& [name, p] : trainable) {
-    report.trainable.push_back(name);
-    numel += p->numel();
-  }
   std::string what;
   for (const std::string& e : tc.trainable) what += (what.empty() ? "" : ", ") + e;
   spdlog::info("attention transfer: {} swapped layer(s), {} step(s) of {} tokens, lr {:g}; {} tensor(s) ({} parameters) "
                "train: {}",
                both.layers.size(), tc.steps, report.tokens_per_step, tc.lr, trainable.size(), numel, what);
 
-  set_feature_epochs(model, intervals, 0);
-  const std::vector<ErrorSummary> before = measure(both, recorders, fitters, val, tc.eval_batches);
   Adam adam(trainable, tc.lr);
+  std::vector<ErrorSummary> before;
+  if (saved) {
+    adam.restore(*saved);
+    for (const nlohmann::json& e : saved->record.at("error_before")) before.push_back(summary_from_json(e));
+    DARK_CHECK(before.size() == layers.size(), "attention transfer: the saved state measured ", before.size(),
+               " layer(s), the model swaps ", layers.size());
+    spdlog::info("attention transfer: continuing the saved transfer at step {}/{}", saved->step, tc.steps);
+  } else {
+    set_feature_epochs(model, intervals, 0);
+    before = measure(both, recorders, fitters, val, tc.eval_batches);
+  }
+  // The state --resume continues from: the parameters and moments after `done` steps.
+  const auto save_state = [&](std::int64_t done) {
+    if (keeping.run_dir.empty() || !keeping.writes) return;
+    TransferState state;
+    state.step = done;
+    adam.save(state);
+    nlohmann::json errors = nlohmann::json::array();
+    for (const ErrorSummary& e : before) errors.push_back(summary_json(e));
+    state.record = {{"at_swap", eval_json(report.at_swap)}, {"error_before", errors}, {"first_loss", report.first_loss}};
+    save_transfer_state(keeping.run_dir, state, settings);
+  };
   const auto loop_start = std::chrono::steady_clock::now();
+  const std::int64_t first_step = report.resumed_at;
   // The gradients of the mean over the global batch: each micro-batch's loss scaled by
   // 1 / (grad_accum x ranks), the micro-batches' gradients added by backward, the ranks' by
   // an all-reduce; the logged loss is the global batch's.
   const double part = 1.0 / (static_cast<double>(accum) * world);
-  for (std::int64_t step = 0; step < tc.steps; ++step) {
+  for (std::int64_t step = first_step; step < tc.steps; ++step) {
     set_feature_epochs(model, intervals, step);
     Tensor step_loss = Tensor::full({1}, 0.0, DType::f64, Device::cpu());
     for (int micro = 0; micro < accum; ++micro) {
@@ -357,9 +424,19 @@ TransferReport run_transfer(nn::CausalLM& model, const RunConfig& config, const 
     const std::int64_t done = step + 1;
     if (done % std::max<std::int64_t>(1, config.training.log_interval) == 0 || done == tc.steps) {
       const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - loop_start).count();
+      const double per_step = elapsed / static_cast<double>(done - first_step);
       spdlog::info("transfer step {:>5}/{} {} | loss {:.4f} (summed over layers) | {:.2f} s/step | ETA {}", done,
-                   tc.steps, progress_bar(done, tc.steps), value, elapsed / static_cast<double>(done),
-                   duration_text(elapsed / static_cast<double>(done) * static_cast<double>(tc.steps - done)));
+                   tc.steps, progress_bar(done, tc.steps), value, per_step,
+                   duration_text(per_step * static_cast<double>(tc.steps - done)));
+    }
+    const bool stop = keeping.stop_requested && keeping.stop_requested();
+    if (done < tc.steps && (stop || (tc.checkpoint_interval > 0 && done % tc.checkpoint_interval == 0))) save_state(done);
+    if (stop && done < tc.steps) {
+      spdlog::info("attention transfer: stopped by a signal at step {}/{}; its state is in {}; continue with --resume",
+                   done, tc.steps, (keeping.run_dir / "transfer").string());
+      model.train(was_training);
+      report.stopped = true;
+      return report;
     }
   }
   set_feature_epochs(model, intervals, 0);
@@ -373,7 +450,9 @@ TransferReport run_transfer(nn::CausalLM& model, const RunConfig& config, const 
                  both.layers[j], fitters.at[j]->inner->kind(), before[j].mean, after[j].mean, before[j].median,
                  after[j].median);
   }
-  spdlog::info("attention transfer: done in {}; peak resident set so far {:.0f} MiB", duration_text(report.seconds),
+  if (!keeping.run_dir.empty() && keeping.writes) remove_transfer_state(keeping.run_dir);
+  spdlog::info("attention transfer: done in {}{}; peak resident set so far {:.0f} MiB", duration_text(report.seconds),
+               report.resumed_at ? str(" (continued at step ", report.resumed_at, ")") : std::string(),
                report.peak_resident_mib);
   return report;
 }

@@ -23,6 +23,8 @@
 // (|out - target| / |target| per position and head) on validation batches at feature epoch 0.
 #pragma once
 #include <cstdint>
+#include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -55,7 +57,16 @@ struct TransferReport {
   std::vector<std::string> trainable;     // the parameters that trained
   EvalMetrics at_swap;                    // the swapped model's validation metrics before the transfer
   std::vector<LayerTransfer> layers;
+  std::int64_t resumed_at = 0;  // the step a saved state continued from (0: from the start)
+  bool stopped = false;         // a stop signal ended it early: its state is saved, the report incomplete
   nlohmann::json to_json() const;
+};
+
+// Where a transfer keeps its state (train/transfer_state.h) and how it hears of a stop signal.
+struct TransferKeeping {
+  std::filesystem::path run_dir;          // empty: the state is neither read nor saved
+  bool writes = true;                     // this rank saves the state (rank 0 under mpirun)
+  std::function<bool()> stop_requested;   // called after each step, the same answer on every rank; may be empty
 };
 
 // The parameter-name globs finetune.transfer.trainable stands for (presets expanded).
@@ -64,11 +75,14 @@ std::vector<std::string> transfer_globs(const std::vector<std::string>& entries)
 // Fits `model`'s swapped layers (see above) on `loader`'s batches 0 .. steps - 1, measuring
 // on `val`'s first eval_batches batches. First evaluates the swapped model as it stands on
 // training.eval_batches validation batches (the run's own first evaluation, step 0, comes
-// after the transfer), so the report holds the language-model cost of the swap itself. `model` holds the source's weights and is on its
+// after the transfer), so the report holds the language-model cost of the swap itself.
+// With keeping.run_dir set, a saved state there continues (the measurements before the first
+// step come from it), the state is saved every checkpoint_interval steps and at a stop
+// signal (the report then says stopped), and removed at the end. `model` holds the source's weights and is on its
 // device; its parameters' requires_grad flags and feature epochs are as they were afterwards
 // (the caller sets the epochs training starts with). Throws when no layer is swapped or the
 // trainable entries select no parameter of a swapped layer.
 TransferReport run_transfer(nn::CausalLM& model, const RunConfig& config, const data::TrainLoader& loader,
-                            const data::ValidationSet& val, dist::Communicator& comm);
+                            const data::ValidationSet& val, dist::Communicator& comm, const TransferKeeping& keeping = {});
 
 }  // namespace dark::train

@@ -33,6 +33,7 @@
 #include "train/run_lock.h"
 #include "train/metrics/stability.h"
 #include "train/stop_signal.h"
+#include "train/transfer_state.h"
 
 namespace dark::experiments {
 namespace fs = std::filesystem;
@@ -486,6 +487,7 @@ std::string describe_plan(const SweepPlan& plan) {
     std::string action = "train";
     if (finished(status)) action = "skip (" + status.value("status", "") + ")";
     else if (const auto ck = formats::latest_checkpoint(p.dir)) action = "resume from " + ck->filename().string();
+    else if (train::transfer_in_progress(p.dir)) action = "resume its attention transfer";
     std::string values;
     for (const auto& [key, value] : p.values) values += str(values.empty() ? "" : ", ", key, "=", value.dump());
     out += str("  [", i + 1, "/", plan.points.size(), "] ", p.name, ": ", values, " -> ", action, "\n");
@@ -574,9 +576,12 @@ pid_t start_point(const SweepPoint& p, const std::vector<std::string>& launcher,
        {executable, std::string("train"), std::string("--config"), (p.dir / "point_config.json").string()})
     argv.push_back(word);
   const auto checkpoint = formats::latest_checkpoint(p.dir);
-  if (checkpoint) argv.push_back("--resume");
+  const bool transfer = !checkpoint && train::transfer_in_progress(p.dir);
+  if (checkpoint || transfer) argv.push_back("--resume");
   std::ofstream(p.dir / "train.log", std::ios::app)
-      << "==== sweep: " << (checkpoint ? "resuming from " + checkpoint->filename().string() : "starting") << " ====\n";
+      << "==== sweep: "
+      << (checkpoint ? "resuming from " + checkpoint->filename().string() : transfer ? "resuming its attention transfer" : "starting")
+      << " ====\n";
   const pid_t pid = start_child(argv, p.dir / "train.log", env);
   log.line(str("start ", p.name, checkpoint ? " (resuming from " + checkpoint->filename().string() + ")" : ""));
   return pid;
