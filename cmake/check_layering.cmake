@@ -1,6 +1,6 @@
 # The include-layering check of one layer, run by the build (one stamp per layer, see
 # dark_add_layer in CMakeLists.txt): every `#include "X/..."` in the layer's files must name a
-# layer the architecture table lets it depend on (README.md, Contributing). An include of a
+# layer the architecture table lets it depend on (docs/architecture.md, "Layers"). An include of a
 # higher layer fails the build with the file, line, header and the allowed layers.
 #   cmake -DCONFIG=<build>/layering/<layer>.cmake -P cmake/check_layering.cmake
 # CONFIG sets LAYER (the layer's folder), ALLOWED (the folders it may include from: its own and
@@ -74,6 +74,6 @@ endforeach()
 
 if(violations GREATER 0)
   message(FATAL_ERROR "darkformer layering check: ${violations} upward #include(s) in ${LAYER}/ "
-                      "(a layer includes only itself and the layers below it; README.md, Contributing)")
+                      "(a layer includes only itself and the layers below it; docs/architecture.md, Layers)")
 endif()
 file(TOUCH "${STAMP}")

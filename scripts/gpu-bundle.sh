@@ -2,7 +2,7 @@
 # Builds the CUDA targets here and packs everything a GPU machine needs to run the device
 # check with nothing built there (scripts/gpu-check.sh --bundle ARCHIVE): the GPU machine we
 # are lent has the NVIDIA driver, the CUDA toolkit and PyTorch, but none of our Debian
-# dependencies and no package registry (../shared/docs/device.md).
+# dependencies and no package registry (docs/gpus.md, "The device check").
 #
 # The archive (tar + xz, at most --max-mb, default 40 MB) holds, under darkformer-bundle/:
 #   bin/       darkformer, the GPU test programs, dist_collectives and the GPU benchmarks
