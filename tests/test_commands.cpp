@@ -58,5 +58,32 @@ TEST(Progress, DurationsAndBars) {
   EXPECT_EQ(progress_bar(3, 0, 4), "[####]");
 }
 
+// Work that ends within the first 5 s says nothing; longer work logs once 5 s have passed,
+// then every 15 s, and once at the end.
+TEST(Progress, LogsOnlyWorkThatTakesAWhile) {
+  double now = 0;
+  const ProgressLog::Clock clock = [&] { return now; };
+  ProgressLog quick("evaluation", "batch", "batches", 4, 5, 15, clock);
+  for (int b = 1; b <= 4; ++b) {
+    now += 1;
+    EXPECT_EQ(quick.update(b), "") << b;
+  }
+  now = 0;
+  ProgressLog slow("evaluation", "batch", "batches", 20, 5, 15, clock);
+  std::vector<std::string> lines;
+  for (int b = 1; b <= 20; ++b) {
+    now += 2;  // 2 s a batch: lines after batches 3 (6 s), 11 (22 s) and 19 (38 s), and at the end
+    if (std::string line = slow.update(b); !line.empty()) lines.push_back(line);
+  }
+  ASSERT_EQ(lines.size(), 4u);
+  EXPECT_EQ(lines[0], "evaluation: batch 3/20 [###.................] | 2.00 s/batch | ETA 34s");
+  EXPECT_EQ(lines[1].substr(0, 20), "evaluation: batch 11");
+  EXPECT_EQ(lines[3], "evaluation: batch 20/20 [####################] | 2.00 s/batch | done in 40s");
+  now = 0;
+  ProgressLog tokens("generate", "token", "tokens", 100, 0, 15, clock);
+  now = 0.5;
+  EXPECT_EQ(tokens.update(10), "generate: token 10/100 [##..................] | 20.0 tokens/s | ETA 5s");
+}
+
 }  // namespace
 }  // namespace dark::train

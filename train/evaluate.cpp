@@ -6,6 +6,7 @@
 
 #include "autograd/grad_mode.h"
 #include "autograd/ops.h"
+#include "train/progress.h"
 
 namespace dark::train {
 
@@ -21,6 +22,8 @@ EvalMetrics evaluate_share(nn::CausalLM& model, const data::ValidationSet& val, 
   const std::int64_t V = model.config().vocab_size;
   Tensor loss_sum, correct;  // float64 scalars on the model's device
   std::int64_t count = 0;
+  const std::int64_t mine = batches > rank ? (batches - rank + world - 1) / world : 0;  // this rank's batches
+  ProgressLog progress("evaluation", "batch", "batches", mine);
   for (std::int64_t b = rank; b < batches; b += world) {
     const Tensor tokens = val.batch(b);
     const std::int64_t B = tokens.size(0), T = tokens.size(1) - 1;
@@ -31,6 +34,7 @@ EvalMetrics evaluate_share(nn::CausalLM& model, const data::ValidationSet& val, 
     loss_sum = loss_sum.defined() ? add(loss_sum, batch_loss) : batch_loss;
     correct = correct.defined() ? add(correct, hits) : hits;
     count += B * T;
+    progress.update((b - rank) / world + 1);
   }
   model.train(was_training);
   const Device device = model.device();

@@ -19,7 +19,8 @@ struct EvalMetrics {
 // without recording. The sums are kept where the logits are (in float64, in batch order) and
 // only they come back, once, at the end: no logits cross to the host. With a communicator of
 // several ranks (every rank calls it), rank r evaluates batches r, r + W, ... and the sums
-// are added over the ranks: every rank gets the metrics of all the batches.
+// are added over the ranks: every rank gets the metrics of all the batches. An evaluation
+// that takes more than a few seconds logs its progress (train/progress.h).
 EvalMetrics evaluate(nn::CausalLM& model, const data::ValidationSet& val, std::int64_t max_batches);
 EvalMetrics evaluate(nn::CausalLM& model, const data::ValidationSet& val, std::int64_t max_batches,
                      dist::Communicator& comm);

@@ -17,6 +17,7 @@
 #include "autograd/ops.h"
 #include "data/loader.h"
 #include "train/model_builder.h"
+#include "train/progress.h"
 
 namespace dark::experiments {
 
@@ -301,6 +302,9 @@ ProbeReport run_probe(nn::CausalLM& model, const train::RunConfig& config, const
   std::map<std::pair<std::string, std::int64_t>, std::vector<double>> layer_draw_sds;
   std::vector<int> windows = {0};  // exact windows measured: none, then W
   if (options.exact_window > 0) windows.push_back(options.exact_window);
+  train::ProgressLog progress("probe", "measurement", "measurements",
+                              static_cast<std::int64_t>(measured.size() * options.features.size()));
+  std::int64_t done = 0;
   for (std::size_t layer = 0; layer < measured.size(); ++layer) {
     const nn::AttentionShape shape{mc.n_heads, mc.n_kv_heads, mc.head_size(), static_cast<int>(layer), mc.dtype};
     // The swap reference is the layer's own attention: windowed on a gemma3 local layer. The
@@ -313,7 +317,7 @@ ProbeReport run_probe(nn::CausalLM& model, const train::RunConfig& config, const
     for (const auto& in : measured[layer]) softmax_out.push_back(softmax.forward(in.q, in.k, in.v));
     const attention::AttentionConfig settings = train::attention_for_layer(config, static_cast<int>(layer));
     for (std::int64_t m : options.features) {
-      spdlog::info("probe: layer {}/{}, m = {}", layer + 1, measured.size(), m);
+      spdlog::info("probe: layer {}/{}, m = {}", layer + 1, measured.size(), m);  // progress adds the ETA
       for (Estimator& e : estimators_for(shape, settings, *model.attention_kernels()[layer], m, config.seed,
                                          calibration[layer], model.device())) {
         std::vector<Tensor> exact_out;
@@ -332,6 +336,7 @@ ProbeReport run_probe(nn::CausalLM& model, const train::RunConfig& config, const
         }
         kernel.set_exact_window(0);
       }
+      progress.update(++done);
     }
   }
   for (auto& [key, acc] : pooled) {
