@@ -427,7 +427,14 @@ TEST(Checkpoint, DetectsCorruptionAndVersionMismatch) {
   EXPECT_EQ(error_of([&] { formats::load_checkpoint(path); }),
             "checkpoint step_00000100: optimizer.safetensors is " + std::to_string(optimizer.size() - 4) +
                 " bytes, expected " + std::to_string(optimizer.size()) + " (file truncated or corrupted?)");
+  // A reader that only runs the model (eval, generate, a finetuning source) leaves the
+  // optimizer state alone: it neither reads nor verifies it.
+  const formats::CheckpointData model_only = formats::load_checkpoint(path, {.optimizer = false});
+  EXPECT_TRUE(model_only.optimizer.empty());
+  expect_same_tensor(formats::load_checkpoint(path, {.optimizer = false}).model.at("model.embed_tokens.weight"),
+                     sample_checkpoint(100, 3).model.at("model.embed_tokens.weight"), "model only");
   write_bytes(path / "optimizer.safetensors", optimizer);
+  EXPECT_FALSE(formats::load_checkpoint(path).optimizer.empty());
 
   json newer = json::parse(state);
   newer["format_version"] = 2;

@@ -26,7 +26,8 @@ bool is_feature_map_parameter(const std::string& name) { return name.find(".feat
 
 InitSource load_checkpoint_source(const std::string& path) {
   const fs::path dir = formats::find_checkpoint(path);
-  formats::CheckpointData ck = formats::load_checkpoint(dir);
+  // A source gives its weights: its optimizer state is neither read nor verified.
+  formats::CheckpointData ck = formats::load_checkpoint(dir, {.optimizer = false});
   const RunConfig trained = parse_config(ck.state.at("config"));
   InitSource source;
   source.path = path;

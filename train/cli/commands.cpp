@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -58,7 +59,7 @@ const FlagSpec kBos{"--bos", "RULE", "run",
 LoadedRun load_run(const std::string& path, const std::vector<std::string>& overrides = {}) {
   const fs::path dir = formats::find_checkpoint(path);
   LoadedRun run;
-  run.checkpoint = formats::load_checkpoint(dir);
+  run.checkpoint = formats::load_checkpoint(dir, {.optimizer = false});  // the model only runs
   formats::CheckpointData& ck = run.checkpoint;
   run.step = ck.step;
   run.checkpoint_dir = dir;
@@ -74,7 +75,7 @@ LoadedRun load_run(const std::string& path, const std::vector<std::string>& over
   run.tokenizer = train::checkpoint_tokenizer(ck, run.config, run.label);
   run.model = train::build_model(run.config);
   train::load_trained_state(*run.model, ck, run.config, run.label);
-  ck.model.clear(), ck.optimizer.clear(), ck.attention.clear();  // now in the model, or not needed
+  ck.model.clear(), ck.attention.clear();  // now in the model
   run.model->to(train::resolve_device(run.config.training.device));
   run.model->train(false);
   return run;
@@ -168,9 +169,17 @@ int generate_command(const CommandArgs& args) {
                                        kBos,
                                        kDeviceSet,
                                        kHelpFlag};
-  if (print_help_if_asked(args, "usage: darkformer generate --checkpoint PATH --prompt TEXT [options]", specs)) return 0;
+  if (print_help_if_asked(args, "usage: darkformer generate --checkpoint PATH --prompt TEXT [options]\n"
+                       "Prints the prompt and its continuation on stdout; the timings (load, first token, tokens/s) on stderr.",
+                       specs))
+    return 0;
+  const auto start = std::chrono::steady_clock::now();
+  const auto seconds_since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  };
   Args a(args, specs);
   LoadedRun run = load_run(a.require("--checkpoint"), a.all("--set"));
+  const double loaded = seconds_since(start);
   nn::GenerateOptions g;
   g.max_tokens = static_cast<int>(a.integer("--max-tokens", 0, std::numeric_limits<int>::max()));
   g.temperature = a.number("--temperature");
@@ -181,8 +190,17 @@ int generate_command(const CommandArgs& args) {
   const std::string prompt = a.require("--prompt");
   std::vector<std::int32_t> ids = data::encode_prompt(*run.tokenizer, prompt, bos_flag(run, a));
   std::cout << prompt << std::flush;
-  nn::generate(*run.model, ids, g, [&](std::int32_t id) { std::cout << run.tokenizer->decode(std::vector<std::int32_t>{id}) << std::flush; });
+  double first_token = 0;
+  int tokens = 0;
+  const auto generating = std::chrono::steady_clock::now();
+  nn::generate(*run.model, ids, g, [&](std::int32_t id) {
+    if (tokens++ == 0) first_token = seconds_since(start);
+    std::cout << run.tokenizer->decode(std::vector<std::int32_t>{id}) << std::flush;
+  });
   std::cout << std::endl;
+  const double took = seconds_since(generating);
+  std::fprintf(stderr, "generate: %d token(s) in %.2f s (%.1f tokens/s); loaded in %.2f s, first token %.2f s after start\n",
+               tokens, took, tokens / std::max(took, 1e-9), loaded, first_token);
   return 0;
 }
 

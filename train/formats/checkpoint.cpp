@@ -215,7 +215,7 @@ fs::path save_checkpoint(const fs::path& run_dir, const CheckpointData& data, in
   return final_path;
 }
 
-CheckpointData load_checkpoint(const fs::path& checkpoint_dir) {
+CheckpointData load_checkpoint(const fs::path& checkpoint_dir, CheckpointParts parts) {
   fs::path dir = checkpoint_dir.lexically_normal();
   if (dir.filename().empty()) dir = dir.parent_path();  // "…/step_00000100/"
   const std::string label = "checkpoint " + dir.filename().string();
@@ -256,6 +256,10 @@ CheckpointData load_checkpoint(const fs::path& checkpoint_dir) {
     names.push_back(file);
   }
   for (const std::string& file : names) {
+    if (file == kOptimizerFile && !parts.optimizer) {  // a placeholder keeps the files' positions
+      mapped.push_back(nullptr);
+      continue;
+    }
     const json& record = files.contains(file) ? files[file] : json();
     DARK_CHECK(record.is_object() && record.contains("sha256") && record["sha256"].is_string() &&
                    record.contains("bytes") && record["bytes"].is_number_unsigned(),
@@ -273,8 +277,8 @@ CheckpointData load_checkpoint(const fs::path& checkpoint_dir) {
   CheckpointData out;
   out.step = state["step"].get<std::int64_t>();
   out.model = parse_safetensors(mapped[0]->data(), mapped[0]->size(), (dir / kModelFile).string()).tensors;
-  out.optimizer =
-      parse_safetensors(mapped[1]->data(), mapped[1]->size(), (dir / kOptimizerFile).string()).tensors;
+  if (parts.optimizer)
+    out.optimizer = parse_safetensors(mapped[1]->data(), mapped[1]->size(), (dir / kOptimizerFile).string()).tensors;
   if (has_attention)
     out.attention = parse_safetensors(mapped[2]->data(), mapped[2]->size(), (dir / kAttentionFile).string()).tensors;
   for (std::size_t i = has_attention ? 3 : 2; i < names.size(); ++i)

@@ -49,9 +49,16 @@ std::string checkpoint_name(std::int64_t step);
 std::filesystem::path save_checkpoint(const std::filesystem::path& run_dir, const CheckpointData& data,
                                       int keep_last);
 
+// What a reader needs of a checkpoint: commands that only run the model (eval, generate,
+// probe, export, a finetuning source) leave the optimizer state unread and unverified.
+struct CheckpointParts {
+  bool optimizer = true;
+};
+
 // Verifies and reads a checkpoint directory; tensors come back on the CPU. Errors start
 // "checkpoint step_NNNNNNNN: ", e.g. "... model.safetensors checksum mismatch (file corrupted?)".
-CheckpointData load_checkpoint(const std::filesystem::path& checkpoint_dir);
+// Without parts.optimizer, CheckpointData::optimizer stays empty.
+CheckpointData load_checkpoint(const std::filesystem::path& checkpoint_dir, CheckpointParts parts = {});
 
 struct CheckpointEntry {
   std::int64_t step;
