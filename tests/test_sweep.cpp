@@ -23,6 +23,7 @@
 #include "train/metrics/stability.h"
 #include "train/stop_signal.h"
 #include "train/experiments/sweep.h"
+#include "train/experiments/sweep_progress.h"
 #include "train_test_util.h"
 
 namespace dark::train {

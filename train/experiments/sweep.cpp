@@ -27,6 +27,7 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "train/experiments/child_process.h"
+#include "train/experiments/sweep_progress.h"
 #include "train/formats/checkpoint.h"
 #include "train/config.h"
 #include "train/progress.h"
@@ -435,9 +436,10 @@ class SweepLog {
 
 // Waits until one of `children` (pid -> the signal already passed on to it, 0 for none) ends;
 // returns its pid and wait status. A stop signal the sweep receives meanwhile is passed on to
-// every child, once.
-std::pair<pid_t, int> wait_any(std::map<pid_t, int>& children) {
+// every child, once; `while_waiting` (if set) runs between polls.
+std::pair<pid_t, int> wait_any(std::map<pid_t, int>& children, const std::function<void()>& while_waiting = {}) {
   for (;;) {
+    if (while_waiting) while_waiting();
     if (const int sig = train::StopSignals::received()) {
       for (auto& [pid, sent] : children)
         if (!sent) ::kill(pid, sig), sent = sig;
@@ -535,6 +537,10 @@ json run_sweep(const SweepPlan& plan, const SweepOptions& options) {
                  status.value("status", ""), ", skipped"));
   }
   if (!unfinished.empty() && !prepare_data(plan, executable, env, log)) unfinished.clear();
+  SweepProgress progress(plan.points.size(), completed, options.jobs);
+  const auto print_progress = [&] {
+    for (const std::string& line : progress.poll()) log.line(line);
+  };
 
   struct Running {
     std::size_t index;
@@ -550,9 +556,11 @@ json run_sweep(const SweepPlan& plan, const SweepOptions& options) {
       const pid_t pid = start_point(plan.points[index], launcher, executable, env, log);
       running[pid] = {index, Clock::now()};
       children[pid] = 0;
+      progress.started(pid, plan.points[index].name, plan.points[index].dir / "train.log");
     }
     if (running.empty()) break;  // stopped before the next point
-    const auto [pid, wait_status] = wait_any(children);
+    const auto [pid, wait_status] = wait_any(children, print_progress);
+    progress.ended(pid);
     const auto it = running.find(pid);
     const SweepPoint& p = plan.points[it->second.index];
     const double seconds = std::chrono::duration<double>(Clock::now() - it->second.start).count();
