@@ -53,6 +53,37 @@ fs::path write_sweep(const TempDir& tmp, const std::string& axes, const std::str
   return tmp.path() / "sweeps/grid.json";
 }
 
+// The sweep's console: a running point's newest progress line from its train.log (spdlog's
+// prefix cut), once, with the sweep's count and, once a point has ended, its ETA.
+TEST(Sweep, ProgressLinesComeFromThePointsLogs) {
+  TempDir tmp;
+  const auto append = [&](const std::string& name, const std::string& text) {
+    std::ofstream(tmp / name, std::ios::app) << text;
+  };
+  append("a.log", "==== sweep: starting ====\n");
+  experiments::SweepProgress progress(3, 0, 1, std::chrono::milliseconds(0));
+  progress.started(101, "a", tmp / "a.log");
+  EXPECT_TRUE(progress.poll().empty());  // what was there before it started is not news
+  append("a.log", "[2026-12-06 22:22:10.900] [info] model: 3.3M parameters\n"
+                  "[2026-12-06 22:22:11.000] [info] [#...] step 1/10 | loss 5.0 | ETA <= 9s\n"
+                  "[2026-12-06 22:22:12.000] [info] [##..] step 2/10 | loss 4.0 | ETA 8s\n"
+                  "[2026-12-06 22:22:13.000] [info] [###.] step 3/10 | loss 3.0 | ETA 7");  // not ended yet
+  EXPECT_EQ(progress.poll(), std::vector<std::string>{"[a] [##..] step 2/10 | loss 4.0 | ETA 8s | sweep: 0/3 done"});
+  EXPECT_TRUE(progress.poll().empty());
+  append("a.log", "s\n[2026-12-06 22:22:14.000] [info] evaluation: batch 4/4 [####] | 2.00 s/batch | done in 8s\n");
+  EXPECT_EQ(progress.poll(),
+            std::vector<std::string>{"[a] evaluation: batch 4/4 [####] | 2.00 s/batch | done in 8s | sweep: 0/3 done"});
+  progress.ended(101);
+  progress.started(102, "b", tmp / "b.log");  // no log yet
+  EXPECT_TRUE(progress.poll().empty());
+  append("b.log", "[t] [info] transfer step    10/200 [#...] | loss 2.4 | 0.40 s/step | ETA 1m16s\n");
+  const std::vector<std::string> lines = progress.poll();
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_TRUE(lines[0].starts_with("[b] transfer step    10/200 [#...] | loss 2.4 | 0.40 s/step | ETA 1m16s | sweep: 1/3 done, ETA "))
+      << lines[0];
+  EXPECT_EQ(experiments::progress_of_log_line("[x] [info] data: ready"), "");
+}
+
 TEST(Sweep, PointNamesUseShortNumbers) {
   EXPECT_EQ(experiments::short_number(0.003), "3e-3");
   EXPECT_EQ(experiments::short_number(3e-4), "3e-4");
@@ -158,6 +189,26 @@ TEST(Sweep, DivergedPointsAreRecordedResumesAndReports) {
       << md;
   EXPECT_NE(md.find("| performer_lr100 | performer | 100 | diverged |"), std::string::npos) << md;
   EXPECT_TRUE(fs::exists(tmp.path() / "out/plots/loss_curves.gp"));
+  // The plot marks where each diverged run diverged, keeps its legend off the curves, and its
+  // y-axis reaches the first loss of every run shown.
+  const std::string gp = read(tmp.path() / "out/plots/loss_curves.gp");
+  for (const char* name : {"softmax_lr100", "performer_lr100"}) {
+    const std::int64_t at = by_name[name]["divergence_step"].get<std::int64_t>();
+    const std::string kind = std::string(name).substr(0, std::string(name).find('_'));
+    EXPECT_NE(gp.find(str("set arrow from first ", at, ", graph 0 to first ", at, ", graph 1 nohead dt 2")), std::string::npos) << gp;
+    EXPECT_NE(gp.find(str("set label 'diverged (", kind, ")' at first ", at)), std::string::npos) << gp;
+  }
+  EXPECT_NE(gp.find("set key below"), std::string::npos) << gp;
+  for (std::size_t at = gp.find("set yrange ["); at != std::string::npos; at = gp.find("set yrange [", at + 1)) {
+    const double top = std::stod(gp.substr(gp.find(':', at) + 1));
+    const std::size_t panel_end = gp.find("unset arrow", at);
+    // every run plotted in this panel: its first loss is inside the range
+    for (const auto& [name, row] : by_name) {
+      if (gp.substr(at, panel_end - at).find(name + ".loss.dat") == std::string::npos) continue;
+      const double first = metrics::read_metrics(tmp.path() / "out" / name / "metrics.jsonl").steps.front().loss;
+      EXPECT_LE(first, top) << name;
+    }
+  }
   if (std::system("command -v gnuplot > /dev/null 2>&1") == 0) {
     EXPECT_TRUE(report.plotted) << report.plot_note;
     EXPECT_TRUE(fs::exists(tmp.path() / "out/plots/loss_curves.png"));

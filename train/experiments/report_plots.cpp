@@ -53,7 +53,7 @@ std::vector<const ReportPoint*> shown_points(const ReportData& d, const std::str
 std::string multiplot_header(const std::string& output, std::size_t panels, const std::string& title) {
   const std::size_t columns = std::min<std::size_t>(panels, 3), rows = (panels + columns - 1) / columns;
   return str("set terminal pngcairo noenhanced size ", 560 * columns, ",", 420 * rows, "\n", "set output ", gp_string(output),
-             "\nset grid\nset key top right\nset multiplot layout ", rows, ",", columns, " title ", gp_string(title), "\n");
+             "\nset grid\nset key below horizontal\nset multiplot layout ", rows, ",", columns, " title ", gp_string(title), "\n");
 }
 
 std::string panel_title(const ReportData& d, const std::string& group) {
@@ -84,10 +84,12 @@ std::string loss_script(const ReportData& d, const fs::path& plots) {
         ema = alpha * loss + (1 - alpha) * ema;
         dat += str(step, " ", loss, " ", ema, "\n");
         lo = std::min(lo, loss);
-        // The range follows the curve after its first tenth (a run from scratch starts at
-        // ln(vocabulary), far above where it goes) and every spike's peak.
-        if (i >= curve.size() / 10) hi = std::max(hi, ema);
+        hi = std::max(hi, ema);
       }
+      // The range shows where the run started (a finetuning run's start is the swap's cost; a
+      // run from scratch starts at ln(vocabulary), and the wide range then turns the axis
+      // logarithmic) and every spike's peak.
+      hi = std::max(hi, curve.front().second);
       for (const metrics::Spike& s : p->stability.loss_spikes) hi = std::max(hi, s.value);
       const std::string base = safe(p->name());
       write_file_atomic(plots / (base + ".loss.dat"), dat);
@@ -105,6 +107,14 @@ std::string loss_script(const ReportData& d, const fs::path& plots) {
                     " notitle");
       }
       for (const metrics::RedrawRecord& r : p->metrics.redraws) redraw_steps[r.step] = true;
+      // Where the run diverged (the sweep's verdict): a dashed line in its colour, labelled.
+      if (p->stability.diverged) {
+        const std::int64_t at = p->stability.divergence_step;
+        arrows += str("set arrow from first ", at, ", graph 0 to first ", at, ", graph 1 nohead dt 2 lw 2 lc rgb ",
+                      gp_string(colour(m)), "\nset label ", gp_string("diverged (" + p->method + ")"), " at first ", at,
+                      ", graph ", 0.95 - 0.06 * static_cast<double>(m), " right offset -0.5,0 font ',8' tc rgb ",
+                      gp_string(colour(m)), "\n");
+      }
     }
     if (plot.empty()) continue;
     for (const auto& [step, unused] : redraw_steps)
@@ -115,11 +125,12 @@ std::string loss_script(const ReportData& d, const fs::path& plots) {
     gp += str(hi / lo > 2.0 ? "set logscale y\n" : "unset logscale y\n", "set yrange [", lo * 0.98, ":", hi * 1.05, "]\n",
               "set title ",
               gp_string(panel_title(d, group) + (redraw_steps.empty() ? "" : " (ticks: redraws)")), "\n", arrows, plot,
-              "\nunset arrow\n");
+              "\nunset arrow\nunset label\n");
   }
   if (!panels) return "";
   return str("# Training loss per group (panels), every method overlaid: EMA bold over the raw curve; dots: loss spikes\n",
-             "# with their height in nats; ticks on the step axis: random-feature redraws.\n",
+             "# with their height in nats; ticks on the step axis: random-feature redraws; a dashed line: where a run\n",
+             "# diverged. Legends sit below the panels, off the curves.\n",
              multiplot_header("loss_curves.png", panels,
                               "Training loss (EMA over raw; dots: spikes, +height in nats)" +
                                   std::string(d.seeds.size() > 1 ? str(", seed ", d.seeds.front()) : "")),
@@ -191,7 +202,7 @@ std::string accuracy_script(const ReportData& d, const fs::path& plots) {
   if (plot.empty()) return "";
   return str("# Final next-token accuracy against the number of random features m (mean over seeds).\n",
              "set terminal pngcairo noenhanced size 720,480\nset output 'accuracy_vs_m.png'\n",
-             "set logscale x 2\nset xlabel 'num_features (m)'\nset ylabel 'next-token accuracy'\nset key bottom right\nset grid\n",
+             "set logscale x 2\nset xlabel 'num_features (m)'\nset ylabel 'next-token accuracy'\nset key outside right\nset grid\n",
              plot, "\n");
 }
 
