@@ -406,6 +406,9 @@ TEST(HfImport, FinetuningFromAFolderUsesItsTokenizer) {
   const RunConfig saved = parse_config(formats::load_checkpoint(formats::find_checkpoint(tmp / "tuned")).state.at("config"));
   EXPECT_EQ(saved.model.n_kv_heads, 2);
   EXPECT_EQ(saved.model.rope_theta, 500.0);
+  // The config says the folder tokenizer's vocabulary, not data.vocab_size's default.
+  EXPECT_EQ(saved.data.vocab_size, data::load_tokenizer(c.data.tokenizer, c.data.tokenizer_model)->vocab_size());
+  EXPECT_NE(saved.data.vocab_size, data::DataConfig{}.vocab_size);
 
   json bytes = config;
   bytes["data"]["tokenizer"] = "byte";

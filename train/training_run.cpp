@@ -247,6 +247,10 @@ TrainingRun start_run(RunConfig config, bool resume) {
 
   WeightsOrigin origin = find_weights(config, run.dir, resume, run.finetuning);
   run.data = prepare_data_once_per_host(config, *run.comm);
+  // A tokenizer read from a file (a GGUF model's, a Hugging Face folder's) brings its own
+  // vocabulary: the printed and saved config say that one, not data.vocab_size's default,
+  // which sizes only a tokenizer trained here.
+  if (!config.data.tokenizer_model.empty()) config.data.vocab_size = run.data.tokenizer->vocab_size();
   validate_config(config);
   if (origin.source) check_source_tokenizer(*origin.source, config, run.data);
   if (origin.checkpoint) {
