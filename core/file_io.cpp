@@ -1,12 +1,20 @@
 // Durable file I/O: atomic writes, whole-file reads, memory maps, SHA-256. See file_io.h.
 #include "core/file_io.h"
 
+#include "core/sha256_hardware.h"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <immintrin.h>
+#endif
+
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <system_error>
@@ -180,13 +188,9 @@ constexpr std::uint32_t rotr(std::uint32_t x, int n) {
   return (x >> n) | (x << (32 - n));
 }
 
-}  // namespace
 
-Sha256::Sha256()
-    : state_{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19} {
-}
-
-void Sha256::compress(const std::uint8_t* block) {
+// One block, FIPS 180-4 as written.
+void compress_portable(std::array<std::uint32_t, 8>& state, const std::uint8_t* block) {
   std::uint32_t w[64];
   for (int i = 0; i < 16; ++i) {
     w[i] = (std::uint32_t{block[4 * i]} << 24) | (std::uint32_t{block[4 * i + 1]} << 16) |
@@ -197,8 +201,8 @@ void Sha256::compress(const std::uint8_t* block) {
     const std::uint32_t s1 = rotr(w[i - 2], 17) ^ rotr(w[i - 2], 19) ^ (w[i - 2] >> 10);
     w[i] = w[i - 16] + s0 + w[i - 7] + s1;
   }
-  std::uint32_t a = state_[0], b = state_[1], c = state_[2], d = state_[3];
-  std::uint32_t e = state_[4], f = state_[5], g = state_[6], h = state_[7];
+  std::uint32_t a = state[0], b = state[1], c = state[2], d = state[3];
+  std::uint32_t e = state[4], f = state[5], g = state[6], h = state[7];
   for (int i = 0; i < 64; ++i) {
     const std::uint32_t s1 = rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25);
     const std::uint32_t ch = (e & f) ^ (~e & g);
@@ -215,14 +219,83 @@ void Sha256::compress(const std::uint8_t* block) {
     b = a;
     a = t1 + t2;
   }
-  state_[0] += a;
-  state_[1] += b;
-  state_[2] += c;
-  state_[3] += d;
-  state_[4] += e;
-  state_[5] += f;
-  state_[6] += g;
-  state_[7] += h;
+  state[0] += a;
+  state[1] += b;
+  state[2] += c;
+  state[3] += d;
+  state[4] += e;
+  state[5] += f;
+  state[6] += g;
+  state[7] += h;
+}
+
+#if defined(__x86_64__)
+// The x86 SHA extensions: sha256rnds2 runs two rounds on the state held as ABEF and CDGH
+// (high to low), sha256msg1 / sha256msg2 extend the message schedule four words at a time.
+__attribute__((target("sha,sse4.1,ssse3"))) void compress_sha_extensions(std::array<std::uint32_t, 8>& state,
+                                                                          const std::uint8_t* data, std::size_t count) {
+  const __m128i byte_swap = _mm_set_epi64x(0x0c0d0e0f08090a0bULL, 0x0405060700010203ULL);  // big-endian words
+  __m128i abcd = _mm_loadu_si128(reinterpret_cast<const __m128i*>(&state[0]));
+  __m128i efgh = _mm_loadu_si128(reinterpret_cast<const __m128i*>(&state[4]));
+  abcd = _mm_shuffle_epi32(abcd, 0xB1);                    // B A D C
+  efgh = _mm_shuffle_epi32(efgh, 0x1B);                    // H G F E
+  __m128i abef = _mm_alignr_epi8(abcd, efgh, 8);           // F E B A: A in the high word
+  __m128i cdgh = _mm_blend_epi16(efgh, abcd, 0xF0);        // H G D C
+  for (; count > 0; --count, data += 64) {
+    const __m128i saved_abef = abef, saved_cdgh = cdgh;
+    __m128i w[16];  // the schedule, four words each: w[j] = W[4j .. 4j + 3]
+    for (int j = 0; j < 4; ++j)
+      w[j] = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(data + 16 * j)), byte_swap);
+    for (int j = 4; j < 16; ++j)  // W[t] = s1(W[t-2]) + W[t-7] + s0(W[t-15]) + W[t-16]
+      w[j] = _mm_sha256msg2_epu32(
+          _mm_add_epi32(_mm_sha256msg1_epu32(w[j - 4], w[j - 3]), _mm_alignr_epi8(w[j - 1], w[j - 2], 4)), w[j - 1]);
+    for (int j = 0; j < 16; ++j) {
+      __m128i wk = _mm_add_epi32(w[j], _mm_loadu_si128(reinterpret_cast<const __m128i*>(&kSha256Rounds[4 * j])));
+      cdgh = _mm_sha256rnds2_epu32(cdgh, abef, wk);  // rounds 4j, 4j + 1: the new ABEF
+      wk = _mm_shuffle_epi32(wk, 0x0E);
+      abef = _mm_sha256rnds2_epu32(abef, cdgh, wk);  // rounds 4j + 2, 4j + 3
+    }
+    abef = _mm_add_epi32(abef, saved_abef);
+    cdgh = _mm_add_epi32(cdgh, saved_cdgh);
+  }
+  const __m128i feba = _mm_shuffle_epi32(abef, 0x1B);      // A B E F
+  const __m128i dchg = _mm_shuffle_epi32(cdgh, 0xB1);      // G H C D
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(&state[0]), _mm_blend_epi16(feba, dchg, 0xF0));  // A B C D
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(&state[4]), _mm_alignr_epi8(dchg, feba, 8));     // E F G H
+}
+
+bool cpu_has_sha_extensions() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid_max(0, nullptr) < 7) return false;
+  __cpuid(1, a, b, c, d);
+  const bool sse41 = (c >> 19) & 1, ssse3 = (c >> 9) & 1;
+  __cpuid_count(7, 0, a, b, c, d);
+  return sse41 && ssse3 && ((b >> 29) & 1);
+}
+const bool kShaExtensions = cpu_has_sha_extensions();
+#else
+const bool kShaExtensions = false;
+#endif
+std::atomic<bool> use_sha_extensions{kShaExtensions};
+
+}  // namespace
+
+Sha256::Sha256()
+    : state_{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19} {
+}
+
+bool sha256_hardware_available() { return kShaExtensions; }
+
+bool sha256_use_hardware(bool on) { return use_sha_extensions.exchange(on && kShaExtensions); }
+
+void Sha256::compress(const std::uint8_t* block) {
+#if defined(__x86_64__)
+  if (use_sha_extensions.load(std::memory_order_relaxed)) {
+    compress_sha_extensions(state_, block, 1);
+    return;
+  }
+#endif
+  compress_portable(state_, block);
 }
 
 void Sha256::update(const void* data, std::size_t size) {

@@ -15,6 +15,7 @@
 #include "core/tensor.h"
 #include "train/formats/checkpoint.h"
 #include "core/file_io.h"
+#include "core/sha256_hardware.h"
 #include "test_util.h"
 #include "train/formats/safetensors.h"
 
@@ -65,7 +66,23 @@ void expect_same_tensor(const Tensor& expected, const Tensor& actual, const std:
 }
 
 // ---------------------------------------------------------------- SHA-256
-TEST(Sha256, FipsVectors) {
+// Python's hashlib.sha256 of bytes((i * 131 + i // 251) & 0xff for i in range(1 << 16)).
+constexpr const char* kPatternSha256 = "99f0c779ad3a142d2de86a0f53a6165fc22fa5ddbc350dd992104d11efb13d7d";
+
+// The vectors, with the CPU's SHA extensions where it has them and with the portable code.
+class Sha256Paths : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override {
+    if (GetParam() && !sha256_hardware_available()) GTEST_SKIP() << "this CPU has no SHA extensions";
+    previous_ = sha256_use_hardware(GetParam());
+  }
+  void TearDown() override { sha256_use_hardware(previous_); }
+  bool previous_ = false;
+};
+INSTANTIATE_TEST_SUITE_P(Sha256, Sha256Paths, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "ShaExtensions" : "Portable"; });
+
+TEST_P(Sha256Paths, FipsVectors) {
   EXPECT_EQ(sha256_hex("", 0), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
   EXPECT_EQ(sha256_hex("abc", 3), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
   const std::string two_blocks = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
@@ -81,6 +98,10 @@ TEST(Sha256, FipsVectors) {
     fed += n;
   }
   EXPECT_EQ(hash.hex_digest(), "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+  // Many blocks in one update, against Python's digest of the same bytes.
+  std::string pattern(1 << 16, '\0');
+  for (std::size_t i = 0; i < pattern.size(); ++i) pattern[i] = static_cast<char>((i * 131 + i / 251) & 0xff);
+  EXPECT_EQ(sha256_hex(pattern.data(), pattern.size()), kPatternSha256);
 }
 
 // ---------------------------------------------------------------- safetensors
