@@ -11,7 +11,15 @@ namespace dark::nn {
 
 std::uint64_t name_stream(const std::string& name) { return fnv1a64(name, kNameHashStart); }
 
+namespace {
+thread_local bool skip_initialisation = false;
+}  // namespace
+
+SkipInitialisation::SkipInitialisation() : previous_(skip_initialisation) { skip_initialisation = true; }
+SkipInitialisation::~SkipInitialisation() { skip_initialisation = previous_; }
+
 Tensor normal_init(const Shape& shape, const Init& init) {
+  if (skip_initialisation) return Tensor::empty(shape, init.dtype);
   NoGradGuard no_grad;
   return mul_scalar(Tensor::randn(shape, init.seed, name_stream(init.name), init.dtype), init.std);
 }

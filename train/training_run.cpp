@@ -14,6 +14,7 @@
 #include "train/finetune.h"
 #include "train/memory_estimate.h"
 #include "train/model_builder.h"
+#include "nn/init.h"
 #include "train/portable_checkpoint.h"
 #include "train/stop_signal.h"
 #include "train/transfer.h"
@@ -329,7 +330,12 @@ WeightsOrigin find_weights(RunConfig& config, const fs::path& dir, bool resume, 
 void build_trainable_model(TrainingRun& run, std::optional<InitSource>& source,
                            const std::optional<formats::CheckpointData>& checkpoint, bool communicates) {
   const RunConfig& c = run.config;
-  run.model = build_model(c);
+  if (checkpoint) {
+    const nn::SkipInitialisation loaded_next;  // a resumed run: every parameter comes from its checkpoint
+    run.model = build_model(c);
+  } else {
+    run.model = build_model(c);  // a finetuning source may lack a swap's new parameters: drawn here
+  }
   if (source) load_source_weights(*run.model, *source);
   if (source) {
     // The model holds the weights now. The source's tensors and the random initialisation

@@ -13,6 +13,7 @@
 
 #include "data/text_data.h"
 #include "nn/generate.h"
+#include "nn/init.h"
 #include "train/cli/args.h"
 #include "train/formats/checkpoint.h"
 #include "train/device_setting.h"
@@ -73,7 +74,10 @@ LoadedRun load_run(const std::string& path, const std::vector<std::string>& over
   }
   run.config = train::parse_config(config);
   run.tokenizer = train::checkpoint_tokenizer(ck, run.config, run.label);
-  run.model = train::build_model(run.config);
+  {
+    const nn::SkipInitialisation loaded_next;  // every parameter comes from the checkpoint
+    run.model = train::build_model(run.config);
+  }
   train::load_trained_state(*run.model, ck, run.config, run.label);
   ck.model.clear(), ck.attention.clear();  // now in the model
   run.model->to(train::resolve_device(run.config.training.device));
