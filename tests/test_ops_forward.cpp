@@ -11,7 +11,7 @@
 #include "autograd/grad_mode.h"
 #include "autograd/ops.h"
 
-namespace dark {
+namespace dark::ops_forward_test {  // its own namespace: unity batches join test files
 namespace {
 
 std::vector<double> values(const Tensor& t) { return t.to(DType::f64).to_vector<double>(); }
@@ -262,4 +262,4 @@ TEST(Forward, ArgmaxIsTheFirstLargestOfTheLastAxisAsStdMaxElementFindsIt) {
 }
 
 }  // namespace
-}  // namespace dark
+}  // namespace dark::ops_forward_test
