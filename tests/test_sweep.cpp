@@ -197,6 +197,10 @@ TEST(Sweep, DivergedPointsAreRecordedResumesAndReports) {
     const std::string kind = std::string(name).substr(0, std::string(name).find('_'));
     EXPECT_NE(gp.find(str("set arrow from first ", at, ", graph 0 to first ", at, ", graph 1 nohead dt 2")), std::string::npos) << gp;
     EXPECT_NE(gp.find(str("set label 'diverged (", kind, ")' at first ", at)), std::string::npos) << gp;
+    std::int64_t x_end = 0;  // the panels' x ranges reach the mark
+    for (std::size_t x = gp.find("set xrange [*:"); x != std::string::npos; x = gp.find("set xrange [*:", x + 1))
+      x_end = std::max<std::int64_t>(x_end, std::stoll(gp.substr(x + 14)));
+    EXPECT_GT(x_end, at) << gp;
   }
   EXPECT_NE(gp.find("set key below"), std::string::npos) << gp;
   for (std::size_t at = gp.find("set yrange ["); at != std::string::npos; at = gp.find("set yrange [", at + 1)) {

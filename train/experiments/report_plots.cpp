@@ -67,6 +67,7 @@ std::string loss_script(const ReportData& d, const fs::path& plots) {
   for (const std::string& group : d.groups) {
     std::string plot, arrows;
     double lo = INFINITY, hi = 0;
+    std::int64_t last_step = 0;  // the x range ends at the last step plotted or marked
     std::map<std::int64_t, bool> redraw_steps;
     for (const ReportPoint* p : shown_points(d, group)) {
       const std::size_t m = index_of(d.methods, p->method);
@@ -85,6 +86,7 @@ std::string loss_script(const ReportData& d, const fs::path& plots) {
         dat += str(step, " ", loss, " ", ema, "\n");
         lo = std::min(lo, loss);
         hi = std::max(hi, ema);
+        last_step = std::max(last_step, step);
       }
       // The range shows where the run started (a finetuning run's start is the swap's cost; a
       // run from scratch starts at ln(vocabulary), and the wide range then turns the axis
@@ -110,6 +112,7 @@ std::string loss_script(const ReportData& d, const fs::path& plots) {
       // Where the run diverged (the sweep's verdict): a dashed line in its colour, labelled.
       if (p->stability.diverged) {
         const std::int64_t at = p->stability.divergence_step;
+        last_step = std::max(last_step, at + 1);  // a divergence at a skipped step lies past the curve
         arrows += str("set arrow from first ", at, ", graph 0 to first ", at, ", graph 1 nohead dt 2 lw 2 lc rgb ",
                       gp_string(colour(m)), "\nset label ", gp_string("diverged (" + p->method + ")"), " at first ", at,
                       ", graph ", 0.95 - 0.06 * static_cast<double>(m), " right offset -0.5,0 font ',8' tc rgb ",
@@ -123,6 +126,7 @@ std::string loss_script(const ReportData& d, const fs::path& plots) {
     // Linear where the range is small (a finetuning run, a stalled one), log where it is not
     // (a blow-up to several times the loss).
     gp += str(hi / lo > 2.0 ? "set logscale y\n" : "unset logscale y\n", "set yrange [", lo * 0.98, ":", hi * 1.05, "]\n",
+              "set xrange [*:", last_step, "]\n",
               "set title ",
               gp_string(panel_title(d, group) + (redraw_steps.empty() ? "" : " (ticks: redraws)")), "\n", arrows, plot,
               "\nunset arrow\nunset label\n");
