@@ -230,10 +230,10 @@ void compress_portable(std::array<std::uint32_t, 8>& state, const std::uint8_t* 
 }
 
 #if defined(__x86_64__)
-// The x86 SHA extensions: sha256rnds2 runs two rounds on the state held as ABEF and CDGH
+// One block on the x86 SHA extensions: sha256rnds2 runs two rounds on the state held as ABEF and CDGH
 // (high to low), sha256msg1 / sha256msg2 extend the message schedule four words at a time.
 __attribute__((target("sha,sse4.1,ssse3"))) void compress_sha_extensions(std::array<std::uint32_t, 8>& state,
-                                                                          const std::uint8_t* data, std::size_t count) {
+                                                                          const std::uint8_t* block) {
   const __m128i byte_swap = _mm_set_epi64x(0x0c0d0e0f08090a0bULL, 0x0405060700010203ULL);  // big-endian words
   __m128i abcd = _mm_loadu_si128(reinterpret_cast<const __m128i*>(&state[0]));
   __m128i efgh = _mm_loadu_si128(reinterpret_cast<const __m128i*>(&state[4]));
@@ -241,23 +241,21 @@ __attribute__((target("sha,sse4.1,ssse3"))) void compress_sha_extensions(std::ar
   efgh = _mm_shuffle_epi32(efgh, 0x1B);                    // H G F E
   __m128i abef = _mm_alignr_epi8(abcd, efgh, 8);           // F E B A: A in the high word
   __m128i cdgh = _mm_blend_epi16(efgh, abcd, 0xF0);        // H G D C
-  for (; count > 0; --count, data += 64) {
-    const __m128i saved_abef = abef, saved_cdgh = cdgh;
-    __m128i w[16];  // the schedule, four words each: w[j] = W[4j .. 4j + 3]
-    for (int j = 0; j < 4; ++j)
-      w[j] = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(data + 16 * j)), byte_swap);
-    for (int j = 4; j < 16; ++j)  // W[t] = s1(W[t-2]) + W[t-7] + s0(W[t-15]) + W[t-16]
-      w[j] = _mm_sha256msg2_epu32(
-          _mm_add_epi32(_mm_sha256msg1_epu32(w[j - 4], w[j - 3]), _mm_alignr_epi8(w[j - 1], w[j - 2], 4)), w[j - 1]);
-    for (int j = 0; j < 16; ++j) {
-      __m128i wk = _mm_add_epi32(w[j], _mm_loadu_si128(reinterpret_cast<const __m128i*>(&kSha256Rounds[4 * j])));
-      cdgh = _mm_sha256rnds2_epu32(cdgh, abef, wk);  // rounds 4j, 4j + 1: the new ABEF
-      wk = _mm_shuffle_epi32(wk, 0x0E);
-      abef = _mm_sha256rnds2_epu32(abef, cdgh, wk);  // rounds 4j + 2, 4j + 3
-    }
-    abef = _mm_add_epi32(abef, saved_abef);
-    cdgh = _mm_add_epi32(cdgh, saved_cdgh);
+  const __m128i saved_abef = abef, saved_cdgh = cdgh;
+  __m128i w[16];  // the schedule, four words each: w[j] = W[4j .. 4j + 3]
+  for (int j = 0; j < 4; ++j)
+    w[j] = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 16 * j)), byte_swap);
+  for (int j = 4; j < 16; ++j)  // W[t] = s1(W[t-2]) + W[t-7] + s0(W[t-15]) + W[t-16]
+    w[j] = _mm_sha256msg2_epu32(
+        _mm_add_epi32(_mm_sha256msg1_epu32(w[j - 4], w[j - 3]), _mm_alignr_epi8(w[j - 1], w[j - 2], 4)), w[j - 1]);
+  for (int j = 0; j < 16; ++j) {
+    __m128i wk = _mm_add_epi32(w[j], _mm_loadu_si128(reinterpret_cast<const __m128i*>(&kSha256Rounds[4 * j])));
+    cdgh = _mm_sha256rnds2_epu32(cdgh, abef, wk);  // rounds 4j, 4j + 1: the new ABEF
+    wk = _mm_shuffle_epi32(wk, 0x0E);
+    abef = _mm_sha256rnds2_epu32(abef, cdgh, wk);  // rounds 4j + 2, 4j + 3
   }
+  abef = _mm_add_epi32(abef, saved_abef);
+  cdgh = _mm_add_epi32(cdgh, saved_cdgh);
   const __m128i feba = _mm_shuffle_epi32(abef, 0x1B);      // A B E F
   const __m128i dchg = _mm_shuffle_epi32(cdgh, 0xB1);      // G H C D
   _mm_storeu_si128(reinterpret_cast<__m128i*>(&state[0]), _mm_blend_epi16(feba, dchg, 0xF0));  // A B C D
@@ -291,7 +289,7 @@ bool sha256_use_hardware(bool on) { return use_sha_extensions.exchange(on && kSh
 void Sha256::compress(const std::uint8_t* block) {
 #if defined(__x86_64__)
   if (use_sha_extensions.load(std::memory_order_relaxed)) {
-    compress_sha_extensions(state_, block, 1);
+    compress_sha_extensions(state_, block);
     return;
   }
 #endif

@@ -377,8 +377,7 @@ TransferReport run_transfer(nn::CausalLM& model, const RunConfig& config, const 
                " layer(s), the model swaps ", layers.size());
     spdlog::info("attention transfer: continuing the saved transfer at step {}/{}", saved->step, tc.steps);
   } else {
-    set_feature_epochs(model, intervals, 0);
-    before = measure(both, recorders, fitters, val, tc.eval_batches);
+    before = measure(both, recorders, fitters, val, tc.eval_batches);  // at feature epoch 0, set for the swap's evaluation
   }
   // The state --resume continues from: the parameters and moments after `done` steps.
   const auto save_state = [&](std::int64_t done) {

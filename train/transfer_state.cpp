@@ -2,6 +2,7 @@
 #include "train/transfer_state.h"
 
 #include <string>
+#include <string_view>
 
 #include "core/error.h"
 #include "train/formats/checkpoint.h"
@@ -13,6 +14,9 @@ using nlohmann::json;
 namespace {
 
 fs::path state_folder(const fs::path& run_dir) { return run_dir / "transfer"; }
+
+// AdamW's moments in optimizer.safetensors, by parameter name.
+constexpr std::string_view kFirstMoment = "exp_avg.", kSecondMoment = "exp_avg_sq.";
 
 }  // namespace
 
@@ -38,8 +42,8 @@ void save_transfer_state(const fs::path& run_dir, const TransferState& state, co
   formats::CheckpointData data;
   data.step = state.step;
   data.model = state.params;
-  for (const auto& [name, t] : state.exp_avg) data.optimizer["exp_avg." + name] = t;
-  for (const auto& [name, t] : state.exp_avg_sq) data.optimizer["exp_avg_sq." + name] = t;
+  for (const auto& [name, t] : state.exp_avg) data.optimizer[std::string(kFirstMoment) + name] = t;
+  for (const auto& [name, t] : state.exp_avg_sq) data.optimizer[std::string(kSecondMoment) + name] = t;
   data.state = {{"transfer", state.record}, {"settings", settings}};
   formats::save_checkpoint(state_folder(run_dir), data, /*keep_last=*/1);
 }
@@ -61,8 +65,8 @@ std::optional<TransferState> load_transfer_state(const fs::path& run_dir, const 
   state.step = data.step;
   state.params = std::move(data.model);
   for (auto& [name, t] : data.optimizer) {
-    if (name.starts_with("exp_avg_sq.")) state.exp_avg_sq[name.substr(11)] = t;
-    else if (name.starts_with("exp_avg.")) state.exp_avg[name.substr(8)] = t;
+    if (name.starts_with(kSecondMoment)) state.exp_avg_sq[name.substr(kSecondMoment.size())] = t;
+    else if (name.starts_with(kFirstMoment)) state.exp_avg[name.substr(kFirstMoment.size())] = t;
   }
   state.record = data.state.at("transfer");
   return state;
