@@ -21,6 +21,12 @@ class DarkformerAttention final : public RandomFeatureAttention {
   DarkformerAttention(const nn::AttentionShape& shape, const AttentionConfig& config);
   const char* kind() const override { return "darkformer"; }
   bool needs_calibration() const override;
+  // The base's, and "matrices": how many M the layer has (1 with scope layer, else Hkv).
+  Export export_form() override {
+    Export e = RandomFeatureAttention::export_form();
+    e.settings["matrices"] = static_cast<double>(matrix->size(0));
+    return e;
+  }
 
   Tensor* matrix;  // M: (Hkv or 1, r, d), registered as "M"
 

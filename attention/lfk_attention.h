@@ -14,6 +14,12 @@ class LfkAttention final : public RandomFeatureAttention {
   const char* kind() const override { return "lfk"; }
   void set_feature_epoch(std::int64_t) override {}  // W is learned, never redrawn
   bool redraws_features() const override { return false; }
+  // Its features are W itself, a parameter: no "omega" beside it.
+  Export export_form() override {
+    Export e = RandomFeatureAttention::export_form();
+    e.tensors.erase("omega");
+    return e;
+  }
 
   Tensor* weight;  // W: (Hkv, m, d), registered as "W"
 

@@ -128,6 +128,25 @@ Tensor RandomFeatureAttention::decode(const Tensor& q, const Tensor& k, const Te
   return linear_attention_decode(feature_logits(qt), feature_logits(kt), v, config_.eps, state);
 }
 
+nn::AttentionKernel::Export RandomFeatureAttention::export_form() {
+  Export e;
+  e.settings = {{"num_features", config_.num_features},
+                {"rank", static_cast<double>(rank_)},
+                {"eps", config_.eps},
+                {"exact_window", config_.exact_window},
+                {"exact", config_.mode == Mode::exact ? 1.0 : 0.0},
+                {"feature_epoch", static_cast<double>(epoch_)},
+                {"log_weight", 0.0}};
+  if (config_.mode == Mode::exact) return e;  // the exact kernel draws no features
+  const auto [omega, log_weight] = features(shape_.dtype, Device::cpu());
+  e.tensors["omega"] = omega.to(DType::f32);
+  if (log_weight.defined()) {
+    e.tensors["log_weight"] = log_weight.to(DType::f32);
+    e.settings["log_weight"] = 1.0;
+  }
+  return e;
+}
+
 ExactWindowSpec RandomFeatureAttention::exact_window() const {
   return {config_.exact_window, shape_.window, config_.eps, config_.chunk_size};
 }

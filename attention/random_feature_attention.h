@@ -48,6 +48,10 @@ class RandomFeatureAttention : public nn::AttentionKernel {
   // "proposal_sqrt_cov" (Hkv, r, r) and "proposal_log_det" (Hkv), for checkpoints.
   std::map<std::string, Tensor> extra_state() const override;
   void load_extra_state(const std::map<std::string, Tensor>& saved) override;
+  // num_features, rank, eps, exact_window, exact (1 in mode exact), feature_epoch, log_weight
+  // (1 when the features carry a proposal's log-weights); tensors "omega" (Hkv, m, r) f32, the
+  // features of the current epoch (mode linear), and "log_weight" (Hkv, m) with a proposal.
+  Export export_form() override;
 
   // Pieces exposed for the probe and tests.
   // Queries or keys (B, T, H, d) after RoPE -> scaled by d^(-1/4) and transformed (B, T, H, r).

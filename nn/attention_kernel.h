@@ -90,6 +90,15 @@ class AttentionKernel : public Module {
   virtual std::map<std::string, Tensor> extra_state() const { return {}; }
   virtual void load_extra_state(const std::map<std::string, Tensor>& /*saved*/) {}
 
+  // What computing this kernel outside the framework takes (export-hf's modeling file): its
+  // settings beyond the layer's shape, and the tensors that are not parameters (the feature
+  // matrices in force for the current epoch), by name. Empty for softmax.
+  struct Export {
+    std::map<std::string, double> settings;
+    std::map<std::string, Tensor> tensors;
+  };
+  virtual Export export_form() { return {}; }
+
  protected:
   // In forward(): true once after request_stats(); the kernel then stores what it measured.
   bool stats_due() { return std::exchange(stats_requested_, false); }

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "attention/random_features.h"
 #include "autograd/grad_mode.h"
 #include "core/file_io.h"
 #include "data/hf_tokenizer_json.h"
@@ -315,19 +316,85 @@ TEST(HfExport, ExportThenImportGivesIdenticalLogitsAndTokenizer) {
       EXPECT_EQ(source.tokenizer_hash, reloaded->hash());
     }
   }
-  // A model transformers cannot run is refused before anything is written.
-  RunConfig linear = tiny_model_config(true);
-  linear.model.vocab_size = bytes.vocab_size();
-  linear.attention.kind = attention::Kind::performer;
-  auto performer = build_model(linear);
-  expect_error([&] { formats::export_hf(*performer, &bytes, tmp.path() / "performer", /*add_bos=*/false); },
-               {"layer 0 uses performer"});
-  EXPECT_FALSE(fs::exists(tmp.path() / "performer"));
-  linear.attention.exact_window = 4;  // the refusal says what the window is
-  auto windowed = build_model(linear);
-  expect_error([&] { formats::export_hf(*windowed, &bytes, tmp.path() / "windowed", /*add_bos=*/false); },
-               {"layer 0 uses performer with an exact window of 4 keys"});
-  EXPECT_FALSE(fs::exists(tmp.path() / "windowed"));
+}
+
+// A model with random-feature layers exports as our own architecture: the modeling code beside
+// the weights (the files of train/formats/hf_modeling/ as committed), config.json naming it and
+// each layer's attention, and the features in force among the weights: the draw of the
+// checkpoint's epoch (not epoch 0), a proposal's log-weights, DARKFormer's M, LFK's W without
+// a second copy. That transformers runs the folder and gives our logits is
+// tests/hf_export_kinds_check.sh's (it needs transformers).
+TEST(HfExport, RandomFeatureModelsExportWithTheirModelingCodeAndFeatures) {
+  TempDir tmp;
+  const fs::path dir = tmp.path();
+  const data::ByteTokenizer bytes;
+  const fs::path source_dir = fs::path(DARK_TEST_DATA_DIR).parent_path().parent_path() / "train/formats/hf_modeling";
+  RunConfig config = parse_config(
+      json{{"model", {{"vocab_size", bytes.vocab_size()}, {"d_model", 32}, {"n_layers", 2}, {"n_heads", 4},
+                      {"n_kv_heads", 2}, {"d_ff", 64}}},
+           {"attention", {{"kind", "darkformer"}, {"num_features", 16}, {"exact_window", 4}, {"darkformer", {{"rank", 4}}},
+                          {"layers", {{"0", {{"kind", "softmax"}, {"exact_window", 0}}}}}}},
+           {"data", {{"tokenizer", "byte"}, {"seq_len", 16}}},
+           {"seed", 5}});
+  auto model = build_model(config);
+  const std::vector<nn::AttentionKernel*> kernels = model->attention_kernels();
+  kernels[1]->set_feature_epoch(3);
+  formats::export_hf(*model, &bytes, dir / "dark", /*add_bos=*/false);
+
+  for (const char* file : {"modeling_darkformer.py", "configuration_darkformer.py"})
+    EXPECT_EQ(read_file(dir / "dark" / file), read_file(source_dir / file)) << file;
+  const json hf = json::parse(read_file(dir / "dark/config.json"));
+  EXPECT_EQ(hf.at("architectures"), json::array({"DarkformerForCausalLM"}));
+  EXPECT_EQ(hf.at("auto_map").at("AutoModelForCausalLM"), "modeling_darkformer.DarkformerForCausalLM");
+  EXPECT_EQ(hf.at("family"), "llama");
+  EXPECT_EQ(hf.at("use_cache"), false);
+  EXPECT_EQ(hf.at("attention_layers").at(0), json({{"kind", "softmax"}}));
+  const json& dark = hf.at("attention_layers").at(1);
+  EXPECT_EQ(dark.at("kind"), "darkformer");
+  EXPECT_EQ(dark.at("mode"), "linear");
+  EXPECT_EQ(dark.at("num_features"), 16);
+  EXPECT_EQ(dark.at("rank"), 4);
+  EXPECT_EQ(dark.at("exact_window"), 4);
+  EXPECT_EQ(dark.at("feature_epoch"), 3);
+  EXPECT_EQ(dark.at("matrices"), 2);  // one M per key/value head
+  EXPECT_EQ(dark.at("log_weight"), false);
+  EXPECT_DOUBLE_EQ(dark.at("eps").get<double>(), config.attention.eps);
+  EXPECT_EQ(json::parse(read_file(dir / "dark/generation_config.json")).at("use_cache"), false);
+
+  const std::map<std::string, Tensor> weights = formats::load_safetensors(dir / "dark/model.safetensors").tensors;
+  for (auto& [name, p] : model->named_parameters()) EXPECT_EQ(weights.at(name).to_vector<float>(), p->to_vector<float>()) << name;
+  EXPECT_EQ(weights.count("model.layers.0.self_attn.feature_map.omega"), 0u);
+  const Tensor omega = weights.at("model.layers.1.self_attn.feature_map.omega");
+  ASSERT_EQ(omega.shape(), Shape({2, 16, 4}));
+  for (int head = 0; head < 2; ++head) {  // the draw of epoch 3, not of epoch 0
+    const Tensor drawn = attention::draw_features(16, 4, attention::FeatureDraw::orthogonal,
+                                                  attention::FeatureKey{config.seed, 1, head, 3});
+    EXPECT_EQ(core::slice(omega, 0, head, head + 1).contiguous().to_vector<float>(), drawn.to_vector<float>());
+    const Tensor first = attention::draw_features(16, 4, attention::FeatureDraw::orthogonal,
+                                                  attention::FeatureKey{config.seed, 1, head, 0});
+    EXPECT_NE(drawn.to_vector<float>(), first.to_vector<float>());
+  }
+  EXPECT_EQ(weights.count("model.layers.1.self_attn.feature_map.M"), 1u);
+  EXPECT_EQ(weights.count("model.layers.1.self_attn.feature_map.log_weight"), 0u);
+
+  // LFK: its features are the parameter W, written once.
+  RunConfig lfk = tiny_model_config(true);
+  lfk.model.vocab_size = bytes.vocab_size();
+  lfk.attention.kind = attention::Kind::lfk;
+  auto lfk_model = build_model(lfk);
+  formats::export_hf(*lfk_model, &bytes, dir / "lfk", /*add_bos=*/false);
+  const std::map<std::string, Tensor> lfk_weights = formats::load_safetensors(dir / "lfk/model.safetensors").tensors;
+  EXPECT_EQ(lfk_weights.count("model.layers.0.self_attn.feature_map.W"), 1u);
+  EXPECT_EQ(lfk_weights.count("model.layers.0.self_attn.feature_map.omega"), 0u);
+  EXPECT_EQ(json::parse(read_file(dir / "lfk/config.json")).at("attention_layers").at(0).at("kind"), "lfk");
+
+  // A softmax model stays LlamaForCausalLM, with no modeling file.
+  RunConfig plain = tiny_model_config(true);
+  plain.model.vocab_size = bytes.vocab_size();
+  auto softmax = build_model(plain);
+  formats::export_hf(*softmax, &bytes, dir / "softmax", /*add_bos=*/false);
+  EXPECT_EQ(json::parse(read_file(dir / "softmax/config.json")).at("architectures"), json::array({"LlamaForCausalLM"}));
+  EXPECT_FALSE(fs::exists(dir / "softmax/modeling_darkformer.py"));
 }
 
 // add_bos (a run that fed bos at every sequence start): tokenizer_config.json says so and

@@ -6,7 +6,8 @@ tokenizer the model was trained with) on a set of strings (ASCII, unicode, runs 
 tabs, newlines, digits, special-token text), with the default add_special_tokens=True (bos
 first exactly when tokenizer_config.json says add_bos_token, no prefix space added); its
 decode must give back our decode; and greedy generation by transformers (the class
-config.json's architectures names, LlamaForCausalLM or Gemma3ForCausalLM, with the folder's
+config.json's architectures names, LlamaForCausalLM or Gemma3ForCausalLM, or our own
+DarkformerForCausalLM through AutoModelForCausalLM with trust_remote_code, with the folder's
 generation_config.json) from text prompts must equal `darkformer generate --temperature 0`'s
 text. tests/hf_tokenizer_check.sh (ctest: hf_tokenizer_check) and tests/hf_gemma3_check.sh
 (hf_gemma3_check) drive it; the sibling check_export_hf.py checks the model alone.
@@ -77,7 +78,10 @@ def main():
     if not os.path.isfile(os.path.join(args.export_dir, "tokenizer.json")):
         print(f"FAILED: {args.export_dir} holds no tokenizer.json")
         return 1
-    tok = AutoTokenizer.from_pretrained(args.export_dir)
+    # A folder of our own architecture names its code in config.json's auto_map, which
+    # AutoTokenizer reads too (and would ask about): the same trust_remote_code as the model.
+    ours_arch = "auto_map" in json.load(open(os.path.join(args.export_dir, "config.json")))
+    tok = AutoTokenizer.from_pretrained(args.export_dir, trust_remote_code=ours_arch)
     add_bos = bool(json.load(open(os.path.join(args.export_dir, "tokenizer_config.json"))).get("add_bos_token"))
     strings = STRINGS + (GEMMA_STRINGS if args.gemma_strings else []) + SPECIAL_TEXT
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
@@ -113,7 +117,10 @@ def main():
     print(f"  ids: {len(strings) - failures} of {len(strings)} strings agree")
 
     architecture = json.load(open(os.path.join(args.export_dir, "config.json")))["architectures"][0]
-    model = getattr(transformers, architecture).from_pretrained(args.export_dir).eval()  # float32, as exported
+    if hasattr(transformers, architecture):
+        model = getattr(transformers, architecture).from_pretrained(args.export_dir).eval()  # float32, as exported
+    else:  # our own architecture (random-feature attention): its modeling file is in the folder
+        model = transformers.AutoModelForCausalLM.from_pretrained(args.export_dir, trust_remote_code=True).eval()
     print(f"  model: {type(model).__name__}")
     generation = GenerationConfig.from_pretrained(args.export_dir)
     assert generation.do_sample is False and generation.eos_token_id == ours["eos_id"], generation

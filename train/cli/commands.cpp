@@ -1,6 +1,7 @@
 // The data, training and inference subcommands (see commands.h).
 #include "train/cli/commands.h"
 
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -177,6 +178,9 @@ int generate_command(const CommandArgs& args) {
                        "Prints the prompt and its continuation on stdout; the timings (load, first token, tokens/s) on stderr.",
                        specs))
     return 0;
+  // stdout is the text alone, for pipes and scripts: log lines (a swap's notice) go to stderr.
+  spdlog::set_default_logger(
+      std::make_shared<spdlog::logger>("darkformer", std::make_shared<spdlog::sinks::stderr_color_sink_mt>()));
   const auto start = std::chrono::steady_clock::now();
   const auto seconds_since = [](std::chrono::steady_clock::time_point t) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
@@ -271,9 +275,11 @@ int probe_command(const CommandArgs& args) {
 int export_hf_command(const CommandArgs& args) {
   const std::vector<FlagSpec> specs = {kCheckpoint, {"--out", "DIR", "", "output folder; required"}, kHelpFlag};
   if (print_help_if_asked(args, "usage: darkformer export-hf --checkpoint PATH --out DIR\n"
-                       "Writes a folder that Hugging Face transformers loads as LlamaForCausalLM (config.json,\n"
-                       "model.safetensors, generation_config.json) with its tokenizer for AutoTokenizer\n"
-                       "(softmax-attention models only). See README.md.", specs))
+                       "Writes a folder that Hugging Face transformers loads (config.json, model.safetensors,\n"
+                       "generation_config.json, the tokenizer for AutoTokenizer): a softmax model as\n"
+                       "LlamaForCausalLM or Gemma3ForCausalLM; a model with random-feature layers with its\n"
+                       "own modeling_darkformer.py, loaded with AutoModelForCausalLM.from_pretrained(DIR,\n"
+                       "trust_remote_code=True). See docs/finetuning.md, \"Export to Hugging Face\".", specs))
     return 0;
   Args a(args, specs);
   LoadedRun run = load_run(a.require("--checkpoint"));

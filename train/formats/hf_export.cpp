@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <nlohmann/json.hpp>
+#include <algorithm>
 #include <optional>
 #include <string_view>
 
@@ -15,6 +16,7 @@
 #include "data/sentencepiece_tokenizer.h"
 #include "data/spm_tokenizer.h"
 #include "data/spm_tokenizer_json.h"
+#include "train/formats/hf_modeling_sources.h"  // generated: the Python files, embedded
 #include "train/formats/safetensors.h"
 
 namespace dark::formats {
@@ -117,16 +119,51 @@ void add_gemma3_keys(json& hf, const nn::ModelConfig& m) {
   hf["rope_scaling"] = nullptr;
 }
 
+const char* const kModelingFile = "modeling_darkformer.py";
+const char* const kConfigurationFile = "configuration_darkformer.py";
+
+// A model with random-feature layers: our own architecture (modeling_darkformer.py beside the
+// weights, loaded with trust_remote_code), its body the family's keys above, each layer's
+// attention in "attention_layers" and its tensors that are not parameters (the features in
+// force) among the weights, under the layer's feature_map.
+void add_darkformer_keys(json& hf, const nn::ModelConfig& m, const std::vector<nn::AttentionKernel*>& kernels,
+                         TensorMap& tensors) {
+  hf["family"] = m.family == nn::ModelFamily::gemma3 ? "gemma3" : "llama";
+  hf["architectures"] = {"DarkformerForCausalLM"};
+  hf["model_type"] = "darkformer";
+  hf["auto_map"] = {{"AutoConfig", "configuration_darkformer.DarkformerConfig"},
+                    {"AutoModelForCausalLM", "modeling_darkformer.DarkformerForCausalLM"}};
+  hf["use_cache"] = false;  // the modeling file recomputes the prefix (no key/value cache)
+  if (!hf.contains("layer_types")) hf["layer_types"] = json::array();
+  json layers = json::array();
+  for (std::size_t layer = 0; layer < kernels.size(); ++layer) {
+    if (m.family != nn::ModelFamily::gemma3) hf["layer_types"].push_back("full_attention");
+    nn::AttentionKernel::Export e = kernels[layer]->export_form();
+    json spec = {{"kind", kernels[layer]->kind()}};
+    for (const auto& [key, value] : e.settings) {
+      if (key == "exact") {
+        spec["mode"] = value != 0 ? "exact" : "linear";
+      } else if (key == "log_weight") {
+        spec[key] = value != 0;
+      } else if (key == "eps") {
+        spec[key] = value;
+      } else {
+        spec[key] = static_cast<std::int64_t>(value);
+      }
+    }
+    layers.push_back(spec);
+    for (auto& [name, t] : e.tensors) tensors[str("model.layers.", layer, ".self_attn.feature_map.", name)] = t;
+  }
+  hf["attention_layers"] = layers;
+}
+
 }  // namespace
 
 std::vector<fs::path> export_hf(nn::CausalLM& model, const data::Tokenizer* tokenizer, const fs::path& out,
                                 bool add_bos) {
   const std::vector<nn::AttentionKernel*> kernels = model.attention_kernels();
-  for (std::size_t layer = 0; layer < kernels.size(); ++layer) {
-    const std::string_view kind = kernels[layer]->kind();
-    DARK_CHECK(kind == "softmax", "export-hf: only softmax-attention models map onto LlamaForCausalLM; layer ", layer,
-               " uses ", kernels[layer]->describe());
-  }
+  const bool all_softmax = std::all_of(kernels.begin(), kernels.end(),
+                                       [](nn::AttentionKernel* k) { return std::string_view(k->kind()) == "softmax"; });
   DARK_CHECK(!add_bos || (tokenizer && tokenizer->bos_id() >= 0), "export-hf: the run fed bos at every sequence "
              "start but its tokenizer ", tokenizer ? tokenizer->kind() : std::string("(none)"), " has no bos token");
   const nn::ModelConfig& m = model.config();
@@ -176,18 +213,24 @@ std::vector<fs::path> export_hf(nn::CausalLM& model, const data::Tokenizer* toke
       {"torch_dtype", "float32"}};
   const bool gemma = m.family == nn::ModelFamily::gemma3;
   if (gemma) add_gemma3_keys(hf, m);
+  TensorMap tensors;
+  if (!all_softmax) {
+    add_darkformer_keys(hf, m, kernels, tensors);
+    write(kConfigurationFile, hf_modeling::configuration_darkformer_py);
+    write(kModelingFile, hf_modeling::modeling_darkformer_py);
+  }
   write("config.json", hf.dump(2) + "\n");
   // pad_token_id only fills finished rows of a batch; without a pad token eos does, as
   // transformers itself falls back to (saying so on every call otherwise).
   const std::int32_t pad = pad_id(tokenizer) >= 0 ? pad_id(tokenizer) : eos;
   const json generation = {{"bos_token_id", id_or_null(bos)}, {"eos_token_id", id_or_null(eos)},
                            {"pad_token_id", id_or_null(pad)}, {"do_sample", false},
-                           {"num_beams", 1}};
+                           {"num_beams", 1}, {"use_cache", all_softmax}};
   write("generation_config.json", generation.dump(2) + "\n");
-  TensorMap tensors;
   for (auto& [name, p] : model.named_parameters()) {
-    // Gemma's checkpoints hold w for the multiplier 1 + w (Gemma3RMSNorm); ours the multiplier.
-    const bool shifted = gemma && name.ends_with("norm.weight");
+    // Gemma's checkpoints hold w for the multiplier 1 + w (Gemma3RMSNorm); ours, and our
+    // modeling file's, the multiplier.
+    const bool shifted = gemma && all_softmax && name.ends_with("norm.weight");
     tensors[name] = shifted ? add_scalar(p->detach(), -1.0) : *p;
   }
   save_safetensors(out / "model.safetensors", tensors, {{"format", "pt"}});

@@ -1,7 +1,18 @@
-// Export of a trained softmax-attention model as a Hugging Face folder that transformers loads
-// with LlamaForCausalLM.from_pretrained and AutoTokenizer.from_pretrained (a gemma3-family
-// model: Gemma3ForCausalLM, its norm weights written as w = multiplier - 1, Gemma's form; not
-// yet checked against transformers):
+// Export of a trained model as a Hugging Face folder that transformers loads with
+// AutoModelForCausalLM.from_pretrained and AutoTokenizer.from_pretrained:
+// - softmax attention everywhere: LlamaForCausalLM (a gemma3-family model: Gemma3ForCausalLM,
+//   its norm weights written as w = multiplier - 1, Gemma's form);
+// - any layer with Performer, LFK or DARKFormer attention (with or without an exact window,
+//   in mode exact, mixed per layer): our own architecture, DarkformerForCausalLM, whose
+//   PyTorch code (train/formats/hf_modeling/, embedded in the program) is written beside the
+//   weights as modeling_darkformer.py and configuration_darkformer.py and loaded with
+//   trust_remote_code=True; config.json names it in "auto_map" and gives each layer's attention
+//   in "attention_layers"; model.safetensors also holds each random-feature layer's features
+//   in force (feature_map.omega, drawn for the checkpoint's redraw epoch, and a proposal's
+//   feature_map.log_weight), so the outputs are deterministic and equal ours; norm weights are
+//   the multipliers themselves; generation_config.json says use_cache false (the modeling file
+//   keeps no cache).
+// The files:
 //   config.json             LlamaConfig or Gemma3TextConfig (architecture keys, bos/eos ids)
 //   model.safetensors       our parameters under their own names, float32: our names are
 //                           Hugging Face Llama's, and our RoPE rotates dimension i with
@@ -44,8 +55,7 @@ namespace dark::formats {
 
 // Writes the folder `out` (created if needed; files replaced atomically) for `model` (its
 // config gives the architecture keys); `tokenizer` may be null (no tokenizer files, a
-// warning). add_bos: see above. Throws when a layer's attention is not softmax
-// (LlamaForCausalLM has no other kind), or add_bos is set and the tokenizer has no bos.
+// warning). add_bos: see above. Throws when add_bos is set and the tokenizer has no bos.
 // Returns the files written.
 std::vector<std::filesystem::path> export_hf(nn::CausalLM& model, const data::Tokenizer* tokenizer,
                                              const std::filesystem::path& out, bool add_bos);
