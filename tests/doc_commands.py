@@ -28,8 +28,8 @@ the shortening overrides below. The doc text stays what a user types.
 Shortening overrides (the wrapper; a value already given smaller is kept, a missing one added):
   train, sweep, prepare-data:  --set for each key of SET_CAPS (training.steps 2, or 4 with
                                --resume so that it continues; warm-up 1, one eval batch, ...)
-                               and DATA_SET (a 4-file slice of the Python docs instead of the
-                               whole corpus, 8-token vocabulary... see below)
+                               and DATA_SET (the Python tutorial's 17 files instead of the
+                               corpus, a 1024-token vocabulary: see there; not with --full-data)
   probe:    --batches 1 --redraws 2 --calibration-batches 1
   generate: --max-tokens 8
   demo-mlp: --steps 50
@@ -37,7 +37,7 @@ Environment of every block: OMPI_ALLOW_RUN_AS_ROOT(_CONFIRM)=1 and Open MPI's ov
 (CI runs as root on 2 cores; the docs' mpirun lines name neither).
 
 Usage: doc_commands.py --source REPO --darkformer BUILD/darkformer [--docs FILE...] [--timeout S]
-                       [--keep] [--expect-fail FILE:LINE --expect-text TEXT]
+                       [--keep] [--full-data] [--expect-fail FILE:LINE --expect-text TEXT]
 --expect-fail: succeed only when that block (and no other) fails with TEXT in its output (the
 check that a misspelt flag in a doc example fails the suite).
 Python standard library only.
@@ -63,6 +63,7 @@ SET_CAPS = {
     "training.eval_batches": 1,
     "training.generate_tokens": 4,
     "data.val_windows": 4,  # what `eval --checkpoint` of the run evaluates
+    "data.vocab_size": 1024,  # a SentencePiece tokenizer trained here (GGUF ones are the model's)
     "finetune.transfer.steps": 2,
     "finetune.transfer.eval_batches": 1,
     "attention.calibration_batches": 1,
@@ -75,8 +76,14 @@ FLAG_CAPS = {
     "generate": {"--max-tokens": 8},
     "demo-mlp": {"--steps": 50},
 }
-# Data: a slice of the corpus, set (not capped) for every run. Empty = the configs' own corpus.
-DATA_SET = {}
+# Data, set (not capped) for every run: the Python tutorial (17 files, 290 KB; debdocs-python's
+# library docs are 12 MB, debdocs 44 MB) instead of the configs' corpus, so that preparing it
+# (a tokenizer trained, the files tokenized for each GGUF model) takes seconds; a quarter of
+# the files for validation. --full-data leaves the configs' corpus.
+DATA_SET = {
+    "data.sources": '["/usr/share/doc/python3.11/html/_sources/tutorial"]',
+    "data.val_fraction": "0.25",
+}
 
 
 def cap_value(given, cap):
@@ -93,9 +100,16 @@ def wrapped_args(args):
         return args
     command, rest = args[0], list(args[1:])
     if command in ("train", "sweep", "prepare-data"):
-        caps = dict(SET_CAPS)
+        full = os.environ.get("DOC_COMMANDS_FULL_DATA") == "1"  # --full-data
+        caps, data = dict(SET_CAPS), {} if full else DATA_SET
+        if full:
+            del caps["data.vocab_size"]  # the configs' tokenizers, as configured
         if "--resume" in rest:
             caps["training.steps"] = RESUME_STEPS
+        for i in range(len(rest) - 1):  # warm-up stays within a smaller given training.steps
+            if rest[i] == "--set" and rest[i + 1].startswith("training.steps="):
+                given = cap_value(rest[i + 1].split("=", 1)[1], caps["training.steps"])
+                caps["schedule.warmup_steps"] = cap_value(given, caps["schedule.warmup_steps"])
         seen = set()
         for i in range(len(rest) - 1):
             if rest[i] == "--set" and "=" in rest[i + 1]:
@@ -103,9 +117,9 @@ def wrapped_args(args):
                 seen.add(key)
                 if key in caps:
                     rest[i + 1] = key + "=" + cap_value(value, caps[key])
-                elif key in DATA_SET:
-                    rest[i + 1] = key + "=" + DATA_SET[key]
-        for key, value in list(caps.items()) + list(DATA_SET.items()):
+                elif key in data:
+                    rest[i + 1] = key + "=" + data[key]
+        for key, value in list(caps.items()) + list(data.items()):
             if key not in seen:
                 rest += ["--set", "%s=%s" % (key, value)]
     for flag, cap in FLAG_CAPS.get(command, {}).items():
@@ -197,6 +211,7 @@ def main():
     p.add_argument("--docs", nargs="*", help="markdown files (default: README.md docs/*.md)")
     p.add_argument("--timeout", type=int, default=600, help="seconds per block")
     p.add_argument("--keep", action="store_true", help="keep the scratch folder")
+    p.add_argument("--full-data", action="store_true", help="train on the configs' own corpus")
     p.add_argument("--expect-fail", help="FILE:LINE of the one block that must fail")
     p.add_argument("--expect-text", default="", help="text the failing block's output holds")
     a = p.parse_args()
@@ -210,6 +225,8 @@ def main():
     os.mkdir(cache)
     if os.path.isdir(os.path.join(source, "cache", "models")):
         os.symlink(os.path.join(source, "cache", "models"), os.path.join(cache, "models"))
+    if a.full_data:  # read by the wrapper processes
+        os.environ["DOC_COMMANDS_FULL_DATA"] = "1"
     results, outputs, t0 = [], {}, time.monotonic()
     print("doc_commands: scratch %s, build %s" % (root, build), flush=True)
     for n, doc in enumerate(docs):
