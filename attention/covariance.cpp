@@ -1,8 +1,9 @@
-// Second moments, Jacobi eigen-decomposition and whitening (see covariance.h).
+// Second moments, the symmetric eigen-decomposition and whitening (see covariance.h).
 #include "attention/covariance.h"
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "core/error.h"
@@ -44,47 +45,131 @@ std::vector<double> SecondMoments::pooled() const {
   return m;
 }
 
-SymmetricEigen symmetric_eigen(const std::vector<double>& input, std::int64_t d) {
-  DARK_CHECK(static_cast<std::int64_t>(input.size()) == d * d, "symmetric_eigen: expected ", d, " x ", d, " values");
-  std::vector<double> a = input, v(d * d, 0.0);
-  for (std::int64_t i = 0; i < d; ++i) v[i * d + i] = 1.0;
-  for (int sweep = 0; sweep < 100; ++sweep) {
-    double off = 0, total = 0;
-    for (std::int64_t i = 0; i < d; ++i)
-      for (std::int64_t j = 0; j < d; ++j) (i == j ? total : off) += a[i * d + j] * a[i * d + j];
-    if (off <= 1e-30 * (total + off) || off == 0) break;
-    for (std::int64_t p = 0; p < d; ++p)
-      for (std::int64_t q = p + 1; q < d; ++q) {
-        const double apq = a[p * d + q];
-        if (apq == 0) continue;
-        // The rotation that zeroes a[p][q] (the smaller of the two angles, for stability).
-        const double theta = (a[q * d + q] - a[p * d + p]) / (2 * apq);
-        const double t = (theta >= 0 ? 1.0 : -1.0) / (std::fabs(theta) + std::sqrt(theta * theta + 1));
-        const double c = 1 / std::sqrt(t * t + 1), s = t * c;
-        for (std::int64_t k = 0; k < d; ++k) {  // columns p, q
-          const double akp = a[k * d + p], akq = a[k * d + q];
-          a[k * d + p] = c * akp - s * akq;
-          a[k * d + q] = s * akp + c * akq;
+namespace {
+
+// Householder reduction of the symmetric a (d x d, row-major; overwritten) to tridiagonal T =
+// Q^T a Q: diag (d) and off (d, off[i] couples i and i + 1, off[d - 1] = 0); returns Q^T
+// (row-major, so that every update below is a pass over contiguous rows). Step k reflects
+// x = a[k+1.., k] onto -sign(x_0) |x| e_0 with H = I - 2 v v^T, |v| = 1; on the trailing block S
+// the update H S H = S - 2 v w^T - 2 w v^T with u = S v, w = u - (v . u) v.
+std::vector<double> tridiagonalise(std::vector<double>& a, std::int64_t d, std::vector<double>& diag,
+                                   std::vector<double>& off) {
+  std::vector<double> qt(d * d, 0.0), v(d), u(d), sums(d);
+  for (std::int64_t i = 0; i < d; ++i) qt[i * d + i] = 1.0;
+  for (std::int64_t k = 0; k + 2 < d; ++k) {
+    const std::int64_t n = d - k - 1;  // the trailing block's size, rows k + 1 ..
+    double norm = 0;
+    for (std::int64_t i = 0; i < n; ++i) norm += a[(k + 1 + i) * d + k] * a[(k + 1 + i) * d + k];
+    norm = std::sqrt(norm);
+    if (norm == 0) continue;  // already reduced
+    const double x0 = a[(k + 1) * d + k], alpha = x0 > 0 ? -norm : norm;
+    for (std::int64_t i = 0; i < n; ++i) v[i] = a[(k + 1 + i) * d + k];
+    v[0] -= alpha;
+    double vnorm = 0;
+    for (std::int64_t i = 0; i < n; ++i) vnorm += v[i] * v[i];
+    vnorm = std::sqrt(vnorm);
+    if (vnorm == 0) continue;  // x is already -sign(x_0) |x| e_0
+    for (std::int64_t i = 0; i < n; ++i) v[i] /= vnorm;
+    double vu = 0;
+    for (std::int64_t i = 0; i < n; ++i) {
+      const double* row = a.data() + (k + 1 + i) * d + k + 1;
+      double t = 0;
+      for (std::int64_t j = 0; j < n; ++j) t += row[j] * v[j];
+      u[i] = t;
+      vu += v[i] * t;
+    }
+    for (std::int64_t i = 0; i < n; ++i) u[i] -= vu * v[i];  // w
+    for (std::int64_t i = 0; i < n; ++i) {
+      double* row = a.data() + (k + 1 + i) * d + k + 1;
+      for (std::int64_t j = 0; j < n; ++j) row[j] -= 2 * (v[i] * u[j] + u[i] * v[j]);
+    }
+    for (std::int64_t i = 0; i < n; ++i) a[(k + 1 + i) * d + k] = a[k * d + k + 1 + i] = 0;
+    a[(k + 1) * d + k] = a[k * d + k + 1] = alpha;
+    // Q <- Q H, i.e. Q^T <- H Q^T on rows k + 1 ..: row_i -= 2 v_i (sum_j v_j row_j).
+    std::fill(sums.begin(), sums.end(), 0.0);
+    for (std::int64_t j = 0; j < n; ++j) {
+      const double* row = qt.data() + (k + 1 + j) * d;
+      for (std::int64_t c = 0; c < d; ++c) sums[c] += v[j] * row[c];
+    }
+    for (std::int64_t i = 0; i < n; ++i) {
+      double* row = qt.data() + (k + 1 + i) * d;
+      for (std::int64_t c = 0; c < d; ++c) row[c] -= 2 * v[i] * sums[c];
+    }
+  }
+  for (std::int64_t i = 0; i < d; ++i) {
+    diag[i] = a[i * d + i];
+    off[i] = i + 1 < d ? a[(i + 1) * d + i] : 0.0;
+  }
+  return qt;
+}
+
+// Eigenvalues of the tridiagonal (diag, off) by the implicit QL method with Wilkinson-style
+// shifts, each plane rotation also applied to the rows i, i + 1 of zt (the eigenvector
+// matrix's transpose); diag ends as the eigenvalues, zt's row i as the vector of diag[i].
+void tridiagonal_ql(std::vector<double>& diag, std::vector<double>& off, std::vector<double>& zt, std::int64_t d) {
+  const double eps = std::numeric_limits<double>::epsilon();
+  for (std::int64_t l = 0; l < d; ++l) {
+    for (int iteration = 0;; ++iteration) {
+      std::int64_t m = l;
+      for (; m + 1 < d; ++m) {  // the first negligible coupling at or after l
+        const double scale = std::fabs(diag[m]) + std::fabs(diag[m + 1]);
+        if (std::fabs(off[m]) <= eps * scale) break;
+      }
+      if (m == l) break;  // diag[l] has converged
+      DARK_CHECK(iteration < 64, "symmetric_eigen: the QL iteration did not converge (a non-finite input?)");
+      double g = (diag[l + 1] - diag[l]) / (2 * off[l]);
+      double r = std::hypot(g, 1.0);
+      g = diag[m] - diag[l] + off[l] / (g + std::copysign(r, g));
+      double s = 1, c = 1, p = 0;
+      std::int64_t i = m - 1;
+      bool deflated = false;
+      for (; i >= l; --i) {
+        const double f = s * off[i], b = c * off[i];
+        r = std::hypot(f, g);
+        off[i + 1] = r;
+        if (r == 0) {  // an underflowed coupling: the block splits here
+          diag[i + 1] -= p;
+          off[m] = 0;
+          deflated = true;
+          break;
         }
-        for (std::int64_t k = 0; k < d; ++k) {  // rows p, q
-          const double apk = a[p * d + k], aqk = a[q * d + k];
-          a[p * d + k] = c * apk - s * aqk;
-          a[q * d + k] = s * apk + c * aqk;
-        }
+        s = f / r;
+        c = g / r;
+        g = diag[i + 1] - p;
+        r = (diag[i] - g) * s + 2 * c * b;
+        p = s * r;
+        diag[i + 1] = g + p;
+        g = c * r - b;
+        double* zi = zt.data() + i * d;
+        double* zn = zt.data() + (i + 1) * d;
         for (std::int64_t k = 0; k < d; ++k) {
-          const double vkp = v[k * d + p], vkq = v[k * d + q];
-          v[k * d + p] = c * vkp - s * vkq;
-          v[k * d + q] = s * vkp + c * vkq;
+          const double t = zn[k];
+          zn[k] = s * zi[k] + c * t;
+          zi[k] = c * zi[k] - s * t;
         }
       }
+      if (deflated) continue;
+      diag[l] -= p;
+      off[l] = g;
+      off[m] = 0;
+    }
   }
+}
+
+}  // namespace
+
+SymmetricEigen symmetric_eigen(const std::vector<double>& input, std::int64_t d) {
+  DARK_CHECK(static_cast<std::int64_t>(input.size()) == d * d, "symmetric_eigen: expected ", d, " x ", d, " values");
+  std::vector<double> a = input, diag(d), off(d);
+  std::vector<double> zt = tridiagonalise(a, d, diag, off);
+  tridiagonal_ql(diag, off, zt, d);
   std::vector<std::int64_t> order(d);
   std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(), [&](auto i, auto j) { return a[i * d + i] < a[j * d + j]; });
+  std::sort(order.begin(), order.end(), [&](auto i, auto j) { return diag[i] < diag[j]; });
   SymmetricEigen out{std::vector<double>(d), std::vector<double>(d * d)};
   for (std::int64_t c = 0; c < d; ++c) {
-    out.values[c] = a[order[c] * d + order[c]];
-    for (std::int64_t k = 0; k < d; ++k) out.vectors[k * d + c] = v[k * d + order[c]];
+    out.values[c] = diag[order[c]];
+    for (std::int64_t k = 0; k < d; ++k) out.vectors[k * d + c] = zt[order[c] * d + k];
   }
   return out;
 }

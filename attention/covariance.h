@@ -34,7 +34,9 @@ struct SymmetricEigen {
   std::vector<double> values;   // ascending
   std::vector<double> vectors;  // d x d row-major; column i is the eigenvector of values[i]
 };
-// Cyclic Jacobi rotations to machine precision (a must be symmetric).
+// Householder tridiagonalisation, then the implicit QL method (a must be symmetric): O(d^3),
+// 0.03 s at d = 256 where cyclic Jacobi took 1 s (Gemma 3's heads; the probe calibrates
+// several estimators per layer).
 SymmetricEigen symmetric_eigen(const std::vector<double>& a, std::int64_t d);
 
 // M (rank x d) with M Lambda M^T = (tr(Lambda) / rank) I over the top `rank` eigen-directions

@@ -371,6 +371,57 @@ TEST(AttentionKinds, SymmetricEigenReconstructsTheMatrix) {
   EXPECT_TRUE(std::is_sorted(e.values.begin(), e.values.end()));
 }
 
+// The decomposition on what calibration can produce beyond a well-conditioned moment: zero,
+// repeated and negative eigenvalues, rank one, an ill-conditioned (Hilbert) matrix, an already
+// tridiagonal one, and Gemma 3's head width: A = V diag V^T with V orthonormal, each to 1e-12
+// of A's scale.
+TEST(AttentionKinds, SymmetricEigenHandlesDegenerateAndWideMatrices) {
+  auto check = [](const std::string& name, const std::vector<double>& a, std::int64_t d) {
+    SCOPED_TRACE(name);
+    const SymmetricEigen e = symmetric_eigen(a, d);
+    double scale = 1e-300;
+    for (const double x : a) scale = std::max(scale, std::fabs(x));
+    for (std::int64_t i = 0; i < d; ++i)
+      for (std::int64_t j = 0; j < d; ++j) {
+        double r = 0, o = 0;
+        for (std::int64_t c = 0; c < d; ++c) {
+          r += e.vectors[i * d + c] * e.values[c] * e.vectors[j * d + c];
+          o += e.vectors[c * d + i] * e.vectors[c * d + j];
+        }
+        ASSERT_NEAR(r, a[i * d + j], 1e-12 * scale) << i << "," << j;
+        ASSERT_NEAR(o, i == j ? 1.0 : 0.0, 1e-12) << i << "," << j;
+      }
+    EXPECT_TRUE(std::is_sorted(e.values.begin(), e.values.end()));
+  };
+  const std::int64_t d = 24;
+  std::vector<double> zero(d * d, 0.0), repeated(d * d, 0.0), rank_one(d * d), hilbert(d * d), indefinite(d * d),
+      tridiagonal(d * d, 0.0);
+  const std::vector<double> x = values(randn({d}, 22)), g = values(randn({d, d}, 23));
+  for (std::int64_t i = 0; i < d; ++i) {
+    repeated[i * d + i] = static_cast<double>(i % 3) - 1.0;
+    tridiagonal[i * d + i] = 2;
+    if (i + 1 < d) tridiagonal[i * d + i + 1] = tridiagonal[(i + 1) * d + i] = -1;
+    for (std::int64_t j = 0; j < d; ++j) {
+      rank_one[i * d + j] = x[i] * x[j];
+      hilbert[i * d + j] = 1.0 / static_cast<double>(i + j + 1);
+      indefinite[i * d + j] = g[std::max(i, j) * d + std::min(i, j)];
+    }
+  }
+  check("zero", zero, d);
+  check("repeated", repeated, d);
+  check("rank one", rank_one, d);
+  check("hilbert", hilbert, d);
+  check("indefinite", indefinite, d);
+  check("tridiagonal", tridiagonal, d);
+  const std::int64_t wide = 256;
+  const std::vector<double> h = values(randn({wide, wide}, 24));
+  std::vector<double> moment(wide * wide, 0.0);
+  for (std::int64_t i = 0; i < wide; ++i)
+    for (std::int64_t k = 0; k < wide; ++k)
+      for (std::int64_t j = 0; j < wide; ++j) moment[i * wide + j] += h[i * wide + k] * h[j * wide + k] / wide;
+  check("256 wide", moment, wide);
+}
+
 // One-feature estimates w(omega) phi(a) phi(b) m of exp(a . b) over `n` features drawn iid
 // (m = 1 each), isotropic or from the variance-optimal proposal for Lambda.
 std::vector<double> single_feature_estimates(const std::vector<double>& a, const std::vector<double>& b,
