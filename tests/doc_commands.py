@@ -43,6 +43,7 @@ check that a misspelt flag in a doc example fails the suite).
 Python standard library only.
 """
 import argparse
+import json
 import os
 import re
 import shutil
@@ -59,6 +60,8 @@ FENCE_RE = re.compile(r"^(```+)\s*([\w+-]*)")
 # Config keys capped for train, sweep and prepare-data (sweep's --set reaches every point).
 SET_CAPS = {
     "training.steps": 2,
+    "data.seq_len": 128,  # sizes: what a probe or eval of the run then measures too
+    "training.batch_size": 2,
     "schedule.warmup_steps": 1,  # at most training.steps
     "training.eval_batches": 1,
     "training.generate_tokens": 4,
@@ -86,10 +89,31 @@ DATA_SET = {
 }
 
 
+# Capped only where the run sets them (on its command line or in its config file): added to
+# any other run they would turn on what it does not do (a transfer needs finetune.init_from).
+ONLY_WHERE_SET = {"finetune.transfer.steps", "finetune.transfer.eval_batches"}
+
+
+def config_sets(args, key):
+    """Whether the --config file among a command's args sets the dotted key."""
+    if "--config" not in args[:-1]:
+        return False
+    try:
+        with open(args[args.index("--config") + 1], encoding="utf-8") as f:
+            node = json.load(f)
+    except (OSError, ValueError):
+        return False  # the program itself reports a config it cannot read
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
 def cap_value(given, cap):
     """The smaller of a given number and the cap; a value that is no number stays."""
     try:
-        return str(cap) if float(given) > cap else given
+        return str(cap) if float(given) > float(cap) else given
     except ValueError:
         return given
 
@@ -120,7 +144,7 @@ def wrapped_args(args):
                 elif key in data:
                     rest[i + 1] = key + "=" + data[key]
         for key, value in list(caps.items()) + list(data.items()):
-            if key not in seen:
+            if key not in seen and (key not in ONLY_WHERE_SET or config_sets(rest, key)):
                 rest += ["--set", "%s=%s" % (key, value)]
     for flag, cap in FLAG_CAPS.get(command, {}).items():
         if flag in rest[:-1]:
@@ -248,7 +272,11 @@ def main():
             results.append((where, "ok" if ok else "FAILED", seconds, "" if ok else "exit %s" % code))
             print("[%s] %s (%.1f s)" % ("ok" if ok else "FAILED", where, seconds), flush=True)
             if not ok:
-                tail = "\n".join(output.rstrip("\n").split("\n")[-40:])
+                lines = output.rstrip("\n").split("\n")
+                # The error lines wherever they are (a run prints its whole config after one),
+                # then the tail.
+                errors = [l for l in lines[:-40] if "error" in l.lower() or l.startswith("Traceback")]
+                tail = "\n".join(errors[-10:] + (["..."] if errors else []) + lines[-40:])
                 print("---- %s: the block failed (exit %s); its commands:\n%s\n---- the last lines of its "
                       "output (+ lines are the commands as bash ran them):\n%s\n----" %
                       (where, code, b["text"], tail), flush=True)
