@@ -4,7 +4,8 @@
 // shrink it, instead of being killed by the kernel's OOM killer after filling the machine.
 // training.memory_check sets what happens above the limit: error (default), warn or off.
 //
-// What is counted, each tensor rounded as the caching allocator rounds it (core/allocator.h):
+// What is counted, each tensor as the caching allocator rounds it on a GPU (core/allocator.h)
+// and as the pages it writes on the CPU (the rest of a block is never resident):
 // - parameters: every parameter as built, and the flat f32 buffer the trainable ones move
 //   into (the blocks they leave stay in the allocator's cache); bf16 keeps a bf16 copy of
 //   each weight on the tape;
