@@ -8,10 +8,12 @@ packages=(
   libdnnl-dev            # oneDNN: CPU matmul
   ocl-icd-opencl-dev opencl-c-headers  # required by Debian's oneDNN CMake config
   nlohmann-json3-dev     # JSON configs
+  libboost-dev           # Boost.CRC: the CRC-32C of TensorBoard event files (header-only)
   libspdlog-dev          # console logging
   libsentencepiece-dev   # tokenizer (data/)
   libicu-dev             # Unicode categories for the byte-level BPE pre-tokenizer (data/)
   libopenmpi-dev openmpi-bin  # multi-process launcher and CPU all-reduce
+  slurm-wlm munge        # scripts/slurm-check.sh: a one-node Slurm for the documented sbatch script (~10 s)
   libgtest-dev libgmock-dev   # unit tests
   clang libclang-rt-dev libomp-dev  # libFuzzer targets (tests/fuzz/, scripts/fuzz.sh)
   libbenchmark-dev       # bench/

@@ -522,6 +522,9 @@ std::vector<Field> make_schema() {
 
       text(DARK_CONFIG_MEMBER(output.dir), false,
            "run folder (checkpoints, metrics, config.json); \"\" = runs/<config file stem>"),
+      boolean(DARK_CONFIG_MEMBER(output.tensorboard),
+              "a TensorBoard event file in the run folder (events.out.tfevents.*: every metrics.jsonl number as a "
+              "scalar, the config and the sample as text); tensorboard --logdir runs shows every run"),
 
       choice(DARK_CONFIG_MEMBER(stability.rule),
              "how a loss or gradient-norm spike is told from batch noise: robust = above the running level "

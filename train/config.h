@@ -108,6 +108,7 @@ struct DistributedConfig {
 
 struct OutputConfig {
   std::string dir;  // run folder (checkpoints, metrics, config.json); "" = runs/<config file stem>
+  bool tensorboard = true;  // a TensorBoard event file in the run folder (train/run_events.h)
 };
 
 // ---- the configuration ----

@@ -20,6 +20,7 @@
 #include "train/evaluate.h"
 #include "train/metrics/metrics_log.h"
 #include "train/progress.h"
+#include "train/run_events.h"
 #include "train/metrics/stability.h"
 #include "train/stop_signal.h"
 #include "train/train_step.h"
@@ -40,6 +41,7 @@ class RunLog {
  public:
   explicit RunLog(const TrainingRun& run)
       : metrics_(open_metrics(run)),
+        events_(run),
         // Sees every metrics line (a resumed run's earlier ones first) for stability.json.
         stability_(stability_options(run.config), metrics::read_metrics(run.dir / "metrics.jsonl")),
         first_step_(run.step),
@@ -84,6 +86,14 @@ class RunLog {
     return m;
   }
 
+  // The end-of-run sample, as text in the event file.
+  void sample(std::int64_t step, const std::string& text) { events_.text("sample", step, text); }
+  // stability.json of the run (rank 0), its spikes and divergence also in the event file.
+  void write_stability(const TrainingRun& run, const metrics::StabilityReport& report) {
+    metrics::write_stability(run.dir, report);
+    events_.stability(report);
+  }
+
   metrics::StabilityReport stability_report() const { return stability_.report(); }
   double last_loss() const { return last_loss_; }
 
@@ -99,6 +109,7 @@ class RunLog {
 
   bool write(const TrainingRun& run, const json& line) {
     if (metrics_) metrics_->write(line);
+    events_.line(line);
     return stability_.observe(line) && run.config.stability.stop_on_divergence;
   }
 
@@ -142,6 +153,7 @@ class RunLog {
   }
 
   std::optional<metrics::MetricsLog> metrics_;  // rank 0
+  RunEvents events_;                             // rank 0, with output.tensorboard
   metrics::StabilityMonitor stability_;
   std::int64_t first_step_;
   std::int64_t tokens_per_step_;
@@ -159,16 +171,16 @@ void check_skip_limit(const TrainingRun& run) {
 }
 
 // stability.stop_on_divergence ended the run: the weights are not worth evaluating or keeping.
-void stop_diverged(const TrainingRun& run, const RunLog& log) {
+void stop_diverged(const TrainingRun& run, RunLog& log) {
   metrics::StabilityReport report = log.stability_report();
   report.stopped_on_divergence = true;
-  if (run.writes()) metrics::write_stability(run.dir, report);
+  if (run.writes()) log.write_stability(run, report);
   spdlog::warn("training diverged at step {} ({}); stopped early (stability.stop_on_divergence), no checkpoint written",
                report.divergence_step, report.divergence_reason);
 }
 
-// training.generate_tokens of text after training.generate_prompt, into sample.txt.
-void write_sample(TrainingRun& run) {
+// training.generate_tokens of text after training.generate_prompt, into sample.txt; returns it.
+std::string write_sample(TrainingRun& run) {
   const TrainingConfig& tc = run.config.training;
   nn::GenerateOptions g;
   g.max_tokens = tc.generate_tokens;
@@ -180,6 +192,7 @@ void write_sample(TrainingRun& run) {
   const std::string text = tc.generate_prompt + tokenizer.decode(nn::generate(*run.model, prompt, g));
   write_file_atomic(run.dir / "sample.txt", text + "\n");
   spdlog::info("sample (temperature {}, top-k {}):\n{}", g.temperature, g.top_k, text);
+  return text;
 }
 
 // A stop signal ended the run between two steps: checkpoint the step reached (unless that
@@ -198,8 +211,8 @@ EvalMetrics finish(TrainingRun& run, RunLog& log) {
   const EvalMetrics final_eval = log.eval(run);
   save_run(run);
   if (!run.writes()) return final_eval;
-  metrics::write_stability(run.dir, log.stability_report());
-  if (run.config.training.generate_tokens > 0) write_sample(run);
+  log.write_stability(run, log.stability_report());
+  if (run.config.training.generate_tokens > 0) log.sample(run.step, write_sample(run));
   return final_eval;
 }
 

@@ -1,0 +1,46 @@
+// A run's TensorBoard event file (formats/tensorboard_events.h), written by rank 0 beside
+// metrics.jsonl when output.tensorboard is on (the default), so that
+// `tensorboard --logdir runs` shows every run and `--logdir runs/experiments/NAME` overlays a
+// sweep's points (each point is a run folder):
+// - every number of every metrics.jsonl line as a scalar at the line's step, tagged with its
+//   key (nested keys joined by "/": redraw/held_out_loss_after, attention_stats/3/sq_norm_p99;
+//   true / false as 1 / 0), so the event file and metrics.jsonl say the same;
+// - the resolved config as text at step 0, the sample as text at the last step;
+// - an attention transfer's transfer.json (per layer: the errors before and after, mean and
+//   median; the loss at the swap; its time) as scalars at step 0, tagged transfer/<its keys>;
+// - the spikes and the divergence the stability analysis finds (see stability());
+// - a resumed run opens a new file with a restart at the step it continues from, which
+//   makes TensorBoard drop the earlier file's later steps (metrics.jsonl drops them too).
+#pragma once
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "train/formats/tensorboard_events.h"
+#include "train/metrics/stability.h"
+#include "train/training_run.h"
+
+namespace dark::train {
+
+class RunEvents {
+ public:
+  // Opens the run's event file (rank 0 with output.tensorboard; otherwise writes nothing).
+  explicit RunEvents(const TrainingRun& run);
+  // One metrics.jsonl line (it has "step").
+  void line(const nlohmann::json& line);
+  // A text at `step` (the sample).
+  void text(const std::string& tag, std::int64_t step, const std::string& markdown);
+  // What the stability analysis found at the end (stability.json): each loss and gradient-norm
+  // spike's height at the step it starts (stability/loss_spike_height,
+  // stability/grad_spike_height) and the divergence (stability/diverged = 1 at its step).
+  void stability(const metrics::StabilityReport& report);
+
+ private:
+  std::optional<formats::EventFileWriter> writer_;
+};
+
+// The scalars of a metrics line, as RunEvents writes them: (tag, value) in the line's order.
+std::vector<std::pair<std::string, double>> line_scalars(const nlohmann::json& line);
+
+}  // namespace dark::train
