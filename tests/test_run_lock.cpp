@@ -60,8 +60,10 @@ fs::path long_run(const TempDir& tmp, const std::string& name, int steps, int ch
 
 TEST(RunLock, ASecondTrainerFailsAtOnceAndTouchesNothing) {
   TempDir tmp;
-  const int steps = 250;
-  const fs::path config = long_run(tmp, "run", steps, 100);
+  // A tiny step takes about a millisecond: 250 steps once ended before the two refused
+  // trainers had started, on a CI machine busy with other tests; 4000 leave seconds to spare.
+  const int steps = 4000;
+  const fs::path config = long_run(tmp, "run", steps, 1000);
   const pid_t first = dark::testing::start_child({DARKFORMER_EXE, "train", "--config", config}, tmp / "first.log");
   ASSERT_TRUE(dark::testing::wait_for_steps(tmp / "run", 12)) << dark::testing::read_all(tmp / "first.log");
   const auto config_time = fs::last_write_time(tmp / "run/config.json");
