@@ -151,9 +151,20 @@ std::vector<AttentionKernel*> CausalLM::attention_kernels() {
 
 Tensor CausalLM::logits_of(const Residual& h) {
   const Tensor normed = h.normed_by(model.norm).normed;
-  const Tensor head = to_compute(lm_head ? *lm_head->weight : *model.embed_tokens.weight);
   const std::int64_t B = normed.size(0), T = normed.size(1);
-  return reshape(matmul(reshape(normed, {B * T, config_.d_model}), head, false, true), {B, T, config_.vocab_size});
+  return reshape(head_logits(reshape(normed, {B * T, config_.d_model})), {B, T, config_.vocab_size});
+}
+
+Tensor CausalLM::head_logits(const Tensor& hidden_rows) {
+  DARK_CHECK(hidden_rows.dim() == 2 && hidden_rows.size(1) == config_.d_model, "CausalLM::head_logits: expected (N, ",
+             config_.d_model, ") hidden rows, got ", hidden_rows.describe());
+  const Tensor head = to_compute(lm_head ? *lm_head->weight : *model.embed_tokens.weight);
+  return matmul(hidden_rows, head, false, true);
+}
+
+Tensor CausalLM::final_hidden(const Tensor& ids, const Tensor& key_mask) {
+  DARK_CHECK(!training(), "CausalLM::final_hidden runs in eval mode (no dropout)");
+  return hidden_states(ids, {0, Tensor()}, key_mask).normed_by(model.norm).normed;
 }
 
 Tensor CausalLM::embed(const Tensor& ids) {

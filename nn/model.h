@@ -160,6 +160,13 @@ class CausalLM : public Module {
   // The residual stream after the first `layers` decoder blocks (no final norm, no head), in
   // eval semantics: what attention transfer (train/transfer.h) runs its layers' inputs through.
   Tensor hidden_states_through(const Tensor& ids, std::size_t layers);
+  // What the LM head reads: the final-normed hidden states (B, T, d_model) of ids, in eval
+  // semantics. With head_logits, a caller takes the logits of the rows it needs, a few at a
+  // time: all of them at once are (B, T, vocab), 4 GiB for Gemma 3's 262k-token vocabulary
+  // at 4096 positions.
+  Tensor final_hidden(const Tensor& ids, const Tensor& key_mask = Tensor());
+  // Hidden rows (N, d_model), as final_hidden gives them -> logits (N, vocab).
+  Tensor head_logits(const Tensor& hidden_rows);
 
   // The inner model ("model." prefix) holds everything but the untied head.
   struct Inner : Module {

@@ -16,6 +16,7 @@
 #include "nn/generate.h"
 #include "nn/init.h"
 #include "train/cli/args.h"
+#include "train/cli/loaded_run.h"
 #include "train/formats/checkpoint.h"
 #include "train/device_setting.h"
 #include "core/file_io.h"
@@ -34,83 +35,8 @@ namespace {
 
 const FlagSpec kConfig{"--config", "FILE", "", "run config (JSON); required"};
 const FlagSpec kSet{"--set", "KEY=VALUE", "", "override a config key, e.g. --set optimizer.lr=1e-3 (repeatable)", true};
-const FlagSpec kCheckpoint{"--checkpoint", "PATH", "", "a checkpoint directory, or a run folder (its latest checkpoint); required"};
 
 train::RunConfig config_from(const Args& a) { return train::load_config(a.require("--config"), a.all("--set")); }
-
-// A trained model ready for inference: its resolved config, weights and tokenizer, all from
-// the checkpoint (train/portable_checkpoint.h), so that it works from any directory.
-struct LoadedRun {
-  train::RunConfig config;
-  std::unique_ptr<nn::CausalLM> model;
-  std::shared_ptr<const data::Tokenizer> tokenizer;
-  formats::CheckpointData checkpoint;  // its state.json and files (the tensors are in the model)
-  std::int64_t step = 0;
-  fs::path checkpoint_dir;
-  std::string label;  // "checkpoint <dir>", for errors
-};
-
-// --set on a command that runs a trained model: only where it runs may change.
-const FlagSpec kDeviceSet{"--set", "training.device=DEVICE", "",
-                          "run on cpu, cuda, cuda:N or auto (the checkpoint's other keys stay as trained)", true};
-const FlagSpec kData{"--data", "DIR", "", "prepared data folder to evaluate on (default: the one the run trained on)"};
-const FlagSpec kText{"--text", "FILE", "", "evaluate on this text file instead of prepared data"};
-const FlagSpec kBos{"--bos", "RULE", "run",
-                    "bos at the start of every window / prompt: run (as the checkpoint's run did), always, never"};
-
-LoadedRun load_run(const std::string& path, const std::vector<std::string>& overrides = {}) {
-  const fs::path dir = formats::find_checkpoint(path);
-  LoadedRun run;
-  run.checkpoint = formats::load_checkpoint(dir, {.optimizer = false});  // the model only runs
-  formats::CheckpointData& ck = run.checkpoint;
-  run.step = ck.step;
-  run.checkpoint_dir = dir;
-  run.label = "checkpoint " + dir.string();
-  nlohmann::json config = ck.state.at("config");
-  config["training"]["device"] = "cpu";  // where it trained does not matter here
-  for (const std::string& o : overrides) {
-    DARK_CHECK(o.rfind("training.device=", 0) == 0, "--set ", o, ": only training.device may be set here (the model "
-               "is the checkpoint's)");
-    train::apply_override(config, o);
-  }
-  run.config = train::parse_config(config);
-  run.tokenizer = train::checkpoint_tokenizer(ck, run.config, run.label);
-  {
-    const nn::SkipInitialisation loaded_next;  // every parameter comes from the checkpoint
-    run.model = train::build_model(run.config);
-  }
-  train::load_trained_state(*run.model, ck, run.config, run.label);
-  ck.model.clear(), ck.attention.clear();  // now in the model
-  run.model->to(train::resolve_device(run.config.training.device));
-  run.model->train(false);
-  return run;
-}
-
-// --bos: whether windows and prompts start with bos (data/prepare.h BosRule); "run" is what
-// the checkpoint's run did.
-bool bos_flag(const LoadedRun& run, const Args& a) {
-  const std::string rule = a.get("--bos");
-  DARK_CHECK(rule == "run" || rule == "always" || rule == "never", "--bos: expected run, always or never, got '", rule,
-             "'");
-  const bool bos = rule == "run" ? train::checkpoint_bos(run.checkpoint) : rule == "always";
-  DARK_CHECK(!bos || run.tokenizer->bos_id() >= 0, "--bos ", rule, ": tokenizer ", run.tokenizer->hash(),
-             " has no bos token");
-  return bos;
-}
-
-// The data eval and probe read: --text FILE, else prepared data by the rule of run_files.h.
-// `text` keeps the scratch shard of --text alive.
-data::PreparedData run_data(const LoadedRun& run, const Args& a, data::TextData& text) {
-  DARK_CHECK(!(a.has("--text") && a.has("--data")), "--text and --data exclude each other");
-  const bool bos = bos_flag(run, a);
-  if (!a.has("--text"))
-    return train::checkpoint_data(run.checkpoint, run.config, *run.tokenizer, bos, a.get("--data"), run.label);
-  text = data::text_as_data(a.get("--text"), run.tokenizer, bos);
-  const std::int64_t needed = run.config.data.seq_len + 1;
-  DARK_CHECK(text.data.val_tokens >= needed, "--text ", a.get("--text"), ": ", text.data.val_tokens,
-             " tokens, fewer than one window of data.seq_len + 1 = ", needed);
-  return text.data;
-}
 
 }  // namespace
 
