@@ -60,6 +60,7 @@ SelfAttention::Heads SelfAttention::project(const Tensor& x, std::int64_t positi
 }
 
 Tensor SelfAttention::forward(const Tensor& x, const Tensor& key_mask) {
+  if (input_observer) input_observer(x);
   const Heads h = project(x, 0);
   return o_proj.forward(reshape(kernel->forward(h.q, h.k, h.v, key_mask), {x.size(0), x.size(1), n_heads * head_dim}));
 }

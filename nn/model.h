@@ -12,6 +12,7 @@
 // everywhere (Gemma's checkpoints store w with the multiplier 1 + w; import and export shift).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -80,8 +81,11 @@ class SelfAttention : public Module {
   std::unique_ptr<AttentionKernel> kernel;
   std::int64_t n_heads, n_kv_heads, head_dim;
   double rope_theta;
+  // When set, forward() first hands it the layer's input x (B, T, d_model): attention
+  // transfer computes its targets from the same input with the source's projections
+  // (train/swap/source_attention.h).
+  std::function<void(const Tensor& x)> input_observer;
 
- private:
   // Queries and keys (RoPE from `position` on) and values of x, split into heads.
   struct Heads {
     Tensor q, k, v;
@@ -158,7 +162,7 @@ class CausalLM : public Module {
   // Every layer's attention kernel, by layer.
   std::vector<AttentionKernel*> attention_kernels();
   // The residual stream after the first `layers` decoder blocks (no final norm, no head), in
-  // eval semantics: what attention transfer (train/transfer.h) runs its layers' inputs through.
+  // eval semantics: what attention transfer (train/swap/transfer.h) runs its layers' inputs through.
   Tensor hidden_states_through(const Tensor& ids, std::size_t layers);
   // What the LM head reads: the final-normed hidden states (B, T, d_model) of ids, in eval
   // semantics. With head_logits, a caller takes the logits of the rows it needs, a few at a

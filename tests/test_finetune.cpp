@@ -10,7 +10,7 @@
 #include "tests/train_test_util.h"
 #include "train/formats/checkpoint.h"
 #include "train/config.h"
-#include "train/finetune.h"
+#include "train/swap/finetune.h"
 #include "train/formats/gguf_import.h"
 #include "train/model_builder.h"
 #include "train/trainer.h"

@@ -17,7 +17,7 @@
 #include "nn/layers.h"
 #include "tests/test_util.h"
 #include "train/config.h"
-#include "train/finetune.h"
+#include "train/swap/finetune.h"
 #include "train/formats/hf_export.h"
 #include "train/model_builder.h"
 

@@ -20,7 +20,7 @@
 #include "train/formats/checkpoint.h"
 #include "train/cli/commands.h"
 #include "train/config.h"
-#include "train/finetune.h"
+#include "train/swap/finetune.h"
 #include "train/formats/hf_export.h"
 #include "train/formats/hf_import.h"
 #include "train/model_builder.h"

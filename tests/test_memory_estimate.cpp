@@ -13,7 +13,7 @@
 #include "tests/test_util.h"
 #include "tests/train_test_util.h"
 #include "train/config.h"
-#include "train/finetune.h"
+#include "train/swap/finetune.h"
 #include "train/memory_estimate.h"
 #include "train/memory_limit.h"
 #include "train/model_builder.h"

@@ -295,7 +295,7 @@ TEST(Sweep, SeededReportsPairMethodsAndASecondSweepFileExtendsTheFolder) {
   EXPECT_TRUE(fs::exists(tmp.path() / "out/plots/attention_stats.gp"));
   EXPECT_EQ(md.find("## Attention transfer"), std::string::npos) << "no point transferred";
 
-  // Points with a transfer.json (train/transfer.h's format) get its numbers: the loss at the
+  // Points with a transfer.json (train/swap/transfer.h's format) get its numbers: the loss at the
   // swap, the layers' median errors averaged, their pairs by seed.
   for (int seed = 1; seed <= 3; ++seed) {
     const json layers = {{{"layer", 0}, {"error_before", {{"median", 1.0 + seed}}}, {"error_after", {{"median", 0.1 * seed}}}},

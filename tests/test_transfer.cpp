@@ -1,4 +1,4 @@
-// Attention transfer (finetune.transfer, train/transfer.h): the fitted layers move toward the
+// Attention transfer (finetune.transfer, train/swap/transfer.h): the fitted layers move toward the
 // source's exact attention, measured here against an independent reference (a naive softmax
 // over the source model's own queries, keys and values, not the transfer's recorded targets,
 // so a transfer that fitted the wrong target fails); a transfer-only run (training.steps 0)
@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <numeric>
 #include <thread>
 
 #include "autograd/grad_mode.h"
@@ -21,13 +22,15 @@
 #include "tests/train_test_util.h"
 #include "train/config.h"
 #include "train/evaluate.h"
-#include "train/finetune.h"
+#include "train/swap/finetune.h"
 #include "train/formats/checkpoint.h"
 #include "train/model_builder.h"
 #include "train/stop_signal.h"
 #include "train/trainer.h"
 #include "train/training_run.h"
-#include "train/transfer.h"
+#include "train/swap/attention_error.h"
+#include "train/swap/kernel_scope.h"
+#include "train/swap/transfer.h"
 
 namespace dark::train::transfer_test {  // its own namespace: unity batches join test files
 namespace {
@@ -36,59 +39,77 @@ using dark::testing::TempDir;
 using nlohmann::json;
 namespace fs = std::filesystem;
 
-// Records the queries, keys and values a kernel is given.
-class Recorder final : public nn::AttentionKernel {
- public:
-  explicit Recorder(std::unique_ptr<nn::AttentionKernel> inner_) : inner(std::move(inner_)) {}
-  Tensor forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask) override {
-    seen = {q.detach(), k.detach(), v.detach()};
-    return inner->forward(q, k, v, key_mask);
-  }
-  Tensor decode(const Tensor& q, const Tensor& k, const Tensor& v, std::unique_ptr<nn::DecodeState>& state) override {
-    return inner->decode(q, k, v, state);
-  }
-  const char* kind() const override { return inner->kind(); }
-  std::unique_ptr<nn::AttentionKernel> inner;
-  std::vector<Tensor> seen;
-};
-
-// Causal softmax attention written out: (B, T, H, D) with H = Hkv here.
-Tensor naive_softmax_attention(const Tensor& q, const Tensor& k, const Tensor& v) {
-  const std::int64_t T = q.size(1), D = q.size(3);
-  const Tensor qh = permute(q, {0, 2, 1, 3}), kh = permute(k, {0, 2, 1, 3}), vh = permute(v, {0, 2, 1, 3});
-  Tensor s = mul_scalar(matmul(qh, kh, false, true), 1.0 / std::sqrt(static_cast<double>(D)));
-  std::vector<double> mask(static_cast<std::size_t>(T * T));
-  for (std::int64_t i = 0; i < T; ++i)
-    for (std::int64_t j = 0; j < T; ++j) mask[i * T + j] = j > i ? -1e30 : 0.0;
-  s = add(s, Tensor::from_vector(mask, {T, T}).to(s.dtype()));
-  return permute(matmul(softmax(s, -1), vh), {0, 2, 1, 3});
+// Causal softmax attention written out: q (B, T, Hq, D), k, v (B, T, Hkv, D), query head h on
+// kv head h / (Hq / Hkv); window > 0: query t sees keys t - window < j <= t only.
+Tensor naive_softmax_attention(const Tensor& q, const Tensor& k, const Tensor& v, std::int64_t window = 0) {
+  const std::int64_t B = q.size(0), T = q.size(1), Hq = q.size(2), Hkv = k.size(2), D = q.size(3);
+  const std::vector<double> qv = q.to(DType::f64).contiguous().to_vector<double>();
+  const std::vector<double> kv = k.to(DType::f64).contiguous().to_vector<double>();
+  const std::vector<double> vv = v.to(DType::f64).contiguous().to_vector<double>();
+  std::vector<double> out(qv.size(), 0.0);
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t h = 0; h < Hq; ++h)
+      for (std::int64_t t = 0; t < T; ++t) {
+        const std::int64_t g = h / (Hq / Hkv);
+        std::vector<double> s;
+        double top = -1e300;
+        for (std::int64_t j = 0; j <= t; ++j) {
+          double dot = 0;
+          for (std::int64_t d = 0; d < D; ++d) dot += qv[((b * T + t) * Hq + h) * D + d] * kv[((b * T + j) * Hkv + g) * D + d];
+          const bool seen = window == 0 || t - j < window;
+          s.push_back(seen ? dot / std::sqrt(static_cast<double>(D)) : -1e300);
+          top = std::max(top, s.back());
+        }
+        double z = 0;
+        for (double& x : s) z += (x = x > -1e299 ? std::exp(x - top) : 0.0);
+        for (std::int64_t j = 0; j <= t; ++j)
+          for (std::int64_t d = 0; d < D; ++d)
+            out[((b * T + t) * Hq + h) * D + d] += s[j] / z * vv[((b * T + j) * Hkv + g) * D + d];
+      }
+  return Tensor::from_vector(out, q.shape());
 }
 
-// Per layer: the mean over (batch, position, head) of |kernel(q, k, v) - softmax(q, k, v)| /
-// |softmax(q, k, v)|, with q, k, v the source model's own on `ids`.
-std::vector<double> layer_errors(nn::CausalLM& source, nn::CausalLM& swapped, const Tensor& ids) {
+// What the source computes at every layer on `ids`: the layer's input (the source's stream)
+// and its queries, keys and values.
+struct SourceLayers {
+  std::vector<Tensor> input;
+  std::vector<RecordingKernel::Inputs> qkv;
+};
+SourceLayers record_source(nn::CausalLM& source, const Tensor& ids) {
   NoGradGuard no_grad;
-  std::vector<Recorder*> recorders;
-  for (auto& layer : source.model.layers) {
-    auto r = std::make_unique<Recorder>(std::move(layer->self_attn.kernel));
-    recorders.push_back(r.get());
-    layer->self_attn.kernel = std::move(r);
+  SourceLayers out;
+  out.input.resize(source.model.layers.size());
+  for (std::size_t i = 0; i < out.input.size(); ++i)
+    source.model.layers[i]->self_attn.input_observer = [&out, i](const Tensor& x) { out.input[i] = x.detach(); };
+  {
+    KernelScope<RecordingKernel> scope(source, every_layer(source));
+    source.forward(ids);
+    for (RecordingKernel* r : scope.at) out.qkv.push_back(r->seen.at(0));
   }
-  source.forward(ids);
-  std::vector<double> out;
-  const auto kernels = swapped.attention_kernels();
-  for (std::size_t i = 0; i < recorders.size(); ++i) {
-    const std::vector<Tensor>& in = recorders[i]->seen;
-    const Tensor want = naive_softmax_attention(in[0], in[1], in[2]);
-    const Tensor got = kernels[i]->forward(in[0], in[1], in[2]);
-    const Tensor rel = div(sqrt(sum(square(sub(got, want)), {3})), sqrt(sum(square(want), {3})));
-    out.push_back(mean(rel).item());
-
-  }
-  for (std::size_t i = 0; i < recorders.size(); ++i)
-    source.model.layers[i]->self_attn.kernel = std::move(recorders[i]->inner);
+  for (auto& layer : source.model.layers) layer->self_attn.input_observer = nullptr;
   return out;
 }
+
+// Per layer, every (batch, position, head) row's |kernel(q, k, v) - softmax_source| /
+// |softmax_source|: the swapped layer's kernel on its own projections of the source's stream,
+// against a naive softmax over the source's own q, k, v; at feature epoch `epoch`.
+std::vector<std::vector<double>> layer_row_errors(nn::CausalLM& source, nn::CausalLM& swapped, const Tensor& ids,
+                                                  std::int64_t epoch) {
+  NoGradGuard no_grad;
+  const SourceLayers src = record_source(source, ids);
+  std::vector<std::vector<double>> out;
+  for (std::size_t i = 0; i < src.input.size(); ++i) {
+    nn::SelfAttention& layer = swapped.model.layers[i]->self_attn;
+    const RecordingKernel::Inputs& in = src.qkv[i];
+    const Tensor want = naive_softmax_attention(in.q, in.k, in.v, swapped.config().window_of(static_cast<int>(i)));
+    const nn::SelfAttention::Heads h = layer.project(src.input[i], 0);
+    layer.kernel->set_feature_epoch(epoch);
+    out.push_back(row_relative_errors(layer.kernel->forward(h.q, h.k, h.v), want));
+  }
+  return out;
+}
+
+double mean_of(const std::vector<double>& x) { return std::accumulate(x.begin(), x.end(), 0.0) / static_cast<double>(x.size()); }
 
 json transfer_config(const TempDir& tmp, const std::string& run, int steps, const fs::path& init_from,
                      const json& attention, const json& transfer) {
@@ -109,36 +130,71 @@ std::unique_ptr<nn::CausalLM> model_from(const RunConfig& config, const std::map
   return model;
 }
 
-// A briefly trained tiny model with its query and key projections scaled by 4: logits 16x
-// larger, attention as peaked as a pretrained model's (where random features are poor).
-fs::path peaked_source(const TempDir& tmp) {
-  train(parse_config(quiet(tiny_config(tmp, "pretrain", 10))), {});
-  formats::CheckpointData ck = formats::load_checkpoint(tmp.path() / "pretrain/checkpoints" / formats::checkpoint_name(10));
-  for (auto& [name, t] : ck.model)
-    if (name.ends_with("q_proj.weight") || name.ends_with("k_proj.weight")) t = mul_scalar(t, 4.0);
-  formats::save_checkpoint(tmp.path() / "peaked", ck, 0);
-  return tmp.path() / "peaked";
+// A briefly trained tiny model with its attention made as peaked as a pretrained model's
+// (where random features are poor): its query and key projections scaled by 4 (logits 16x
+// larger); with QK-norm (Gemma's family) the norms' weights instead. `model` patches the tiny
+// config's model section (Gemma 3's shape: GQA, QK-norm, sliding windows).
+fs::path peaked_source(const TempDir& tmp, const json& model = json::object(), const std::string& name = "peaked") {
+  json config = quiet(tiny_config(tmp, "pretrain-" + name, 10));
+  config["model"].merge_patch(model);
+  train(parse_config(config), {});
+  formats::CheckpointData ck =
+      formats::load_checkpoint(tmp.path() / ("pretrain-" + name) / "checkpoints" / formats::checkpoint_name(10));
+  const bool qk_norm = model.value("family", "llama") == "gemma3";
+  for (auto& [n, t] : ck.model)
+    if (qk_norm ? n.ends_with("q_norm.weight") || n.ends_with("k_norm.weight")
+                : n.ends_with("q_proj.weight") || n.ends_with("k_proj.weight"))
+      t = mul_scalar(t, 4.0);
+  formats::save_checkpoint(tmp.path() / name, ck, 0);
+  return tmp.path() / name;
 }
 
-TEST(AttentionTransfer, EveryLayerMovesTowardTheSourcesExactAttention) {
+// Gemma 3's shape in miniature: 4 query heads on 1 key/value head, QK-norm, a sliding-window
+// layer (0, window 8) and a global one (1).
+const json kGemmaShape = {{"family", "gemma3"},      {"d_model", 32},          {"n_heads", 4},
+                          {"n_kv_heads", 1},         {"head_dim", 8},          {"mlp", "geglu_tanh"},
+                          {"sliding_window", 8},     {"sliding_window_pattern", 2}};
+
+// Mean and median as the transfer reports them (train/swap/attention_error.h), computed here.
+std::pair<double, double> mean_and_median(std::vector<double> x) {
+  std::sort(x.begin(), x.end());
+  return {mean_of(x), x[x.size() / 2]};
+}
+
+// The transfer, checked against an independent reference: every swapped layer's errors
+// before and after, recomputed here from the source's own q, k, v (a naive softmax with GQA and
+// the sliding window) and the swapped layer's kernel on its own projections of the source's
+// stream, equal what transfer.json reports, at feature epoch 0 and not at a draw the transfer
+// trained with (epochs 1, 2, ...): the held-out draw is held out. Each layer gets closer to its
+// source in the quantities the fit minimises (the output term, the attention KL) and none goes
+// silent. Gemma's shape (GQA 4:1, QK-norm, windows, `qk`) is one of the cases.
+TEST(AttentionTransfer, EveryLayerMovesTowardTheSourcesExactAttentionOnHeldOutBatchesAndDraw) {
   TempDir tmp;
-  const fs::path source_run = peaked_source(tmp);
-  const auto source_weights = formats::load_checkpoint(formats::find_checkpoint(source_run)).model;
-  for (const json& kind : {json{{"kind", "darkformer"}, {"num_features", 16}},
-                           json{{"kind", "performer"}, {"num_features", 16}, {"exact_window", 4}}}) {
-    const json transfer = {{"steps", 40}, {"lr", 0.01}, {"trainable", kind["kind"] == "performer" ? json{"qk"} : json{"feature_map"}}};
-    const std::string name = kind["kind"].get<std::string>();
-    const RunConfig config = parse_config(transfer_config(tmp, "transfer-" + name, 0, source_run, kind, transfer));
+  struct Case {
+    std::string name;
+    json model, attention, trainable;
+  };
+  const std::vector<Case> cases = {
+      {"darkformer", json::object(), {{"kind", "darkformer"}, {"num_features", 16}}, {"feature_map"}},
+      {"performer-window", json::object(), {{"kind", "performer"}, {"num_features", 16}, {"exact_window", 4}}, {"qk"}},
+      {"gemma-darkformer-window", kGemmaShape,
+       {{"kind", "darkformer"}, {"num_features", 16}, {"exact_window", 4}, {"windowed_layers", "same"}}, {"qk"}},
+  };
+  for (std::int64_t s = 0; s < 1000; ++s) ASSERT_GE(transfer_feature_epoch(s, 10), 1) << "step " << s << " trains on the held-out draw";
+  for (const Case& c : cases) {
+    const fs::path source_run = peaked_source(tmp, c.model, "source-" + c.name);
+    const auto source_weights = formats::load_checkpoint(formats::find_checkpoint(source_run)).model;
+    const json transfer = {{"steps", 40}, {"lr", 0.01}, {"trainable", c.trainable}, {"redraw_interval", 5}};
+    const RunConfig config = parse_config(transfer_config(tmp, "transfer-" + c.name, 0, source_run, c.attention, transfer));
     train(config, {});
-    const fs::path run = tmp.path() / ("transfer-" + name);
-    ASSERT_TRUE(fs::exists(run / "checkpoints" / formats::checkpoint_name(0))) << name;
+    const fs::path run = tmp.path() / ("transfer-" + c.name);
+    ASSERT_TRUE(fs::exists(run / "checkpoints" / formats::checkpoint_name(0))) << c.name;
     const json report = json::parse(read_file(run / "transfer.json"));
     EXPECT_EQ(report["steps"], 40);
-    EXPECT_GT(report["peak_resident_mib"].get<double>(), 1.0) << name;
+    EXPECT_GT(report["peak_resident_mib"].get<double>(), 1.0) << c.name;
     ASSERT_EQ(report["layers"].size(), 2u);
+    EXPECT_EQ(report["collapsed_layers"], 0) << c.name;
 
-    // Independently: the source's own q, k, v on validation text, its exact softmax, and the
-    // swapped kernels before and after.
     RunConfig softmax = config;
     softmax.attention = attention::AttentionConfig{};
     softmax.model = parse_config(json::parse(read_file(run / "config.json"))).model;
@@ -148,26 +204,72 @@ TEST(AttentionTransfer, EveryLayerMovesTowardTheSourcesExactAttention) {
     auto at_swap = model_from(swapped, source_weights);
     auto after = model_from(swapped, formats::load_checkpoint(run / "checkpoints" / formats::checkpoint_name(0)).model);
     const data::PreparedData data = data::open_prepared(config.data.dir);
-    const data::ValidationSet val(data.open_shard(data::Split::val), 8, config.data.seq_len, 16);
-    const Tensor tokens = val.batch(1);  // the transfer measured on batches 0 and 1
-    const Tensor batch = core::slice(tokens, 1, 0, tokens.size(1) - 1).contiguous();
-    // The independent check holds q, k, v at the source's: it applies where only the feature
-    // map trains (darkformer); performer's trained projections are checked through its report.
+    const data::ValidationSet val(data.open_shard(data::Split::val), config.training.batch_size, config.data.seq_len,
+                                  config.data.val_windows);
     // The language-model cost of the swap, before the transfer: the swapped source evaluated here.
     const EvalMetrics swap_eval = evaluate(*at_swap, val, config.training.eval_batches);
-    EXPECT_NEAR(report["validation_at_swap"]["loss"].get<double>(), swap_eval.loss, 1e-4 * swap_eval.loss) << name;
-    EXPECT_EQ(report["validation_at_swap"]["tokens"].get<std::int64_t>(), swap_eval.tokens) << name;
-    const std::vector<double> before_err = layer_errors(*source, *at_swap, batch);
-    const std::vector<double> after_err = layer_errors(*source, *after, batch);
+    EXPECT_NEAR(report["validation_at_swap"]["loss"].get<double>(), swap_eval.loss, 1e-4 * swap_eval.loss) << c.name;
+    EXPECT_EQ(report["validation_at_swap"]["tokens"].get<std::int64_t>(), swap_eval.tokens) << c.name;
+
+    // Every row of the batches the transfer measured on (finetune.transfer.eval_batches: 2).
+    const auto rows_of = [&](nn::CausalLM& model, std::int64_t epoch) {
+      std::vector<std::vector<double>> per_layer(2);
+      for (std::int64_t b = 0; b < 2; ++b) {
+        const Tensor tokens = val.batch(b);
+        const auto e = layer_row_errors(*source, model, core::slice(tokens, 1, 0, tokens.size(1) - 1).contiguous(), epoch);
+        for (std::size_t l = 0; l < 2; ++l) per_layer[l].insert(per_layer[l].end(), e[l].begin(), e[l].end());
+      }
+      return per_layer;
+    };
+    const auto before = rows_of(*at_swap, 0), held_out = rows_of(*after, 0), trained_draw = rows_of(*after, 1);
     for (std::size_t l = 0; l < 2; ++l) {
-      const double reported_before = report["layers"][l]["error_before"]["mean"];
-      const double reported_after = report["layers"][l]["error_after"]["mean"];
-      EXPECT_LT(reported_after, 0.8 * reported_before) << name << " layer " << l;
-      if (name == "darkformer") EXPECT_LT(after_err[l], 0.8 * before_err[l]) << name << " layer " << l;
+      const json& layer = report["layers"][l];
+      const std::string where = c.name + " layer " + std::to_string(l);
+      const auto [before_mean, before_median] = mean_and_median(before[l]);
+      const auto [after_mean, after_median] = mean_and_median(held_out[l]);
+      EXPECT_NEAR(layer["error_before"]["mean"].get<double>(), before_mean, 2e-5) << where;
+      EXPECT_NEAR(layer["error_before"]["median"].get<double>(), before_median, 2e-5) << where;
+      EXPECT_NEAR(layer["error_after"]["mean"].get<double>(), after_mean, 2e-5) << where;
+      EXPECT_NEAR(layer["error_after"]["median"].get<double>(), after_median, 2e-5) << where;
+      // The draw matters (well beyond that tolerance), so a report measured at a training draw
+      // would fail the lines above.
+      EXPECT_GT(std::fabs(mean_of(trained_draw[l]) - after_mean), 1e-4) << where;
+      EXPECT_EQ(layer["error_after"]["count"].get<std::int64_t>(), static_cast<std::int64_t>(held_out[l].size())) << where;
+      // Closer in what the fit minimises (the attention term here, where the peaked source's
+      // outputs are nearly reached at the swap), and not by going silent.
+      const auto objective = [&](const json& fit) {
+        return config.finetune.transfer.output_weight * fit["output_error"].get<double>() +
+               config.finetune.transfer.attention_weight * fit["attention_kl"].get<double>();
+      };
+      EXPECT_LT(objective(layer["after"]), 0.7 * objective(layer["before"])) << where;
+      EXPECT_LT(layer["after"]["attention_kl"].get<double>(), layer["before"]["attention_kl"].get<double>()) << where;
+      EXPECT_GE(layer["after"]["norm_ratio"].get<double>(), kCollapsedNorm) << where;
+      EXPECT_FALSE(layer["collapsed"].get<bool>()) << where;
     }
   }
 }
 
+// A layer that outputs (almost) nothing after its transfer is reported as collapsed, in
+// transfer.json and on the console: here every kernel's eps guard is far above its features'
+// sum, so each layer's output is a sliver of its target's whatever the fit does.
+TEST(AttentionTransfer, ACollapsedLayerIsReported) {
+  TempDir tmp;
+  const fs::path source = peaked_source(tmp);
+  json config = transfer_config(tmp, "silent", 0, source, {{"kind", "darkformer"}, {"num_features", 16}, {"eps", 1e6}},
+                                {{"steps", 2}, {"lr", 1e-4}});
+  dark::testing::write_text(tmp / "silent.json", config.dump(2));
+  ASSERT_EQ(dark::testing::run_child({DARKFORMER_EXE, "train", "--config", tmp / "silent.json"}, tmp / "silent.log"), 0)
+      << dark::testing::read_all(tmp / "silent.log");
+  const json report = json::parse(read_file(tmp.path() / "silent/transfer.json"));
+  EXPECT_EQ(report["collapsed_layers"], 2);
+  for (const json& layer : report["layers"]) {
+    EXPECT_TRUE(layer["collapsed"].get<bool>()) << layer.dump();
+    EXPECT_LT(layer["after"]["norm_ratio"].get<double>(), kCollapsedNorm) << layer.dump();
+  }
+  const std::string log = dark::testing::read_all(tmp / "silent.log");
+  EXPECT_NE(log.find("attention transfer: layer 0 collapsed"), std::string::npos) << log;
+  EXPECT_NE(log.find("attention transfer: layer 1 collapsed"), std::string::npos) << log;
+}
 
 // A run that transfers and then finetunes, interrupted after its first checkpoint, resumes
 // with the same losses as the uninterrupted run: the weights come from the checkpoint and the
@@ -275,6 +377,12 @@ TEST(AttentionTransfer, SettingsThatCannotWorkAreErrors) {
   dark::testing::expect_error(
       [&] { train(parse_config(transfer_config(tmp, "s", 0, source, {{"kind", "softmax"}}, {{"steps", 2}})), {}); },
       {"finetune.transfer", "no layer is swapped"});
+  dark::testing::expect_error(
+      [&] {
+        parse_config(transfer_config(tmp, "z", 0, source, {{"kind", "darkformer"}},
+                                     {{"steps", 2}, {"output_weight", 0}, {"attention_weight", 0}}));
+      },
+      {"finetune.transfer.attention_weight", "output_weight", "both 0"});
 }
 
 }  // namespace

@@ -514,6 +514,20 @@ std::vector<Field> make_schema() {
                 "attention transfer: what trains in the swapped layers: presets feature_map (the kind's own "
                 "parameters), qk (and q_proj, k_proj: performer has no parameters of its own), qkv (and v_proj), "
                 "or parameter-name globs"),
+      number(DARK_CONFIG_MEMBER(finetune.transfer.output_weight), non_negative(),
+             "attention transfer: weight of the output term, |out - exact|^2 / |exact|^2 per swapped layer"),
+      number(DARK_CONFIG_MEMBER(finetune.transfer.attention_weight), non_negative(),
+             "attention transfer: weight of the attention-weight term, KL(exact weights || the kernel's) in nats on "
+             "sampled query rows (what keeps a layer from fitting by going silent)"),
+      integer(DARK_CONFIG_MEMBER(finetune.transfer.attention_rows), 1,
+              "attention transfer: query rows per sequence the attention-weight term is computed on (drawn anew "
+              "each step; the measurements use as many evenly spaced rows)"),
+      integer(DARK_CONFIG_MEMBER(finetune.transfer.redraw_interval), 0,
+              "attention transfer: steps between feature redraws (feature epochs 1, 2, ...; epoch 0, the draw "
+              "finetuning starts with, is held out for the measurements); 0 = one draw throughout"),
+      number(DARK_CONFIG_MEMBER(finetune.transfer.window_dropout), unit_interval(true),
+             "attention transfer: probability that a step runs a swapped layer without its exact window (features "
+             "only), falling linearly to 0 over the transfer; 0 = off"),
       integer(DARK_CONFIG_MEMBER(finetune.transfer.eval_batches), 1,
               "attention transfer: validation batches each swapped layer's error is measured on, before and after"),
       integer(DARK_CONFIG_MEMBER(finetune.transfer.checkpoint_interval), 0,
@@ -897,6 +911,10 @@ void validate_config(const RunConfig& config) {
   if (config.finetune.transfer.steps > 0 && config.finetune.init_from.empty()) {
     fail("finetune.transfer.steps", "attention transfer fits swapped layers to a pretrained model's attention: set "
                                     "finetune.init_from to that model (or finetune.transfer.steps to 0)");
+  }
+  if (config.finetune.transfer.output_weight == 0 && config.finetune.transfer.attention_weight == 0) {
+    fail("finetune.transfer.attention_weight", "and finetune.transfer.output_weight are both 0: the transfer would fit "
+                                               "nothing; give one of them a weight");
   }
   if (config.finetune.transfer.trainable.empty()) {
     fail("finetune.transfer.trainable", "is empty: nothing would train; use [\"feature_map\"], [\"qk\"] or globs");

@@ -75,8 +75,8 @@ struct TrainingConfig {
 };
 
 // Finetuning: start from trained weights (ours or a GGUF model), possibly with another
-// attention kind, and train only some parameters. See train/finetune.h.
-// Attention transfer before finetuning (train/transfer.h): each swapped layer is fitted to
+// attention kind, and train only some parameters. See train/swap/finetune.h.
+// Attention transfer before finetuning (train/swap/transfer.h): each swapped layer is fitted to
 // reproduce its exact attention output on the frozen source model's activations.
 struct TransferConfig {
   std::int64_t steps = 0;  // optimizer steps of training batches; 0 = no transfer
@@ -84,8 +84,13 @@ struct TransferConfig {
   // What trains, in the swapped layers only: presets feature_map (the kind's own parameters:
   // DARKFormer's M, LFK's W), qk (and q_proj, k_proj), qkv (and v_proj), or parameter globs.
   std::vector<std::string> trainable = {"feature_map"};
+  double output_weight = 1.0;     // weight of |out - exact|^2 / |exact|^2 per swapped layer
+  double attention_weight = 0.1;  // weight of KL(exact attention weights || the kernel's), sampled rows
+  int attention_rows = 32;        // query rows per sequence the attention-weight term is computed on
+  std::int64_t redraw_interval = 10;  // steps between feature redraws (epochs 1, 2, ...; 0 held out); 0 = one draw
+  double window_dropout = 0.0;    // probability a step runs a layer without its exact window, falling to 0; 0 = off
   int eval_batches = 2;  // validation batches the per-layer error is measured on, before and after
-  // Steps between saves of the transfer's state (train/transfer_state.h), which --resume
+  // Steps between saves of the transfer's state (train/swap/transfer_state.h), which --resume
   // continues; 0: only when a stop signal arrives.
   std::int64_t checkpoint_interval = 50;
 };

@@ -12,7 +12,7 @@
 #include "core/allocator.h"
 #include "nn/optim.h"
 #include "nn/parameter_buffer.h"
-#include "train/finetune.h"
+#include "train/swap/finetune.h"
 
 namespace dark::train {
 namespace {

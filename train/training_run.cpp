@@ -11,14 +11,14 @@
 #include "core/file_io.h"
 #include "train/attention_state.h"
 #include "train/device_setting.h"
-#include "train/finetune.h"
+#include "train/swap/finetune.h"
 #include "train/memory_estimate.h"
 #include "train/model_builder.h"
 #include "nn/init.h"
 #include "train/portable_checkpoint.h"
 #include "train/stop_signal.h"
-#include "train/transfer.h"
-#include "train/transfer_state.h"
+#include "train/swap/transfer.h"
+#include "train/swap/transfer_state.h"
 
 namespace dark::train {
 namespace fs = std::filesystem;
@@ -217,11 +217,14 @@ struct WeightsOrigin {
 };
 WeightsOrigin find_weights(RunConfig& config, const fs::path& dir, bool resume, bool finetuning);
 
-// The model on its device with its weights (the source's, then the checkpoint's), the
-// trainable parameters' flat buffer, data parallelism and the optimizer with its state.
-// Frees the source once the model holds its weights.
-void build_trainable_model(TrainingRun& run, std::optional<InitSource>& source,
-                           const std::optional<formats::CheckpointData>& checkpoint, bool communicates);
+// The model on its device with the source's weights (a finetuning run) or none yet (a
+// resumed run: its checkpoint's come in make_trainable). Frees the source once the model
+// holds its weights.
+void build_model_with_weights(TrainingRun& run, std::optional<InitSource>& source, bool resumed);
+// What training needs of the model: the trainable parameters' flat buffer (the rest frozen),
+// data parallelism and the optimizer, with the checkpoint's state when resuming. After the
+// attention transfer, which trains its own tensors (train/swap/transfer.h).
+void make_trainable(TrainingRun& run, const std::optional<formats::CheckpointData>& checkpoint, bool communicates);
 
 // The training loader and validation set, on the model's device.
 void open_data_streams(TrainingRun& run);
@@ -277,19 +280,22 @@ TrainingRun start_run(RunConfig config, bool resume) {
   run.config = std::move(config);
   const RunConfig& c = run.config;
 
-  build_trainable_model(run, origin.source, origin.checkpoint, communicates);
+  const bool resumed = origin.checkpoint.has_value();
+  build_model_with_weights(run, origin.source, resumed);
   open_data_streams(run);
-  if (c.training.cuda_graph) run.step_graph = std::make_unique<StepGraph>(run.device);
   // Calibration reads the same global batches on every rank, so its result is the same
   // everywhere (and the same as a one-process run's) without communication.
-  if (!run.resumed) calibrate_attention(*run.model, c, *run.loader);
+  if (!resumed) calibrate_attention(*run.model, c, *run.loader);
   // Attention transfer starts from the calibrated kernels; a resumed run has done it already.
-  if (!run.resumed && c.finetune.transfer.steps > 0) {
+  if (!resumed && c.finetune.transfer.steps > 0) {
     const TransferKeeping keeping{run.dir, run.writes(), [&run] { return stop_requested(run); }};
     const TransferReport transfer = run_transfer(*run.model, c, *run.loader, *run.val, *run.comm, keeping);
     run.stopped_in_transfer = transfer.stopped;
     if (run.writes() && !transfer.stopped) write_file_atomic(run.dir / "transfer.json", transfer.to_json().dump(2) + "\n");
+    if (transfer.stopped) return run;
   }
+  make_trainable(run, origin.checkpoint, communicates);
+  if (c.training.cuda_graph) run.step_graph = std::make_unique<StepGraph>(run.device);
   run.redraw_intervals = redraw_intervals(c);
   set_feature_epochs(*run.model, run.redraw_intervals, run.step);
   log_data_parallel(run);
@@ -310,7 +316,7 @@ namespace {
 WeightsOrigin find_weights(RunConfig& config, const fs::path& dir, bool resume, bool finetuning) {
   WeightsOrigin origin;
   // A transfer stopped before the run's first checkpoint continues from its own state
-  // (train/transfer_state.h): the weights come from the source again.
+  // (train/swap/transfer_state.h): the weights come from the source again.
   const bool transfer_only = resume && finetuning && !formats::latest_checkpoint(dir) && transfer_in_progress(dir);
   if (resume && !transfer_only) {
     const auto latest = formats::latest_checkpoint(dir);
@@ -327,10 +333,9 @@ WeightsOrigin find_weights(RunConfig& config, const fs::path& dir, bool resume, 
   return origin;
 }
 
-void build_trainable_model(TrainingRun& run, std::optional<InitSource>& source,
-                           const std::optional<formats::CheckpointData>& checkpoint, bool communicates) {
+void build_model_with_weights(TrainingRun& run, std::optional<InitSource>& source, bool resumed) {
   const RunConfig& c = run.config;
-  if (checkpoint) {
+  if (resumed) {
     const nn::SkipInitialisation loaded_next;  // a resumed run: every parameter comes from its checkpoint
     run.model = build_model(c);
   } else {
@@ -347,6 +352,10 @@ void build_trainable_model(TrainingRun& run, std::optional<InitSource>& source,
   run.model->to(run.device);
   run.model->activation_checkpointing = c.training.activation_checkpointing;
   if (c.training.precision == Precision::bf16) run.model->set_compute_dtype(DType::bf16);
+}
+
+void make_trainable(TrainingRun& run, const std::optional<formats::CheckpointData>& checkpoint, bool communicates) {
+  const RunConfig& c = run.config;
   const Freezing freezing = freeze_parameters(*run.model, c.finetune.trainable);
   log_freezing(freezing, c);
   run.params = std::make_unique<nn::ParameterBuffer>(freezing.trainable, run.world_size());

@@ -18,6 +18,8 @@
 #include "data/loader.h"
 #include "train/model_builder.h"
 #include "train/progress.h"
+#include "train/swap/attention_error.h"
+#include "train/swap/kernel_scope.h"
 
 namespace dark::experiments {
 
@@ -26,80 +28,16 @@ namespace {
 using attention::AttentionConfig;
 using attention::Kind;
 
-// Stands in for a layer's kernel while the model runs, keeping what the kernel is given.
-class RecordingKernel final : public nn::AttentionKernel {
- public:
-  struct Inputs {
-    Tensor q, k, v;
-  };
-  explicit RecordingKernel(std::unique_ptr<nn::AttentionKernel> inner) : inner(std::move(inner)) {}
-  Tensor forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask) override {
-    seen.push_back({q.detach(), k.detach(), v.detach()});
-    return inner->forward(q, k, v, key_mask);
-  }
-  Tensor decode(const Tensor& q, const Tensor& k, const Tensor& v, std::unique_ptr<nn::DecodeState>& state) override {
-    return inner->decode(q, k, v, state);
-  }
-  const char* kind() const override { return inner->kind(); }
-
-  std::unique_ptr<nn::AttentionKernel> inner;
-  std::vector<Inputs> seen;
-};
-
-// Puts a RecordingKernel in front of every layer's kernel for its lifetime, and gives the
-// model its own kernels back on every path out, an exception included.
-class RecordingScope {
- public:
-  explicit RecordingScope(nn::CausalLM& model) : model_(model) {
-    for (auto& layer : model_.model.layers) {
-      auto recorder = std::make_unique<RecordingKernel>(std::move(layer->self_attn.kernel));
-      recorders_.push_back(recorder.get());
-      layer->self_attn.kernel = std::move(recorder);
-    }
-  }
-  RecordingScope(const RecordingScope&) = delete;
-  RecordingScope& operator=(const RecordingScope&) = delete;
-  ~RecordingScope() {
-    for (std::size_t i = 0; i < recorders_.size(); ++i)
-      model_.model.layers[i]->self_attn.kernel = std::move(recorders_[i]->inner);
-  }
-  // What layer i's kernel has been given so far.
-  std::vector<RecordingKernel::Inputs> take(std::size_t layer) { return std::move(recorders_[layer]->seen); }
-  std::size_t layers() const { return recorders_.size(); }
-
- private:
-  nn::CausalLM& model_;
-  std::vector<RecordingKernel*> recorders_;  // owned by the layers while the scope lives
-};
-
 // Runs `batches` (B, T + 1) token batches through the model and returns, per layer, the
 // attention inputs of every batch. The model's kernels are restored afterwards, also when a
 // forward pass throws.
-std::vector<std::vector<RecordingKernel::Inputs>> record_attention_inputs(nn::CausalLM& model,
-                                                                          const std::vector<Tensor>& batches) {
-  RecordingScope scope(model);
+std::vector<std::vector<train::RecordingKernel::Inputs>> record_attention_inputs(nn::CausalLM& model,
+                                                                                 const std::vector<Tensor>& batches) {
+  train::KernelScope<train::RecordingKernel> scope(model, train::every_layer(model));
   for (const Tensor& tokens : batches) model.forward(core::slice(tokens, 1, 0, tokens.size(1) - 1).contiguous());
-  std::vector<std::vector<RecordingKernel::Inputs>> out;
-  for (std::size_t i = 0; i < scope.layers(); ++i) out.push_back(scope.take(i));
+  std::vector<std::vector<train::RecordingKernel::Inputs>> out;
+  for (train::RecordingKernel* recorder : scope.at) out.push_back(std::move(recorder->seen));
   return out;
-}
-
-// |out - ref| / |ref| per (batch, position, head) row of (B, T, H, D) tensors, in row order.
-std::vector<double> token_errors(const Tensor& out, const Tensor& ref) {
-  const std::int64_t D = out.size(3);
-  const std::vector<float> o = out.to(DType::f32).contiguous().to_vector<float>();
-  const std::vector<float> r = ref.to(DType::f32).contiguous().to_vector<float>();
-  std::vector<double> errors(o.size() / D);
-  for (std::size_t row = 0; row < errors.size(); ++row) {
-    double num = 0, den = 0;
-    for (std::int64_t d = 0; d < D; ++d) {
-      const double diff = static_cast<double>(o[row * D + d]) - r[row * D + d];
-      num += diff * diff;
-      den += static_cast<double>(r[row * D + d]) * r[row * D + d];
-    }
-    errors[row] = den > 0 ? std::sqrt(num / den) : 0.0;
-  }
-  return errors;
 }
 
 // Errors of one (layer, method, m), split by head.
@@ -141,7 +79,7 @@ void copy_parameter(Tensor& to, const Tensor& from) {
 
 std::vector<Estimator> estimators_for(const nn::AttentionShape& shape, const AttentionConfig& layer_settings,
                                       nn::AttentionKernel& trained, std::int64_t m, std::uint64_t seed,
-                                      const std::vector<RecordingKernel::Inputs>& calibration, Device device) {
+                                      const std::vector<train::RecordingKernel::Inputs>& calibration, Device device) {
   AttentionConfig base;
   base.num_features = static_cast<int>(m);
   base.seed = seed;
@@ -218,7 +156,7 @@ std::vector<Estimator> estimators_for(const nn::AttentionShape& shape, const Att
 // Runs `linear` on every batch of `inputs` for draws 0 .. redraws - 1 and adds its errors to
 // `acc` (this layer) and `all` (every layer): swap against `softmax_out`, Monte Carlo against
 // `exact_out` (none when empty: no fixed kernel).
-void measure(nn::AttentionKernel& linear, const std::vector<RecordingKernel::Inputs>& inputs,
+void measure(nn::AttentionKernel& linear, const std::vector<train::RecordingKernel::Inputs>& inputs,
              const std::vector<Tensor>& softmax_out, const std::vector<Tensor>& exact_out, std::int64_t redraws,
              Accumulator& acc, Accumulator& all) {
   for (std::int64_t draw = 0; draw < redraws; ++draw) {
@@ -227,11 +165,11 @@ void measure(nn::AttentionKernel& linear, const std::vector<RecordingKernel::Inp
     std::int64_t draw_count = 0;
     for (std::size_t b = 0; b < inputs.size(); ++b) {
       const Tensor out = linear.forward(inputs[b].q, inputs[b].k, inputs[b].v);
-      const std::vector<double> swap = token_errors(out, softmax_out[b]);
+      const std::vector<double> swap = train::row_relative_errors(out, softmax_out[b]);
       acc.add(acc.swap, swap);
       all.add(all.swap, swap);
       if (exact_out.empty()) continue;
-      const std::vector<double> mc_errors = token_errors(out, exact_out[b]);
+      const std::vector<double> mc_errors = train::row_relative_errors(out, exact_out[b]);
       acc.add(acc.monte_carlo, mc_errors);
       all.add(all.monte_carlo, mc_errors);
       draw_sum += std::accumulate(mc_errors.begin(), mc_errors.end(), 0.0);

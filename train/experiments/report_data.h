@@ -25,7 +25,7 @@ struct ReportPoint {
   metrics::StabilityReport stability;
   std::string method, group;
   std::optional<std::int64_t> seed;
-  nlohmann::json transfer;  // the run's transfer.json (attention transfer, train/transfer.h); null without one
+  nlohmann::json transfer;  // the run's transfer.json (attention transfer, train/swap/transfer.h); null without one
   std::string name() const { return row["name"].get<std::string>(); }
 };
 

@@ -34,7 +34,7 @@
 #include "train/run_lock.h"
 #include "train/metrics/stability.h"
 #include "train/stop_signal.h"
-#include "train/transfer_state.h"
+#include "train/swap/transfer_state.h"
 
 namespace dark::experiments {
 namespace fs = std::filesystem;

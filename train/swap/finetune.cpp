@@ -1,5 +1,5 @@
 // Finetuning sources, architecture adoption, attention swap and freezing (see finetune.h).
-#include "train/finetune.h"
+#include "train/swap/finetune.h"
 
 #include <spdlog/spdlog.h>
 

@@ -1,8 +1,7 @@
 // A transfer's saved state (see transfer_state.h).
-#include "train/transfer_state.h"
+#include "train/swap/transfer_state.h"
 
 #include <string>
-#include <string_view>
 
 #include "core/error.h"
 #include "train/formats/checkpoint.h"
@@ -14,9 +13,6 @@ using nlohmann::json;
 namespace {
 
 fs::path state_folder(const fs::path& run_dir) { return run_dir / "transfer"; }
-
-// AdamW's moments in optimizer.safetensors, by parameter name.
-constexpr std::string_view kFirstMoment = "exp_avg.", kSecondMoment = "exp_avg_sq.";
 
 }  // namespace
 
@@ -42,8 +38,7 @@ void save_transfer_state(const fs::path& run_dir, const TransferState& state, co
   formats::CheckpointData data;
   data.step = state.step;
   data.model = state.params;
-  for (const auto& [name, t] : state.exp_avg) data.optimizer[std::string(kFirstMoment) + name] = t;
-  for (const auto& [name, t] : state.exp_avg_sq) data.optimizer[std::string(kSecondMoment) + name] = t;
+  data.optimizer = state.optimizer;
   data.state = {{"transfer", state.record}, {"settings", settings}};
   formats::save_checkpoint(state_folder(run_dir), data, /*keep_last=*/1);
 }
@@ -64,10 +59,7 @@ std::optional<TransferState> load_transfer_state(const fs::path& run_dir, const 
   TransferState state;
   state.step = data.step;
   state.params = std::move(data.model);
-  for (auto& [name, t] : data.optimizer) {
-    if (name.starts_with(kSecondMoment)) state.exp_avg_sq[name.substr(kSecondMoment.size())] = t;
-    else if (name.starts_with(kFirstMoment)) state.exp_avg[name.substr(kFirstMoment.size())] = t;
-  }
+  state.optimizer = std::move(data.optimizer);
   state.record = data.state.at("transfer");
   return state;
 }

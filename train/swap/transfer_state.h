@@ -1,10 +1,11 @@
-// An attention transfer's state between two of its steps (train/transfer.h), so that a stopped
+// An attention transfer's state between two of its steps (train/swap/transfer.h), so that a stopped
 // transfer continues where it stopped (`darkformer train --resume`) instead of starting over.
 // Saved every finetune.transfer.checkpoint_interval steps and when a stop signal arrives, in
 // <run>/transfer/checkpoints/step_<N>/ (the checkpoint format of train/formats/checkpoint.h,
 // so it is written atomically and checksummed; the newest is kept):
 //   model.safetensors      the tensors the transfer trains, by parameter name
-//   optimizer.safetensors  AdamW's moments: exp_avg.<name>, exp_avg_sq.<name>
+//   optimizer.safetensors  its AdamW's state (nn::Optimizer::state(): exp_avg.<name>,
+//                          exp_avg_sq.<name>, steps)
 //   state.json             "transfer": what was measured before the first step (the loss at the
 //                          swap, each layer's error) and the first step's loss; "settings":
 //                          what the transfer's result depends on, checked on resume
@@ -22,7 +23,7 @@ namespace dark::train {
 
 struct TransferState {
   std::int64_t step = 0;  // transfer steps taken
-  formats::TensorMap params, exp_avg, exp_avg_sq;
+  formats::TensorMap params, optimizer;
   nlohmann::json record = nlohmann::json::object();  // the measurements before the first step, the first loss
 };
 
