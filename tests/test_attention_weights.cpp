@@ -32,7 +32,7 @@ struct Case {
 
 constexpr std::int64_t kB = 2, kT = 20, kHq = 4, kHkv = 1, kD = 8, kM = 16;
 
-std::unique_ptr<attention::RandomFeatureAttention> make_kernel(const Case& c) {
+std::unique_ptr<attention::RandomFeatureAttention> make_kernel(const Case& c, DType dtype = DType::f64) {
   attention::AttentionConfig config;
   config.kind = c.kind;
   config.num_features = kM;
@@ -42,13 +42,13 @@ std::unique_ptr<attention::RandomFeatureAttention> make_kernel(const Case& c) {
   config.darkformer.rank = c.rank;
   config.seed = 11;
   std::unique_ptr<nn::AttentionKernel> k =
-      attention::make_factory(config)(nn::AttentionShape{kHq, kHkv, kD, 0, DType::f64, c.layer_window});
+      attention::make_factory(config)(nn::AttentionShape{kHq, kHkv, kD, 0, dtype, c.layer_window});
   auto* rf = dynamic_cast<attention::RandomFeatureAttention*>(k.release());
   EXPECT_NE(rf, nullptr);
   std::unique_ptr<attention::RandomFeatureAttention> out(rf);
   NoGradGuard no_grad;
   for (auto& [name, p] : out->named_parameters())  // DARKFormer's M away from the identity
-    p->copy_(add(*p, mul_scalar(Tensor::randn(p->shape(), 21, 0, DType::f64), 0.2)));
+    p->copy_(add(*p, mul_scalar(Tensor::randn(p->shape(), 21, 0, DType::f64), 0.2).to(dtype)));
   out->set_feature_epoch(2);
   return out;
 }
@@ -153,6 +153,21 @@ TEST(AttentionWeights, DivergenceEqualsANaiveComputationWithTheKernelsOwnWeights
     double worst = 0;
     for (std::size_t i = 0; i < out.size(); ++i) worst = std::max(worst, std::fabs(out[i] - want.weighted_v[i]));
     EXPECT_LT(worst, 1e-10) << c.name;
+  }
+}
+
+// In float32 (as models train), within float32's rounding of the float64 computation.
+TEST(AttentionWeights, Float32FollowsFloat64) {
+  const std::vector<std::int64_t> rows = {0, 3, 9, 19};
+  const std::vector<Tensor> in = inputs();
+  for (const Case& c : cases()) {
+    auto k64 = make_kernel(c);
+    auto k32 = make_kernel(c, DType::f32);
+    const double want = attention_weight_divergence(*k64, in[0], in[1], in[3], in[4], rows).item();
+    const auto f32 = [](const Tensor& t) { return t.to(DType::f32); };
+    const Tensor got = attention_weight_divergence(*k32, f32(in[0]), f32(in[1]), f32(in[3]), f32(in[4]), rows);
+    EXPECT_EQ(got.dtype(), DType::f32) << c.name;
+    EXPECT_NEAR(got.item(), want, 1e-5 * std::max(1.0, want)) << c.name;
   }
 }
 

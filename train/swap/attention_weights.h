@@ -17,10 +17,13 @@
 // sum_j P_ij (log P_ij - log Q_ij), averaged over the sampled rows, the batch and the query
 // heads, in nats; 0 when the kernel's weights are the source's.
 //
-// Everything is computed in float64 in log space: the far weights as
-// qoff_i + o_j + log(exp(l_q,i - qoff_i) . exp(l_k,j - o_j)) with per-key offsets o_j, so no
-// weight of a pretrained model's heavy-tailed features underflows to an infinite divergence.
-// Cost per sampled row: O(T (m + r)) per head, (B, Hq, R, T) float64 tensors.
+// Everything is computed in the inputs' dtype, in log space: the far weights as
+// qoff_i + o_j + log(exp(l_q,i - qoff_i) . exp(l_k,j - o_j)) with per-key offsets o_j (each
+// factor <= 1, the products floored far below any weight that matters), so no weight of a
+// pretrained model's heavy-tailed features overflows or underflows to an infinite divergence.
+// (float64 would cost more than the model: the CPU's float64 products are plain loops.)
+// Cost per sampled row: O(T (m + r)) per head; (B, Hq, R, T) tensors; no key is repeated for
+// the query heads that share it.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -32,7 +35,7 @@ namespace dark::train {
 // q (B, T, Hq, D), k (B, T, Hkv, D): the swapped kernel's inputs (after RoPE); q_source,
 // k_source the source's at the same layer; rows: the sampled query positions (each in
 // [0, T)). Differentiable in q, k and the kernel's parameters (through its transform and
-// features at their current epoch). -> a one-element float64 tensor.
+// features at their current epoch). -> a one-element tensor of q's dtype.
 Tensor attention_weight_divergence(attention::RandomFeatureAttention& kernel, const Tensor& q, const Tensor& k,
                                    const Tensor& q_source, const Tensor& k_source, const std::vector<std::int64_t>& rows);
 

@@ -71,7 +71,7 @@ class FittingKernel final : public KernelWrapper {
       ++sums->kl_batches;
     } else {  // fitting: this layer's terms of the loss
       const Tensor diff = sum(square(sub(out, target.out))), norm = sum(square(target.out));
-      output_term = to_dtype(div(diff, add_scalar(norm, kTargetFloor)), DType::f64);
+      output_term = div(diff, add_scalar(norm, kTargetFloor));
       attention_term = attention_weight > 0
                            ? attention_weight_divergence(*features, q, k, target.q, target.k, *rows)
                            : Tensor();
@@ -84,7 +84,7 @@ class FittingKernel final : public KernelWrapper {
   const std::vector<std::int64_t>* rows = nullptr;  // the query rows of the attention-weight term
   double attention_weight = 0;
   FitSums* sums = nullptr;                      // set: measure into it instead of computing the loss
-  Tensor output_term, attention_term;           // the last fitting forward's (float64 scalars)
+  Tensor output_term, attention_term;           // the last fitting forward's (one-element, the model's dtype)
 };
 
 // While alive, exactly the given parameters require grad; the flags are restored afterwards.
@@ -270,7 +270,7 @@ std::vector<bool> windows_dropped(const TransferConfig& tc, std::uint64_t seed, 
 
 // Runs one step's micro-batch loss terms; returns (output term, attention term) summed over layers.
 struct StepTerms {
-  Tensor total;  // the weighted sum, float64 scalar, differentiable
+  Tensor total;  // the weighted sum (one element, the model's dtype), differentiable
   double output = 0, attention = 0;
 };
 StepTerms step_terms(Fit& fit, const TransferConfig& tc) {
