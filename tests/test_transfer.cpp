@@ -359,6 +359,37 @@ TEST(AttentionTransfer, AStoppedTransferContinuesWhereItStopped) {
       << "the continued transfer's weights differ from the uninterrupted one's";
 }
 
+// Window dropout runs steps of a layer with an exact window without it (features only), less
+// often as the transfer goes on; a layer without a window is untouched by it.
+TEST(AttentionTransfer, WindowDropoutDropsTheWindowOnAFallingShareOfSteps) {
+  TransferConfig tc;
+  tc.steps = 10;
+  tc.window_dropout = 0.8;
+  EXPECT_DOUBLE_EQ(window_dropout_probability(tc, 0), 0.8);
+  EXPECT_DOUBLE_EQ(window_dropout_probability(tc, 5), 0.4);
+  EXPECT_NEAR(window_dropout_probability(tc, 9), 0.08, 1e-12);
+  tc.window_dropout = 0;
+  EXPECT_EQ(window_dropout_probability(tc, 0), 0.0);
+
+  TempDir tmp;
+  const fs::path source = peaked_source(tmp);
+  const auto weights_of = [&](const std::string& run, const json& attention, double dropout) {
+    train(parse_config(transfer_config(tmp, run, 0, source, attention,
+                                       {{"steps", 4}, {"lr", 0.01}, {"trainable", {"qk"}}, {"window_dropout", dropout}})),
+          {});
+    return formats::load_checkpoint(tmp.path() / run / "checkpoints" / formats::checkpoint_name(0)).model;
+  };
+  const json window = {{"kind", "performer"}, {"num_features", 16}, {"exact_window", 4}};
+  const auto kept = weights_of("kept", window, 0.0), dropped = weights_of("dropped", window, 0.99);
+  EXPECT_GT(max(abs(sub(kept.at("model.layers.0.self_attn.q_proj.weight"), dropped.at("model.layers.0.self_attn.q_proj.weight"))))
+                .item(),
+            0.0)
+      << "window dropout changed nothing";
+  const json none = {{"kind", "performer"}, {"num_features", 16}};
+  const auto a = weights_of("a", none, 0.0), b = weights_of("b", none, 0.99);
+  for (const auto& [name, t] : a) EXPECT_EQ(max(abs(sub(t, b.at(name)))).item(), 0.0) << name;
+}
+
 TEST(AttentionTransfer, SettingsThatCannotWorkAreErrors) {
   TempDir tmp;
   const fs::path source = peaked_source(tmp);

@@ -256,8 +256,8 @@ std::vector<LayerFit> measure(Fit& fit, const data::ValidationSet& val, int batc
 std::vector<bool> windows_dropped(const TransferConfig& tc, std::uint64_t seed, std::int64_t step,
                                   const KernelScope<FittingKernel>& fitters) {
   std::vector<bool> dropped(fitters.at.size(), false);
-  if (tc.window_dropout <= 0) return dropped;
-  const double p = tc.window_dropout * (1.0 - static_cast<double>(step) / static_cast<double>(tc.steps));
+  const double p = window_dropout_probability(tc, step);
+  if (p <= 0) return dropped;
   for (std::size_t j = 0; j < dropped.size(); ++j) {
     const auto* kernel = dynamic_cast<const attention::RandomFeatureAttention*>(fitters.at[j]->inner.get());
     if (!kernel || kernel->config().exact_window == 0) continue;
@@ -340,6 +340,11 @@ std::vector<int> swapped_layers(nn::CausalLM& model) {
   for (std::size_t i = 0; i < kernels.size(); ++i)
     if (std::string(kernels[i]->kind()) != "softmax") layers.push_back(static_cast<int>(i));
   return layers;
+}
+
+double window_dropout_probability(const TransferConfig& transfer, std::int64_t step) {
+  if (transfer.window_dropout <= 0 || transfer.steps <= 0) return 0.0;
+  return transfer.window_dropout * (1.0 - static_cast<double>(step) / static_cast<double>(transfer.steps));
 }
 
 std::int64_t transfer_feature_epoch(std::int64_t step, std::int64_t redraw_interval) {

@@ -101,6 +101,10 @@ std::vector<int> swapped_layers(nn::CausalLM& model);
 // (1 throughout when the interval is 0). Epoch 0 is held out for the measurements.
 std::int64_t transfer_feature_epoch(std::int64_t step, std::int64_t redraw_interval);
 
+// The probability that step `step` (0-based) runs a swapped layer without its exact window:
+// finetune.transfer.window_dropout at the first step, falling linearly toward 0 at the last.
+double window_dropout_probability(const TransferConfig& transfer, std::int64_t step);
+
 // Fits `model`'s swapped layers (see above) on `loader`'s batches, measuring on `val`'s first
 // eval_batches batches. First evaluates the swapped model as it stands on
 // training.eval_batches validation batches (the run's own first evaluation, step 0, comes
