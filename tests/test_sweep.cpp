@@ -298,10 +298,12 @@ TEST(Sweep, SeededReportsPairMethodsAndASecondSweepFileExtendsTheFolder) {
   // Points with a transfer.json (train/swap/transfer.h's format) get its numbers: the loss at the
   // swap, the layers' median errors averaged, their pairs by seed.
   for (int seed = 1; seed <= 3; ++seed) {
-    const json layers = {{{"layer", 0}, {"error_before", {{"median", 1.0 + seed}}}, {"error_after", {{"median", 0.1 * seed}}}},
-                         {{"layer", 1}, {"error_before", {{"median", 3.0 + seed}}}, {"error_after", {{"median", 0.3 * seed}}}}};
+    const json layers = {{{"layer", 0}, {"error_before", {{"median", 1.0 + seed}}}, {"error_after", {{"median", 0.1 * seed}}},
+                          {"before", {{"attention_kl", 2.0 * seed}}}, {"after", {{"attention_kl", 0.5}}}},
+                         {{"layer", 1}, {"error_before", {{"median", 3.0 + seed}}}, {"error_after", {{"median", 0.3 * seed}}},
+                          {"before", {{"attention_kl", 4.0 * seed}}}, {"after", {{"attention_kl", 1.5}}}}};
     const json transfer = {{"seconds", 10.0 * seed}, {"peak_resident_mib", 100.0}, {"validation_at_swap", {{"loss", 4.0 + seed}}},
-                           {"layers", layers}};
+                           {"collapsed_layers", seed == 2 ? 1 : 0}, {"layers", layers}};
     dark::testing::write_text(tmp / str("out/performer_seed", seed, "/transfer.json"), transfer.dump());
     const json without_layers = {{"validation_at_swap", {{"loss", 4.0 + 0.5 * seed}}}};
     dark::testing::write_text(tmp / str("out/lfk_seed", seed, "/transfer.json"), without_layers.dump());
@@ -320,6 +322,9 @@ TEST(Sweep, SeededReportsPairMethodsAndASecondSweepFileExtendsTheFolder) {
   table_row("Attention-output error after", "| performer | 0.4 ± 0.2 |");  // 0.2, 0.4, 0.6
   table_row("Attention-output error after", "| lfk | – |");  // its transfer.json lists no layers
   table_row("Transfer time", "| performer | 20 ± 10 |");
+  table_row("Attention-weight divergence before", "| performer | 6 ± 3 |");  // (2 + 4) / 2 x seed: 3, 6, 9
+  table_row("Attention-weight divergence after", "| performer | 1 |");  // the same in every seed: no spread shown
+  table_row("Swapped layers collapsed", "| performer | 0.333 ± 0.58 |");
   // performer − lfk at the swap: 0.5, 1, 1.5 (t quantile 4.303 for 2 degrees of freedom, sd 0.5)
   EXPECT_NE(with_transfer.find("| all | val loss at swap | performer − lfk | +1 | [-0.242, +2.24] | 3 | not distinguishable |"),
             std::string::npos)

@@ -13,6 +13,7 @@
 #include "nn/optim.h"
 #include "nn/parameter_buffer.h"
 #include "train/swap/finetune.h"
+#include "train/swap/transfer.h"
 
 namespace dark::train {
 namespace {
@@ -160,6 +161,62 @@ std::vector<ParameterShape> parameter_shapes(const RunConfig& config) {
   return out;
 }
 
+namespace {
+
+// The attention transfer's peak beyond the model as built (train/swap/transfer.h): the
+// swapped layers' frozen projections, the trained tensors' flat buffer with its gradients and
+// AdamW's two moments, and what one micro-batch keeps: in eval mode nothing is recorded but
+// in the swapped layers, which keep the trained projections' outputs, their kernel's tensors,
+// the output term's difference and the attention-weight term's (B, Hq, rows, T) tensors
+// until backward; beside them one block's forward temporaries and, in backward, one layer's
+// gradients. The evaluation at the swap comes before all of this (its logits are counted
+// with training's).
+std::int64_t transfer_peak(const RunConfig& config, const Dims& s, const std::vector<ParameterShape>& shapes) {
+  const TransferConfig& tc = config.finetune.transfer;
+  const nn::ModelConfig m = config.model.resolved();
+  const std::vector<std::string> globs = transfer_globs(tc.trainable);
+  std::vector<std::int64_t> trained;
+  std::int64_t frozen = 0, kept = 0, layer_backward = 0;
+  const std::int64_t R = std::min<std::int64_t>(tc.attention_rows, s.T);
+  const std::int64_t q = s.N * s.H * s.hd, kv = s.N * s.kvH * s.hd, rows_by_keys = s.B * s.H * R * s.T;
+  for (int i = 0; i < m.n_layers; ++i) {
+    const attention::AttentionConfig a = attention_for_layer(config, i);
+    if (a.kind == attention::Kind::softmax) continue;
+    const std::string prefix = "model.layers." + std::to_string(i) + ".self_attn.";
+    bool q_trains = false, k_trains = false;
+    for (const ParameterShape& p : shapes) {
+      if (!p.name.starts_with(prefix)) continue;
+      if (p.name.find(".feature_map.") == std::string::npos) frozen += blocks(1, p.numel, kF32);  // the source's copy
+      if (!nn::matches_any(p.name, globs)) continue;
+      trained.push_back(p.numel);
+      q_trains = q_trains || p.name.find(".q_") != std::string::npos;
+      k_trains = k_trains || p.name.find(".k_") != std::string::npos;
+    }
+    const bool gemma = m.family == nn::ModelFamily::gemma3;
+    // Projection, QK-norm and RoPE outputs where they train; the kernel's own; the output
+    // term's difference and its square.
+    kept += (q_trains ? blocks(gemma ? 3 : 2, q, s.act) : 0) + (k_trains ? blocks(gemma ? 3 : 2, kv, s.act) : 0);
+    const AttentionMemory am = attention_memory(a, s);
+    kept += am.kept + blocks(2, q, s.act);
+    // The attention-weight term: about ten (B, Hq, rows, T) tensors, the keys' feature logits
+    // and their exponentials.
+    const std::int64_t features = a.mode == attention::Mode::exact ? 0 : a.num_features;
+    if (tc.attention_weight > 0)
+      kept += blocks(10, rows_by_keys, s.act) + blocks(3, s.N * s.kvH * features, s.act) +
+              blocks(3, s.B * R * s.H * features, s.act);
+    layer_backward = std::max(layer_backward, am.backward + blocks(2, q, kF32) +
+                                                  (tc.attention_weight > 0 ? blocks(6, rows_by_keys, kF32) : 0));
+  }
+  const std::int64_t flat = flat_numel(trained, 1);
+  const std::int64_t buffers = blocks(4, flat, kF32);
+  // The stream and one block's temporaries while the forward runs (freed block by block).
+  std::int64_t block = 0;
+  for (int i = 0; i < m.n_layers; ++i) block = std::max(block, block_memory(config, i, s).kept);
+  return frozen + buffers + kept + layer_backward + block + blocks(2, s.N * s.d, s.act);
+}
+
+}  // namespace
+
 std::int64_t fixed_overhead_bytes(Device device) {
   // Measured by scripts/bench_memory.sh (see README "Memory pre-flight"): on the CPU the
   // OpenMP threads' stacks, oneDNN's JIT code and scratch, code paged in after start-up and
@@ -183,10 +240,12 @@ MemoryEstimate estimate_memory(const RunConfig& config, const EstimateContext& c
   const std::vector<std::string> globs = trainable_globs(config.finetune.trainable);
   std::vector<std::int64_t> trainable;
   std::int64_t largest_parameter = 0;
+  std::int64_t as_built = 0;
   for (const ParameterShape& p : parameter_shapes(config)) {
     e.numel += p.numel;
     largest_parameter = std::max(largest_parameter, blocks(1, p.numel, kF32));
     if (ctx.holds_source && !ctx.device.is_cuda()) e.source += blocks(1, p.numel, kF32);
+    as_built += blocks(1, p.numel, kF32);
     e.parameters += blocks(1, p.numel, kF32);  // as built; a trainable one's block then stays cached
     if (!nn::matches_any(p.name, globs)) {
       if (bf16 && p.numel > s.d) e.parameters += blocks(1, p.numel, 2);  // a frozen weight's bf16 copy on the tape
@@ -252,6 +311,10 @@ MemoryEstimate estimate_memory(const RunConfig& config, const EstimateContext& c
   // Loading: the model is built (each weight drawn, then scaled into a new tensor) beside the
   // resident source, before either is freed.
   if (e.source > 0) e.loading = e.overhead + e.parameters + largest_parameter;
+  // The attention transfer runs after the source is freed and before training buffers the
+  // trainable parameters: the model as built, what the transfer adds, the data.
+  if (ctx.holds_source && config.finetune.transfer.steps > 0)
+    e.transfer = e.overhead - e.source + as_built + e.data + transfer_peak(config, s, parameter_shapes(config));
   return e;
 }
 
@@ -265,6 +328,7 @@ std::string MemoryEstimate::breakdown() const {
   if (source > 0)
     text += fmt::format(", less the finetuning source {} once loaded (training {}, loading {})", mib_text(source),
                         mib_text(training()), mib_text(loading));
+  if (transfer > 0) text += fmt::format("; the attention transfer before training {}", mib_text(transfer));
   return text;
 }
 

@@ -30,9 +30,12 @@
 //   fragmentation, measured by scripts/bench_memory.sh.
 // Finetuning from a source (finetune.init_from, not a resume): the source's tensors are
 // resident when the estimate is made and are handed back to the system once the model
-// holds its weights (release_cached_host_memory), so the peak is the larger of loading
+// holds its weights (release_cached_host_memory), so the peak is the largest of loading
 // (what is resident, plus the model as built, plus the initialisation's temporary of its
-// largest parameter) and training (everything above, less the source).
+// largest parameter), the attention transfer when there is one (the model as built, the
+// swapped layers' frozen projections, the trained tensors' buffers and one micro-batch's
+// tape through the swapped layers; train/swap/transfer.h) and training (everything above,
+// less the source).
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -71,11 +74,14 @@ struct MemoryEstimate {
   // CPU, finetuning from a source: its bytes (in overhead while loading, freed for training)
   // and the peak while the model is built beside it; 0 otherwise.
   std::int64_t source = 0, loading = 0;
+  // Finetuning with finetune.transfer (from a source): the peak while the transfer runs
+  // (train/swap/transfer.h), before training's buffers exist; 0 otherwise.
+  std::int64_t transfer = 0;
   Device device = Device::cpu();
   std::int64_t training() const {
     return parameters + gradients + optimizer + activations + backward + data + overhead - source;
   }
-  std::int64_t total() const { return std::max(training(), loading); }
+  std::int64_t total() const { return std::max({training(), loading, transfer}); }
   // "412.3 MiB: parameters 25.5 MiB, gradients 12.8 MiB, ..." (one line, for logs and errors).
   std::string breakdown() const;
 };

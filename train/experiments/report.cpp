@@ -97,15 +97,20 @@ double transfer_value(const ReportPoint& p, const json::json_pointer& path) {
   if (!p.transfer.is_object() || !p.transfer.contains(path) || !p.transfer.at(path).is_number()) return kNaN;
   return p.transfer.at(path).get<double>();
 }
-// The swapped layers' median attention-output errors ("error_before" or "error_after"), averaged.
-double transfer_layer_error(const ReportPoint& p, const char* when) {
+// A number of every swapped layer's entry (at `path` inside it) averaged over the layers; NaN
+// where a layer lacks it (transfer.json of an older build).
+double transfer_layer_mean(const ReportPoint& p, const json::json_pointer& path) {
   if (!p.transfer.is_object() || !p.transfer.contains("layers") || !p.transfer.at("layers").is_array()) return kNaN;
   const json& layers = p.transfer.at("layers");
   if (layers.empty()) return kNaN;
   double sum = 0;
   for (const json& layer : layers)
-    sum += layer.contains(when) && layer.at(when).is_object() ? layer.at(when).value("median", kNaN) : kNaN;
+    sum += layer.contains(path) && layer.at(path).is_number() ? layer.at(path).get<double>() : kNaN;
   return sum / static_cast<double>(layers.size());
+}
+// The swapped layers' median attention-output errors ("error_before" or "error_after"), averaged.
+double transfer_layer_error(const ReportPoint& p, const char* when) {
+  return transfer_layer_mean(p, json::json_pointer(std::string("/") + when + "/median"));
 }
 
 const Metric kAtSwap{"Validation loss at the swap (before any transfer or training)", "val loss at swap",
@@ -121,6 +126,17 @@ const Metric kErrorBefore{"Attention-output error before the transfer (median ov
 const Metric kErrorAfter{"Attention-output error after the transfer (median over positions and heads, mean over the swapped layers)",
                          "error after transfer", [](const ReportPoint& p) { return transfer_layer_error(p, "error_after"); },
                          "%.3g"};
+const Metric kKlBefore{"Attention-weight divergence before the transfer (KL of the exact weights against the kernel's, nats, "
+                       "mean over the swapped layers)",
+                       "attention KL before", [](const ReportPoint& p) {
+                         return transfer_layer_mean(p, json::json_pointer("/before/attention_kl"));
+                       }, "%.3g"};
+const Metric kKlAfter{"Attention-weight divergence after the transfer (nats, mean over the swapped layers)", "attention KL after",
+                      [](const ReportPoint& p) { return transfer_layer_mean(p, json::json_pointer("/after/attention_kl")); },
+                      "%.3g"};
+const Metric kCollapsed{"Swapped layers collapsed by the transfer (output norm under a quarter of the exact attention's)",
+                        "collapsed layers",
+                        [](const ReportPoint& p) { return transfer_value(p, json::json_pointer("/collapsed_layers")); }, "%.3g"};
 const Metric kTransferSeconds{"Transfer time (s; the evaluation at the swap and the error measurements included)", "transfer s",
                               [](const ReportPoint& p) { return transfer_value(p, json::json_pointer("/seconds")); }, "%.3g"};
 const Metric kTransferPeak{"Peak resident set at the end of the transfer (MiB; the model's loading included)", "transfer peak MiB",
@@ -320,8 +336,11 @@ ReportResult write_report(const fs::path& sweep_dir, const ReportOptions& option
           "From each run's `transfer.json` (`finetune.transfer`; docs/method.md, \"Attention transfer\"): the validation "
           "loss of the swapped model before the transfer, at step 0 (after it) and at the end of the run, on the same "
           "validation windows; each swapped layer's attention-output error |out - exact| / |exact| (the probe's measure) "
-          "before and after. Points without a transfer show their step-0 loss as the loss at the swap.\n\n";
-    for (const Metric* m : {&kAtSwap, &kAfterTransfer, &kFinalLoss, &kErrorBefore, &kErrorAfter, &kTransferSeconds, &kTransferPeak})
+          "and the divergence of its attention weights from the exact ones, before and after, on held-out batches and the "
+          "held-out feature draw; the layers that went silent. Points without a transfer show their step-0 loss as the "
+          "loss at the swap.\n\n";
+    for (const Metric* m : {&kAtSwap, &kAfterTransfer, &kFinalLoss, &kErrorBefore, &kErrorAfter, &kKlBefore, &kKlAfter,
+                            &kCollapsed, &kTransferSeconds, &kTransferPeak})
       md += method_table(d, method_title(d), group_of, *m);
   }
   const bool redraws = std::any_of(d.points.begin(), d.points.end(), [](const ReportPoint& p) { return !p.stability.redraw.nominal && !p.stability.redraw.shocks.empty(); });
