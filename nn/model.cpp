@@ -149,6 +149,15 @@ std::vector<AttentionKernel*> CausalLM::attention_kernels() {
   return out;
 }
 
+std::int64_t CausalLM::decode_context() {
+  const std::vector<AttentionKernel*> kernels = attention_kernels();
+  const auto growing = std::find_if(kernels.begin(), kernels.end(), [](auto* k) { return !k->bounded_decode_state(); });
+  if (growing == kernels.end()) return 0;
+  DARK_CHECK(config_.max_seq_len > 0, "CausalLM: layer ", growing - kernels.begin(), " (", (*growing)->describe(),
+             ") keeps a growing key/value cache, and model.max_seq_len is 0 (not set): the model's context is unknown");
+  return config_.max_seq_len;
+}
+
 Tensor CausalLM::logits_of(const Residual& h) {
   const Tensor normed = h.normed_by(model.norm).normed;
   const std::int64_t B = normed.size(0), T = normed.size(1);

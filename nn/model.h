@@ -151,6 +151,11 @@ class CausalLM : public Module {
   // sequence at those positions. Softmax keeps keys and values; the random-feature kinds keep
   // an O(1) recurrent state per layer.
   Tensor decode(const Tensor& ids, DecodeCache& cache);
+  // The context decode() may run to: 0 (no limit) when every layer's decoding state is
+  // bounded (AttentionKernel::bounded_decode_state), else config().max_seq_len, the length
+  // the model was trained at (past it a key/value cache keeps growing and RoPE extrapolates).
+  // Throws when some layer's state grows and max_seq_len is 0 (not set).
+  std::int64_t decode_context();
   const ModelConfig& config() const { return config_; }
   // Recompute each decoder block during backward instead of keeping its activations (in
   // training mode; training.activation_checkpointing).
