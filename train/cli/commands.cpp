@@ -94,8 +94,8 @@ int eval_command(const CommandArgs& args) {
   const std::int64_t windows = a.has("--text") ? 0 : run.config.data.val_windows;  // 0: every window
   const data::ValidationSet val(d.open_shard(data::Split::val), run.config.training.batch_size, run.config.data.seq_len,
                                 windows, run.model->device(), d.window_bos_id);
-  spdlog::info("eval: {} window(s) of {} tokens in batches of {}", val.num_windows(), run.config.data.seq_len,
-               run.config.training.batch_size);
+  std::fprintf(stderr, "eval: %lld window(s) of %d tokens, in batches of %d\n", static_cast<long long>(val.num_windows()),
+               run.config.data.seq_len, run.config.training.batch_size);
   const train::EvalMetrics m = train::evaluate(*run.model, val, a.integer("--batches", 0));
   std::printf("step %lld | val loss %.4f | perplexity %.2f | next-token accuracy %.4f | %lld tokens%s%s\n",
               static_cast<long long>(run.step), m.loss, m.perplexity, m.accuracy, static_cast<long long>(m.tokens),
