@@ -65,10 +65,9 @@ std::vector<std::int32_t> generate(CausalLM& model, const std::vector<std::int32
       pending.assign(tokens.end() - static_cast<std::ptrdiff_t>(keep), tokens.end());
     }
     const auto T = static_cast<std::int64_t>(pending.size());
-    const Tensor logits = model.decode(Tensor::from_vector(pending, {1, T}, device), cache);
+    const Tensor last = model.decode_last(Tensor::from_vector(pending, {1, T}, device), cache);
     pending.clear();
-    const Tensor last = core::slice(core::reshape(logits, {T, vocab}), 0, T - 1, T);
-    const std::vector<double> row = last.to(DType::f64).to_vector<double>();
+    const std::vector<double> row = core::reshape(last, {vocab}).to(DType::f64).to_vector<double>();
     if (options.on_logits) options.on_logits(row);
     const philox::Block b = philox::block(options.seed, /*stream=*/0x67656e, static_cast<std::uint64_t>(i));
     const std::int32_t next = sample_token(row, options.temperature, options.top_k, philox::uniform01(b.v[0]));

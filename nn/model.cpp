@@ -250,7 +250,7 @@ Tensor CausalLM::loss(const Tensor& tokens, const DropoutKey& dropout, const Ten
   return linear_cross_entropy(normed, lm_head ? *lm_head->weight : *model.embed_tokens.weight, targets);
 }
 
-Tensor CausalLM::decode(const Tensor& ids, DecodeCache& cache) {
+Tensor CausalLM::decode_hidden(const Tensor& ids, DecodeCache& cache) {
   DARK_CHECK(ids.dim() == 2 && ids.size(1) >= 1, "CausalLM::decode: token ids must be (batch, time), got ", ids.describe());
   DARK_CHECK(!training(), "CausalLM::decode: call model.train(false) first (decoding has eval semantics)");
   NoGradGuard no_grad;
@@ -258,7 +258,15 @@ Tensor CausalLM::decode(const Tensor& ids, DecodeCache& cache) {
   Tensor h = embed(ids);
   for (std::size_t i = 0; i < model.layers.size(); ++i) h = model.layers[i]->decode(h, cache.position, cache.layers[i]);
   cache.position += ids.size(1);
-  return logits_of({h, Tensor()});
+  return h;
+}
+
+Tensor CausalLM::decode(const Tensor& ids, DecodeCache& cache) { return logits_of({decode_hidden(ids, cache), Tensor()}); }
+
+Tensor CausalLM::decode_last(const Tensor& ids, DecodeCache& cache) {
+  const Tensor h = decode_hidden(ids, cache);
+  const std::int64_t T = h.size(1);
+  return logits_of({core::slice(h, 1, T - 1, T).contiguous(), Tensor()});
 }
 
 }  // namespace dark::nn
