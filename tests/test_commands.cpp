@@ -246,7 +246,13 @@ TEST(SourceCommands, ContextAndWindowFlagsAreCheckedNotCut) {
   expect_error([&] { printed(cli::generate_command, with({"--prompt", "ka", "--context", "1"}, gguf)); },
                {"--context: 1 is out of range"});
 
-  dark::testing::write_text(tmp / "text.txt", dark::testing::generated_text(10, 1));
+  dark::testing::write_text(tmp / "text.txt", dark::testing::generated_text(60, 1));
+  const Printed past = printed(cli::eval_command, with({"--text", tmp / "text.txt", "--seq-len", "80"}, gguf));
+  // A log line: on stdout, or on stderr once generate has sent the log there in this process.
+  EXPECT_NE((past.out + past.err).find("--seq-len 80 exceeds the context of GGUF " + gguf + " (64 tokens, "
+                                       "model.max_seq_len): positions past it are extrapolated"),
+            std::string::npos) << past.out << past.err;
+  EXPECT_NE(past.err.find("window(s) of 80 tokens, in batches of 1"), std::string::npos) << past.err;
   expect_error([&] { printed(cli::eval_command, with({"--text", tmp / "text.txt", "--seq-len", "0"}, gguf)); },
                {"--seq-len: 0 is out of range"});
   expect_error([&] { printed(cli::eval_command, with({"--text", tmp / "text.txt", "--batch-size", "0"}, gguf)); },
