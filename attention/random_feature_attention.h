@@ -34,6 +34,9 @@ class RandomFeatureAttention : public nn::AttentionKernel {
 
   Tensor forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask = Tensor()) override;
   Tensor decode(const Tensor& q, const Tensor& k, const Tensor& v, std::unique_ptr<nn::DecodeState>& state) override;
+  // Mode linear: the recurrent feature state (plus the last W keys of an exact window, or the
+  // layer's sliding window); mode exact keeps a growing cache unless the layer has a window.
+  bool bounded_decode_state() const override { return config_.mode == Mode::linear || shape_.window > 0; }
 
   std::string describe() const override;
   void set_feature_epoch(std::int64_t epoch) override;

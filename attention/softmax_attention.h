@@ -11,6 +11,8 @@ class SoftmaxAttention final : public nn::AttentionKernel {
   Tensor forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask = Tensor()) override;
   Tensor decode(const Tensor& q, const Tensor& k, const Tensor& v, std::unique_ptr<nn::DecodeState>& state) override;
   const char* kind() const override { return "softmax"; }
+  // Only a sliding-window layer's cache stops growing (at its window).
+  bool bounded_decode_state() const override { return shape_.window > 0; }
 
  private:
   double scale() const;

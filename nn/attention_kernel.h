@@ -54,6 +54,12 @@ class AttentionKernel : public Module {
   // state is created on the first call). Gives the outputs forward() gives at those positions
   // of the whole sequence; no gradient.
   virtual Tensor decode(const Tensor& q, const Tensor& k, const Tensor& v, std::unique_ptr<DecodeState>& state) = 0;
+  // Whether decode()'s state stays the same size however long the sequence grows (a
+  // random-feature kind's recurrent state, with or without its exact window; a sliding-window
+  // layer's last `window` keys), so decoding needs no context limit; false when it keeps every
+  // key and value seen (softmax on a global layer). False by default: a kernel that does not
+  // say so is assumed to grow.
+  virtual bool bounded_decode_state() const { return false; }
   virtual const char* kind() const = 0;
   // kind() and any setting that changes what it computes, in words, for messages (an export
   // refusal says what the layer runs).

@@ -30,10 +30,21 @@ std::int32_t sample_token(const std::vector<double>& logits, double temperature,
   return order[k - 1];
 }
 
+std::int64_t generation_context(CausalLM& model, const GenerateOptions& options) {
+  DARK_CHECK(options.context >= 0, "generate: context must be >= 0 (0 = the model's), got ", options.context);
+  return options.context > 0 ? options.context : model.decode_context();
+}
+
 std::vector<std::int32_t> generate(CausalLM& model, const std::vector<std::int32_t>& prompt,
                                    const GenerateOptions& options, const std::function<void(std::int32_t)>& on_token) {
   DARK_CHECK(!prompt.empty(), "generate: the prompt is empty (give at least one token)");
-  DARK_CHECK(options.context >= 2, "generate: context must be >= 2, got ", options.context);
+  const std::int64_t context = generation_context(model, options);  // 0 = no limit
+  DARK_CHECK(context == 0 || context >= 2, "generate: context must be >= 2, got ", context);
+  DARK_CHECK(context == 0 || static_cast<std::int64_t>(prompt.size()) <= context, "generate: the prompt has ",
+             prompt.size(), " tokens, more than the context of ", context);
+  // Only a growing key/value cache restarts; a bounded state (random features, sliding
+  // windows) decodes on, whatever the context says.
+  const bool restarts = context > 0 && model.decode_context() > 0;
   NoGradGuard no_grad;
   const bool was_training = model.training();
   model.train(false);
@@ -41,24 +52,23 @@ std::vector<std::int32_t> generate(CausalLM& model, const std::vector<std::int32
   const std::int64_t vocab = model.config().vocab_size;
   const Device device = model.device();  // ids go where the model is; one row of logits comes back per token
   DecodeCache cache;
-  std::vector<std::int32_t> pending;  // tokens the cache has not seen yet
-  // (Re)starts the cache on the most recent tokens: the whole prompt at first, and the last
-  // half window whenever the window is full, so each token costs O(1) attention work on
-  // average (the random-feature kinds' state is O(1); softmax's cache is at most `context`).
-  const auto restart = [&](std::size_t keep) {
-    cache = DecodeCache{};
-    const std::size_t start = tokens.size() > keep ? tokens.size() - keep : 0;
-    pending.assign(tokens.begin() + static_cast<std::ptrdiff_t>(start), tokens.end());
-  };
-  restart(static_cast<std::size_t>(options.context));
+  std::vector<std::int32_t> pending = prompt;  // tokens the cache has not seen yet
   for (int i = 0; i < options.max_tokens; ++i) {
-    if (cache.position + static_cast<std::int64_t>(pending.size()) > options.context)
-      restart(static_cast<std::size_t>(options.context / 2));
+    if (restarts && cache.position + static_cast<std::int64_t>(pending.size()) > context) {
+      // The cache restarts on the last half of the context, so each token costs O(context)
+      // attention work on average.
+      const std::size_t keep = static_cast<std::size_t>(context / 2);
+      if (options.on_notice)
+        options.on_notice(str("generate: the context of ", context, " tokens is full (", prompt.size(), " prompt + ",
+                              produced.size(), " generated); continuing on the last ", keep, " tokens"));
+      cache = DecodeCache{};
+      pending.assign(tokens.end() - static_cast<std::ptrdiff_t>(keep), tokens.end());
+    }
     const auto T = static_cast<std::int64_t>(pending.size());
-    const Tensor logits = model.decode(Tensor::from_vector(pending, {1, T}, device), cache);
+    const Tensor last = model.decode_last(Tensor::from_vector(pending, {1, T}, device), cache);
     pending.clear();
-    const Tensor last = core::slice(core::reshape(logits, {T, vocab}), 0, T - 1, T);
-    const std::vector<double> row = last.to(DType::f64).to_vector<double>();
+    const std::vector<double> row = core::reshape(last, {vocab}).to(DType::f64).to_vector<double>();
+    if (options.on_logits) options.on_logits(row);
     const philox::Block b = philox::block(options.seed, /*stream=*/0x67656e, static_cast<std::uint64_t>(i));
     const std::int32_t next = sample_token(row, options.temperature, options.top_k, philox::uniform01(b.v[0]));
     tokens.push_back(next);

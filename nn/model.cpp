@@ -150,6 +150,15 @@ std::vector<AttentionKernel*> CausalLM::attention_kernels() {
   return out;
 }
 
+std::int64_t CausalLM::decode_context() {
+  const std::vector<AttentionKernel*> kernels = attention_kernels();
+  const auto growing = std::find_if(kernels.begin(), kernels.end(), [](auto* k) { return !k->bounded_decode_state(); });
+  if (growing == kernels.end()) return 0;
+  DARK_CHECK(config_.max_seq_len > 0, "CausalLM: layer ", growing - kernels.begin(), " (", (*growing)->describe(),
+             ") keeps a growing key/value cache, and model.max_seq_len is 0 (not set): the model's context is unknown");
+  return config_.max_seq_len;
+}
+
 Tensor CausalLM::logits_of(const Residual& h) {
   const Tensor normed = h.normed_by(model.norm).normed;
   const std::int64_t B = normed.size(0), T = normed.size(1);
@@ -242,7 +251,7 @@ Tensor CausalLM::loss(const Tensor& tokens, const DropoutKey& dropout, const Ten
   return linear_cross_entropy(normed, lm_head ? *lm_head->weight : *model.embed_tokens.weight, targets);
 }
 
-Tensor CausalLM::decode(const Tensor& ids, DecodeCache& cache) {
+Tensor CausalLM::decode_hidden(const Tensor& ids, DecodeCache& cache) {
   DARK_CHECK(ids.dim() == 2 && ids.size(1) >= 1, "CausalLM::decode: token ids must be (batch, time), got ", ids.describe());
   DARK_CHECK(!training(), "CausalLM::decode: call model.train(false) first (decoding has eval semantics)");
   NoGradGuard no_grad;
@@ -250,7 +259,15 @@ Tensor CausalLM::decode(const Tensor& ids, DecodeCache& cache) {
   Tensor h = embed(ids);
   for (std::size_t i = 0; i < model.layers.size(); ++i) h = model.layers[i]->decode(h, cache.position, cache.layers[i]);
   cache.position += ids.size(1);
-  return logits_of({h, Tensor()});
+  return h;
+}
+
+Tensor CausalLM::decode(const Tensor& ids, DecodeCache& cache) { return logits_of({decode_hidden(ids, cache), Tensor()}); }
+
+Tensor CausalLM::decode_last(const Tensor& ids, DecodeCache& cache) {
+  const Tensor h = decode_hidden(ids, cache);
+  const std::int64_t T = h.size(1);
+  return logits_of({core::slice(h, 1, T - 1, T).contiguous(), Tensor()});
 }
 
 }  // namespace dark::nn

@@ -155,6 +155,14 @@ class CausalLM : public Module {
   // sequence at those positions. Softmax keeps keys and values; the random-feature kinds keep
   // an O(1) recurrent state per layer.
   Tensor decode(const Tensor& ids, DecodeCache& cache);
+  // The same, but only the last position's logits (B, 1, vocab): what sampling needs. A
+  // 4096-token prompt through Gemma 3's 262k-token head would otherwise be 4 GiB of logits.
+  Tensor decode_last(const Tensor& ids, DecodeCache& cache);
+  // The context decode() may run to: 0 (no limit) when every layer's decoding state is
+  // bounded (AttentionKernel::bounded_decode_state), else config().max_seq_len, the length
+  // the model was trained at (past it a key/value cache keeps growing and RoPE extrapolates).
+  // Throws when some layer's state grows and max_seq_len is 0 (not set).
+  std::int64_t decode_context();
   const ModelConfig& config() const { return config_; }
   // Recompute each decoder block during backward instead of keeping its activations (in
   // training mode; training.activation_checkpointing).
@@ -191,6 +199,7 @@ class CausalLM : public Module {
   // The last decoder block's output (B, T, d_model), its residual add not yet done.
   Residual hidden_states(const Tensor& ids, const DropoutKey& dropout, const Tensor& key_mask);
   Tensor logits_of(const Residual& hidden);  // final norm and LM head
+  Tensor decode_hidden(const Tensor& ids, DecodeCache& cache);  // decode()'s last block output (B, T, d_model)
   Tensor embed(const Tensor& ids);         // token embeddings, scaled for gemma3
 };
 

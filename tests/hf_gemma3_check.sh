@@ -8,8 +8,8 @@
 # Needs a Python with transformers, torch and tokenizers ($DARK_HF_PYTHON, else python3) and
 # the model file (scripts/fetch-models.sh gemma3); without either it prints "skipped: ..." and
 # exits 77, which ctest (test hf_gemma3_check, SKIP_RETURN_CODE 77) shows as skipped.
-# The 262k-token LM head makes each token ~1 GFLOP: one step of batch 1 x 32 tokens; seq_len 32
-# holds prompt + generated tokens, since darkformer generate keeps only the last seq_len as context.
+# The 262k-token LM head makes each token ~1 GFLOP: one step of batch 1 x 32 tokens (the run's
+# context, model.max_seq_len, is still the GGUF's 32768: generate reads every prompt whole).
 # usage: hf_gemma3_check.sh DARKFORMER HF_ENCODE SOURCE_DIR   (DARK_HF_KEEP=1 keeps its temporary folder)
 set -euo pipefail
 darkformer="$1" encode="$2" src="$3"

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "tests/test_util.h"
+#include "tests/tiny_gguf_model.h"
 #include "tests/train_test_util.h"
 #include "train/formats/checkpoint.h"
 #include "train/config.h"
@@ -154,6 +155,48 @@ TEST(Finetune, ConflictsAndBadSourcesAreErrors) {
 
   json missing = finetune_config(tmp, "missing", 6, tmp.path() / "nowhere", {{"kind", "softmax"}}, {"all"});
   dark::testing::expect_error([&] { train(parse_config(missing), {}); }, {"does not exist"});
+}
+
+// The model's context comes from the source: model.max_seq_len, unless the config sets it,
+// becomes max(the source's, data.seq_len): a GGUF's llama.context_length, a Hugging Face
+// folder's max_position_embeddings, our checkpoint's max_seq_len.
+TEST(Finetune, TheSourcesContextBecomesTheRunsMaxSeqLen) {
+  TempDir tmp;
+  dark::testing::write_hf_tiny_as_gguf(tmp / "long.gguf", /*context_length=*/2000);
+  dark::testing::write_hf_tiny_as_gguf(tmp / "short.gguf", /*context_length=*/20);
+  const auto adopted = [&](const fs::path& source, const json& extra) {
+    json doc = {{"finetune", {{"init_from", source.string()}}}, {"data", {{"seq_len", 32}}}};
+    doc.merge_patch(extra);
+    RunConfig c = parse_config(doc);
+    EXPECT_EQ(c.model.max_seq_len, doc.contains("model") ? doc["model"]["max_seq_len"].get<int>() : 32);  // before
+    const InitSource s = load_init_source(source.string());
+    adopt_architecture(c, s.model, s.description);
+    return c.model.max_seq_len;
+  };
+  EXPECT_EQ(load_init_source(tmp / "long.gguf").model.max_seq_len, 2000);
+  EXPECT_EQ(adopted(tmp / "long.gguf", json::object()), 2000);
+  EXPECT_EQ(adopted(tmp / "short.gguf", json::object()), 32);  // trained longer than its source: data.seq_len
+  EXPECT_EQ(adopted(tmp / "long.gguf", {{"model", {{"max_seq_len", 100}}}}), 100);  // the config's own
+  EXPECT_EQ(adopted(dark::testing::kHfTinyFolder, json::object()), 64);  // max_position_embeddings
+
+  // Through a run of no steps (its config's warm-up of 5 left in), and from that run's checkpoint.
+  json run = finetune_config(tmp, "imported", 0, tmp / "long.gguf", {{"kind", "softmax"}}, {"all"});
+  run["data"].erase("tokenizer");
+  run["data"]["dir"] = tmp / "data-gguf";
+  ASSERT_EQ(run["schedule"]["warmup_steps"], 5);
+  EXPECT_EQ(train(parse_config(run), {}).steps, 0);
+  const RunConfig saved = parse_config(formats::load_checkpoint(formats::find_checkpoint(tmp / "imported")).state.at("config"));
+  EXPECT_EQ(saved.model.max_seq_len, 2000);
+  EXPECT_EQ(adopted(tmp / "imported", json::object()), 2000);
+}
+
+// training.steps 0 (a transfer- or import-only run) accepts any warm-up; a run with steps
+// still refuses a warm-up longer than them.
+TEST(Finetune, ARunOfNoStepsKeepsItsConfigsWarmUp) {
+  json doc = {{"finetune", {{"init_from", "x.gguf"}}}, {"training", {{"steps", 0}}}, {"schedule", {{"warmup_steps", 20}}}};
+  EXPECT_EQ(parse_config(doc).schedule.warmup_steps, 20);
+  doc["training"]["steps"] = 10;
+  dark::testing::expect_error([&] { parse_config(doc); }, {"schedule.warmup_steps: 20 exceeds training.steps (10)"});
 }
 
 // GGUF's converter reorders each head's q/k rows for llama.cpp's adjacent-pair rotation; the

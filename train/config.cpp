@@ -363,7 +363,9 @@ std::vector<Field> make_schema() {
       number(DARK_CONFIG_MEMBER(model.init_std), positive(),
              "standard deviation of the normal weight initialisation"),
       integer(DARK_CONFIG_MEMBER(model.max_seq_len), 0,
-              "longest sequence the model accepts (RoPE table length); 0 = data.seq_len"),
+              "the context the model was trained for (generate's limit where a layer keeps a growing key/value "
+              "cache; exported as max_position_embeddings); 0 = data.seq_len, or with finetune.init_from "
+              "max(the source's, data.seq_len)"),
       integer(DARK_CONFIG_MEMBER(model.sliding_window), 1,
               "gemma3: keys a local layer's query attends to, itself included"),
       integer(DARK_CONFIG_MEMBER(model.sliding_window_pattern), 1,
@@ -449,7 +451,7 @@ std::vector<Field> make_schema() {
              "clip the global gradient L2 norm to this; 0 = off"),
 
       choice(DARK_CONFIG_MEMBER(schedule.kind), "learning-rate decay after warm-up"),
-      integer(DARK_CONFIG_MEMBER(schedule.warmup_steps), 0, "linear warm-up steps; at most training.steps"),
+      integer(DARK_CONFIG_MEMBER(schedule.warmup_steps), 0, "linear warm-up steps; at most training.steps (unless that is 0)"),
       number(DARK_CONFIG_MEMBER(schedule.min_lr_ratio), unit_interval(false),
              "final learning rate as a fraction of optimizer.lr"),
 
@@ -893,7 +895,9 @@ void validate_config(const RunConfig& config) {
     fail("training.steps", "is 0: a run of no steps evaluates and saves its finetune.init_from source (after "
                            "finetune.transfer, if set); set one");
   }
-  if (config.schedule.warmup_steps > config.training.steps) {
+  // A run of no steps (transfer or import only) never reaches its schedule: a finetuning
+  // config's warm-up does not have to be removed to make one.
+  if (config.training.steps > 0 && config.schedule.warmup_steps > config.training.steps) {
     fail("schedule.warmup_steps",
          str(config.schedule.warmup_steps, " exceeds training.steps (", config.training.steps, ")"));
   }

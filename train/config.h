@@ -174,7 +174,7 @@ RunConfig load_config(const std::filesystem::path& path, const std::vector<std::
 // model.vocab_size stays 0 until the caller sets it from the tokenizer.
 void resolve_config(RunConfig& config, const std::string& config_stem = "default");
 // Per-field ranges and cross-field constraints: the model's shape rules
-// (nn::ModelConfig::validate), max_seq_len >= data.seq_len, warmup_steps <= steps, momentum
+// (nn::ModelConfig::validate), max_seq_len >= data.seq_len, warmup_steps <= steps (steps > 0), momentum
 // only with sgd, the attention rules (attention::validate) on every layer's settings,
 // per-layer ranges within model.n_layers and disjoint. Auto values count as resolved.
 void validate_config(const RunConfig& config);

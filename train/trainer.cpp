@@ -185,7 +185,8 @@ std::string write_sample(TrainingRun& run) {
   nn::GenerateOptions g;
   g.max_tokens = tc.generate_tokens;
   g.seed = run.config.seed;
-  g.context = run.config.data.seq_len;
+  // The model's own context (nn::CausalLM::decode_context), not the training windows'.
+  g.on_notice = [](const std::string& line) { spdlog::info("{}", line); };
   const data::Tokenizer& tokenizer = *run.data.tokenizer;
   const std::vector<std::int32_t> prompt =
       data::encode_prompt(tokenizer, tc.generate_prompt, run.data.window_bos_id >= 0);

@@ -68,21 +68,34 @@ int train_command(const CommandArgs& args) {
 }
 
 int eval_command(const CommandArgs& args) {
-  const std::vector<FlagSpec> specs = {kCheckpoint, {"--batches", "N", "0", "validation batches (0 = all of them)"},
-                                       kData, kText, kBos, kDeviceSet, kHelpFlag};
+  const std::vector<FlagSpec> specs = {
+      kCheckpoint,
+      {"--batches", "N", "0", "validation batches (0 = all of them)"},
+      kData,
+      kText,
+      kSeqLen,
+      {"--batch-size", "N", "the run's training.batch_size", "windows per batch; a .gguf or Hugging Face model: 1"},
+      kBos,
+      kDeviceSet,
+      kHelpFlag};
   if (print_help_if_asked(args, "usage: darkformer eval --checkpoint PATH [--data DIR | --text FILE] [--batches N] "
-                       "[--set training.device=cuda]\n"
+                       "[--seq-len N] [--batch-size N] [--set training.device=cuda]\n"
                        "Validation loss, perplexity and next-token accuracy of a checkpoint: on the validation split of\n"
-                       "the data it trained on (data.val_windows windows), of --data DIR, or on every window of a text file.",
+                       "the data it trained on (data.val_windows windows), of --data DIR, or on every window of a text file.\n"
+                       "PATH may also be a .gguf model or a Hugging Face model folder (softmax, its own tokenizer and\n"
+                       "context); by default it is evaluated on debdocs prepared with its tokenizer (prepared if missing).",
                        specs))
     return 0;
   Args a(args, specs);
   LoadedRun run = load_run(a.require("--checkpoint"), a.all("--set"));
+  apply_window_flags(run, a);
   data::TextData text;
   const data::PreparedData d = run_data(run, a, text);
   const std::int64_t windows = a.has("--text") ? 0 : run.config.data.val_windows;  // 0: every window
   const data::ValidationSet val(d.open_shard(data::Split::val), run.config.training.batch_size, run.config.data.seq_len,
                                 windows, run.model->device(), d.window_bos_id);
+  std::fprintf(stderr, "eval: %lld window(s) of %d tokens, in batches of %d\n", static_cast<long long>(val.num_windows()),
+               run.config.data.seq_len, run.config.training.batch_size);
   const train::EvalMetrics m = train::evaluate(*run.model, val, a.integer("--batches", 0));
   std::printf("step %lld | val loss %.4f | perplexity %.2f | next-token accuracy %.4f | %lld tokens%s%s\n",
               static_cast<long long>(run.step), m.loss, m.perplexity, m.accuracy, static_cast<long long>(m.tokens),
@@ -97,11 +110,18 @@ int generate_command(const CommandArgs& args) {
                                        {"--temperature", "T", "0.8", "sampling temperature; 0 = greedy"},
                                        {"--top-k", "K", "40", "sample among the K most likely tokens; 0 = all"},
                                        {"--seed", "S", "0", "sampling seed"},
+                                       {"--context", "N", "the model's",
+                                        "longest window the model sees; the model's is unlimited when every layer's "
+                                        "decoding state is bounded, else model.max_seq_len"},
                                        kBos,
                                        kDeviceSet,
                                        kHelpFlag};
   if (print_help_if_asked(args, "usage: darkformer generate --checkpoint PATH --prompt TEXT [options]\n"
-                       "Prints the prompt and its continuation on stdout; the timings (load, first token, tokens/s) on stderr.",
+                       "Prints the prompt and its continuation on stdout; the timings (load, first token, tokens/s) on stderr.\n"
+                       "PATH may also be a .gguf model or a Hugging Face model folder. The whole prompt is read: one\n"
+                       "longer than the context is an error. A model that keeps a growing key/value cache (softmax)\n"
+                       "continues on the last half of its context when prompt and output fill it (said on stderr);\n"
+                       "a random-feature or sliding-window model's state is bounded and never restarts.",
                        specs))
     return 0;
   // stdout is the text alone, for pipes and scripts: log lines (a swap's notice) go to stderr.
@@ -119,10 +139,27 @@ int generate_command(const CommandArgs& args) {
   g.temperature = a.number("--temperature");
   g.top_k = static_cast<int>(a.integer("--top-k", 0, std::numeric_limits<int>::max()));
   g.seed = static_cast<std::uint64_t>(a.integer("--seed", 0));
-  g.context = run.config.data.seq_len;
+  g.on_notice = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
   DARK_CHECK(g.temperature >= 0, "generate: --temperature must be >= 0, got ", g.temperature);
+  const std::int64_t model_context = run.model->decode_context();  // 0: no limit
+  if (a.has("--context")) {
+    g.context = a.integer("--context", 2);
+    if (model_context > 0 && g.context > model_context)
+      std::fprintf(stderr, "generate: warning: --context %lld exceeds the context of %s (%lld tokens, model.max_seq_len): "
+                   "positions beyond it are extrapolated\n", static_cast<long long>(g.context), run.label.c_str(),
+                   static_cast<long long>(model_context));
+  }
+  const std::int64_t context = nn::generation_context(*run.model, g);
   const std::string prompt = a.require("--prompt");
   std::vector<std::int32_t> ids = data::encode_prompt(*run.tokenizer, prompt, bos_flag(run, a));
+  const auto prompt_tokens = static_cast<std::int64_t>(ids.size());
+  DARK_CHECK(context == 0 || prompt_tokens <= context, "generate: the prompt has ", prompt_tokens,
+             " tokens, more than the context of ", context, " tokens (",
+             a.has("--context") ? "--context" : "the model's, model.max_seq_len",
+             "); nothing is cut: shorten the prompt or pass --context N with N >= ", prompt_tokens,
+             model_context > 0 && prompt_tokens > model_context
+                 ? str(" (positions past the model's ", model_context, " are extrapolated)")
+                 : std::string());
   std::cout << prompt << std::flush;
   double first_token = 0;
   int tokens = 0;
@@ -133,8 +170,10 @@ int generate_command(const CommandArgs& args) {
   });
   std::cout << std::endl;
   const double took = seconds_since(generating);
-  std::fprintf(stderr, "generate: %d token(s) in %.2f s (%.1f tokens/s); loaded in %.2f s, first token %.2f s after start\n",
-               tokens, took, tokens / std::max(took, 1e-9), loaded, first_token);
+  std::fprintf(stderr, "generate: %zu prompt token(s), context %s; %d token(s) in %.2f s (%.1f tokens/s); loaded in "
+               "%.2f s, first token %.2f s after start\n",
+               ids.size(), context > 0 ? std::to_string(context).c_str() : "unlimited", tokens, took,
+               tokens / std::max(took, 1e-9), loaded, first_token);
   return 0;
 }
 
@@ -169,13 +208,16 @@ int probe_command(const CommandArgs& args) {
       {"--json", "PATH", "", "write the full report (per layer and head) here; default <checkpoint>/probe.json"},
       kData,
       {"--text", "FILE", "", "measure and calibrate on windows of this text file instead of prepared data"},
+      kSeqLen,
       kBos,
       kDeviceSet,
       kHelpFlag};
   if (print_help_if_asked(args, "usage: darkformer probe --checkpoint PATH [--batches N] [--features 16,32,64,128,256]\n"
                        "Monte Carlo error (against the same kernel evaluated exactly) and swap error (against the\n"
                        "layer's softmax attention) of performer, darkformer (identity, whiten, learned M) and lfk\n"
-                       "features, per layer and head, on the checkpoint's own attention inputs. See README.md.", specs))
+                       "features, per layer and head, on the checkpoint's own attention inputs. See README.md.\n"
+                       "PATH may also be a .gguf model or a Hugging Face model folder (its default --json is then\n"
+                       "probe-<name>.json in the working directory).", specs))
     return 0;
   Args a(args, specs);
   experiments::ProbeOptions o;
@@ -185,6 +227,7 @@ int probe_command(const CommandArgs& args) {
   o.calibration_batches = a.integer("--calibration-batches", 1);
   const std::string where = a.require("--checkpoint");
   LoadedRun run = load_run(where, a.all("--set"));
+  apply_window_flags(run, a);
   o.exact_window = a.has("--exact-window") ? static_cast<int>(a.integer("--exact-window", 0, 1 << 30))
                                            : run.config.attention.exact_window;
   data::TextData text;
@@ -192,7 +235,11 @@ int probe_command(const CommandArgs& args) {
   std::printf("probe of %s (step %lld): per-token relative errors |out - ref| / |ref|\n"
               "mc = against the same kernel evaluated exactly; swap = against the layer's softmax attention\n\n%s",
               where.c_str(), static_cast<long long>(run.step), report.table().c_str());
-  const fs::path json_path = a.has("--json") ? fs::path(a.get("--json")) : run.checkpoint_dir / "probe.json";
+  // A source's folder is not ours to write into (cache/models/ is read-only).
+  fs::path named = fs::path(where).lexically_normal();
+  if (named.filename().empty()) named = named.parent_path();  // "folder/"
+  const fs::path default_json = run.source ? fs::path("probe-" + named.stem().string() + ".json") : run.checkpoint_dir / "probe.json";
+  const fs::path json_path = a.has("--json") ? fs::path(a.get("--json")) : default_json;
   write_file_atomic(json_path, report.to_json().dump(1) + "\n");
   std::printf("\nwrote %s\n", json_path.c_str());
   return 0;
@@ -211,7 +258,7 @@ int export_hf_command(const CommandArgs& args) {
   LoadedRun run = load_run(a.require("--checkpoint"));
   const fs::path out = a.require("--out");
   const std::vector<fs::path> files =
-      formats::export_hf(*run.model, run.tokenizer.get(), out, train::checkpoint_bos(run.checkpoint));
+      formats::export_hf(*run.model, run.tokenizer.get(), out, run.bos);
   std::printf("wrote %s (step %lld):", out.c_str(), static_cast<long long>(run.step));
   for (const fs::path& f : files) std::printf(" %s", f.filename().c_str());
   std::printf("\n");

@@ -99,6 +99,12 @@ void adopt_architecture(RunConfig& config, const nn::ModelConfig& source, const 
                " differs from ", source_name, " (", key.get(source).dump(),
                "); finetune.init_from takes the architecture from its source: remove the key or match it");
   }
+  // The context comes from the model: the source's (a GGUF's context_length, a folder's
+  // max_position_embeddings, our checkpoint's max_seq_len), or data.seq_len where the run
+  // trains longer than that (it has then been trained at that length). A config that sets
+  // model.max_seq_len keeps its own.
+  if (!config.given.contains("model.max_seq_len"))
+    config.model.max_seq_len = std::max(source.max_seq_len, config.data.seq_len);
   validate_config(config);
 }
 

@@ -41,8 +41,9 @@ struct InitSource {
 InitSource load_init_source(const std::string& path);
 
 // The model keys the config document did not set (config.given) take the source's values;
-// the ones it did set must agree with them. Only the architecture is adopted: dropout,
-// init_std and max_seq_len stay the run's own.
+// the ones it did set must agree with them. The architecture is adopted, and the context:
+// model.max_seq_len, when the document does not set it, becomes max(the source's,
+// data.seq_len). dropout and init_std stay the run's own.
 void adopt_architecture(RunConfig& config, const nn::ModelConfig& source, const std::string& source_name);
 
 // Copies the source's weights into `model` by name (see the file comment for what may be
