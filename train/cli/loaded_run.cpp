@@ -8,7 +8,7 @@
 
 #include "nn/init.h"
 #include "train/device_setting.h"
-#include "train/finetune.h"
+#include "train/swap/finetune.h"
 #include "train/formats/hf_folder.h"
 #include "train/model_builder.h"
 #include "train/portable_checkpoint.h"
