@@ -435,6 +435,10 @@ std::vector<Field> make_schema() {
              "bos at every window start (and every document start in the shards): auto = as the tokenizer's "
              "metadata says (GGUF / Hugging Face add_bos_token; off for byte and SentencePiece trained here), "
              "always, never"),
+      choice(DARK_CONFIG_MEMBER(data.windows),
+             "where training and validation windows lie: document = inside one document each (a document's tail "
+             "shorter than a window, and a shorter document, give none), packed = the documents joined end to end, "
+             "windows crossing their boundaries (how every run before this key was trained)"),
 
       choice(DARK_CONFIG_MEMBER(optimizer.name), "optimizer"),
       number(DARK_CONFIG_MEMBER(optimizer.lr), positive(), "peak learning rate"),

@@ -82,7 +82,7 @@ int eval_command(const CommandArgs& args) {
   const data::PreparedData d = run_data(run, a, text);
   const std::int64_t windows = a.has("--text") ? 0 : run.config.data.val_windows;  // 0: every window
   const data::ValidationSet val(d.open_shard(data::Split::val), run.config.training.batch_size, run.config.data.seq_len,
-                                windows, run.model->device(), d.window_bos_id);
+                                windows, run.model->device(), d.window_bos_id, run.config.data.windows);
   const train::EvalMetrics m = train::evaluate(*run.model, val, a.integer("--batches", 0));
   std::printf("step %lld | val loss %.4f | perplexity %.2f | next-token accuracy %.4f | %lld tokens%s%s\n",
               static_cast<long long>(run.step), m.loss, m.perplexity, m.accuracy, static_cast<long long>(m.tokens),
