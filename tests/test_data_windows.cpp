@@ -3,16 +3,22 @@
 // from the documents' lengths (with and without bos, several seq_len, documents exactly one
 // window long, one token short of it, shorter, and tails shorter than a window); no row holds
 // an end-of-document token before its last slot; the train order is a permutation per epoch,
-// seeded and resumable; the clear errors; the config key.
+// seeded and resumable; the clear errors; the config key; a checkpoint saved before the key
+// existed resumes on packed windows.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <set>
+#include <sstream>
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "data/loader.h"
 #include "test_util.h"
 #include "train/config.h"
+#include "train/formats/checkpoint.h"
+#include "train/trainer.h"
+#include "train_test_util.h"
 
 namespace dark::data::windows_test {
 namespace {
@@ -288,6 +294,48 @@ TEST(DataWindows, ConfigKeyDefaultsToDocumentAndRejectsOtherValues) {
   EXPECT_EQ(train::parse_config(nlohmann::json{{"data", {{"windows", "packed"}}}}).data.windows, WindowMode::packed);
   expect_error([] { train::parse_config(nlohmann::json{{"data", {{"windows", "documents"}}}}); },
                {"data.windows", "document", "packed"});
+}
+
+TEST(DataWindows, ACheckpointFromBeforeTheKeyResumesOnPackedWindows) {
+  namespace fs = std::filesystem;
+  TempDir tmp;
+  auto config = [&](const std::string& run, const char* windows) {
+    nlohmann::json c = train::quiet(train::tiny_config(tmp, run, 30));
+    if (windows) c["data"]["windows"] = windows;
+    return c;
+  };
+  train::train(train::parse_config(config("packed", "packed")), {});
+  train::train(train::parse_config(config("document", nullptr)), {});
+  const auto packed = train::losses(tmp.path() / "packed"), document = train::losses(tmp.path() / "document");
+  ASSERT_EQ(packed.size(), 30u);
+  EXPECT_NE(packed.at(25), document.at(25));  // the two layouts train differently here
+
+  // The packed run as a run from before data.windows: its checkpoints' configs lack the key.
+  fs::copy(tmp.path() / "packed", tmp.path() / "old", fs::copy_options::recursive);
+  fs::remove_all(tmp.path() / "old/checkpoints" / formats::checkpoint_name(30));
+  {  // and the metrics of the steps after its last checkpoint, so that only the resume writes them
+    std::istringstream lines(read_file((tmp.path() / "old/metrics.jsonl").string()));
+    std::string kept;
+    for (std::string line; std::getline(lines, line);)
+      if (nlohmann::json::parse(line).value("step", std::int64_t{0}) <= 20) kept += line + "\n";
+    write_file_atomic((tmp.path() / "old/metrics.jsonl").string(), kept);
+  }
+  for (const std::int64_t step : {10, 20}) {
+    const fs::path state = tmp.path() / "old/checkpoints" / formats::checkpoint_name(step) / "state.json";
+    nlohmann::json j = nlohmann::json::parse(read_file(state.string()));
+    ASSERT_EQ(j["config"]["data"]["windows"], "packed");
+    j["config"]["data"].erase("windows");
+    write_file_atomic(state.string(), j.dump(1));
+  }
+  // Naming document windows contradicts the checkpoint; leaving the key out continues packed,
+  // bit for bit.
+  train::TrainOptions resume;
+  resume.resume = true;
+  expect_error([&] { train::train(train::parse_config(config("old", "document")), resume); }, {"config differs"});
+  train::train(train::parse_config(config("old", nullptr)), resume);
+  const auto resumed = train::losses(tmp.path() / "old");
+  ASSERT_EQ(resumed.size(), 30u);
+  for (std::int64_t step = 21; step <= 30; ++step) EXPECT_EQ(resumed.at(step), packed.at(step)) << "step " << step;
 }
 
 }  // namespace
