@@ -10,9 +10,9 @@
 //
 // With a bos id (>= 0; the prepared folder's rule, prepare.h BosRule) every window starts
 // with bos: a window whose first token is bos is read as it lies; any other is bos followed
-// by the seq_len tokens from its start (the last one dropped, so shapes stay fixed). In packed
-// mode every token of the shard is then still the target of some window, except a bos that
-// starts one; in document mode, every token of a window's span.
+// by the seq_len tokens from its start (the last one dropped, so shapes stay fixed). Every
+// token the layout's windows cover (packed: the whole shard) is then still the target of some
+// window, except a bos that starts one.
 //
 // TrainLoader order: epoch e visits every window once in the order of a Fisher-Yates
 // permutation drawn from Philox (seed, kStreamDataOrder + e). Batch i of epoch e takes

@@ -294,6 +294,11 @@ TEST(DataWindows, ConfigKeyDefaultsToDocumentAndRejectsOtherValues) {
   EXPECT_EQ(train::parse_config(nlohmann::json{{"data", {{"windows", "packed"}}}}).data.windows, WindowMode::packed);
   expect_error([] { train::parse_config(nlohmann::json{{"data", {{"windows", "documents"}}}}); },
                {"data.windows", "document", "packed"});
+  // A checkpoint's saved config from before the key: packed; one that names it: as named.
+  const nlohmann::json old_run = {{"data", {{"seq_len", 64}}}};
+  EXPECT_EQ(train::parse_saved_config(old_run).data.windows, WindowMode::packed);
+  EXPECT_EQ(train::parse_saved_config(nlohmann::json{{"data", {{"windows", "document"}}}}).data.windows,
+            WindowMode::document);
 }
 
 TEST(DataWindows, ACheckpointFromBeforeTheKeyResumesOnPackedWindows) {

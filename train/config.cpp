@@ -915,6 +915,14 @@ void validate_config(const RunConfig& config) {
   }
 }
 
+RunConfig parse_saved_config(const json& saved) {
+  json doc = saved;
+  // Runs from before data.windows cut packed windows.
+  if (doc.is_object() && doc.contains("data") && doc["data"].is_object() && !doc["data"].contains("windows"))
+    doc["data"]["windows"] = std::string(enum_name(data::WindowMode::packed));
+  return parse_config(doc);
+}
+
 RunConfig parse_config(const json& doc, const std::string& config_stem) {
   if (!doc.is_object()) throw Error(str("config: expected a JSON object at the top level, got ", shown(doc)));
   RunConfig config;

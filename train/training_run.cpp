@@ -317,17 +317,13 @@ WeightsOrigin find_weights(RunConfig& config, const fs::path& dir, bool resume, 
     DARK_CHECK(latest.has_value(), "--resume: no checkpoint in ", (dir / "checkpoints").string());
     origin.checkpoint_dir = *latest;
     origin.checkpoint = formats::load_checkpoint(origin.checkpoint_dir);
-    origin.checkpoint_config = parse_config(origin.checkpoint->state.at("config"));
+    origin.checkpoint_config = parse_saved_config(origin.checkpoint->state.at("config"));
     // A checkpoint saved before data.windows existed trained on packed windows: its run goes on
     // with them (bit for bit), unless the config names data.windows (then they must agree).
-    const auto& saved_data = origin.checkpoint->state.at("config").at("data");
-    if (!saved_data.contains("windows")) {
-      origin.checkpoint_config->data.windows = data::WindowMode::packed;
-      if (!config.given.contains("data.windows")) {
-        config.data.windows = data::WindowMode::packed;
-        spdlog::info("--resume: {} was saved before data.windows existed: its run continues on packed windows",
-                     origin.checkpoint_dir.string());
-      }
+    if (!origin.checkpoint->state.at("config").at("data").contains("windows") && !config.given.contains("data.windows")) {
+      config.data.windows = origin.checkpoint_config->data.windows;
+      spdlog::info("--resume: {} was saved before data.windows existed: its run continues on packed windows",
+                   origin.checkpoint_dir.string());
     }
     // The weights come from the checkpoint; its config already holds the source's shape.
     if (finetuning) adopt_architecture(config, origin.checkpoint_config->model, "the checkpoint's config");
