@@ -3,13 +3,16 @@
 // from the documents' lengths (with and without bos, several seq_len, documents exactly one
 // window long, one token short of it, shorter, and tails shorter than a window); no row holds
 // an end-of-document token before its last slot; the train order is a permutation per epoch,
-// seeded and resumable; the clear errors; the config key; a checkpoint saved before the key
-// existed resumes on packed windows.
+// seeded and resumable; the clear errors; the config key; a run's start-up log of its windows;
+// a checkpoint saved before the key existed resumes on packed windows.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <set>
 #include <sstream>
+
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 
 #include "core/error.h"
 #include "core/file_io.h"
@@ -299,6 +302,45 @@ TEST(DataWindows, ConfigKeyDefaultsToDocumentAndRejectsOtherValues) {
   EXPECT_EQ(train::parse_saved_config(old_run).data.windows, WindowMode::packed);
   EXPECT_EQ(train::parse_saved_config(nlohmann::json{{"data", {{"windows", "document"}}}}).data.windows,
             WindowMode::document);
+}
+
+TEST(DataWindows, ARunLogsItsWindowsAndWarnsWhenValidationHasFewerThanAsked) {
+  TempDir tmp;
+  nlohmann::json config = train::quiet(train::tiny_config(tmp, "run", 1));
+  config["data"]["val_windows"] = 100000;
+  config["schedule"]["warmup_steps"] = 1;
+  std::ostringstream captured;
+  const auto previous = spdlog::default_logger();
+  spdlog::set_default_logger(
+      std::make_shared<spdlog::logger>("capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(captured)));
+  try {
+    train::train(train::parse_config(config), {});
+  } catch (...) {
+    spdlog::set_default_logger(previous);
+    throw;
+  }
+  spdlog::set_default_logger(previous);
+  // The expected counts, from the shards by a plain loop: byte documents end with eos (257).
+  std::int64_t windows[2] = {0, 0}, tokens[2] = {0, 0};
+  for (int split = 0; split < 2; ++split) {
+    const auto shard = TokenShard::open(tmp / (split == 0 ? "data/train.bin" : "data/val.bin"));
+    Ids all(static_cast<std::size_t>(shard->size()));
+    shard->read(0, shard->size(), all.data());
+    std::int64_t start = 0;
+    for (std::int64_t i = 0; i < shard->size(); ++i)
+      if (all[i] == all.back()) windows[split] += (i + 1 - start - 1) / 32, start = i + 1;
+    tokens[split] = shard->size();
+  }
+  const std::string log = captured.str();
+  EXPECT_NE(log.find("data: document windows of seq_len + 1 = 33 tokens: train " + std::to_string(windows[0]) +
+                     " covering "),
+            std::string::npos) << log;
+  EXPECT_NE(log.find("; val " + std::to_string(windows[1]) + " of " + std::to_string(windows[1]) + " covering "),
+            std::string::npos) << log;
+  EXPECT_NE(log.find("of its " + std::to_string(tokens[1]) + " tokens"), std::string::npos) << log;
+  EXPECT_NE(log.find("the validation split has " + std::to_string(windows[1]) +
+                     " document windows of 33 tokens, fewer than data.val_windows 100000"),
+            std::string::npos) << log;
 }
 
 TEST(DataWindows, ACheckpointFromBeforeTheKeyResumesOnPackedWindows) {
