@@ -46,8 +46,22 @@ std::string join_key(const std::string& label, const fs::path& relative) {
   return label.empty() ? rel : label + "/" + rel;
 }
 
-// Adds every non-hidden regular file under `root` (recursively), skipping `excludes`.
-void add_folder(const fs::path& root, const std::string& label, const std::vector<std::string>& excludes,
+// Whether the last component of `relative` is `name`, or starts with it less its final '*'.
+bool folder_name_matches(const fs::path& relative, const std::string& name) {
+  const std::string last = relative.filename().string();
+  return name.ends_with('*') ? last.starts_with(std::string_view(name).substr(0, name.size() - 1)) : last == name;
+}
+
+// What a folder source keeps: every non-hidden regular file, less the excluded sub-folders
+// (relative paths, or folder names at any depth) and the files without the extension.
+struct FolderFilter {
+  std::vector<std::string> excludes;
+  std::vector<std::string> excluded_folder_names;
+  std::string extension;
+};
+
+// Adds the files under `root` (recursively) that `filter` keeps.
+void add_folder(const fs::path& root, const std::string& label, const FolderFilter& filter,
                 std::vector<CorpusFile>& out) {
   std::error_code ec;
   fs::recursive_directory_iterator it(root, ec), end;
@@ -56,13 +70,17 @@ void add_folder(const fs::path& root, const std::string& label, const std::vecto
     DARK_CHECK(!ec, "corpus: cannot list folder ", root.string(), ": ", ec.message());
     const fs::path relative = it->path().lexically_relative(root);
     const std::string rel = relative.generic_string();
+    const bool directory = it->is_directory();
     bool excluded = is_hidden(relative);
-    for (const auto& ex : excludes) excluded = excluded || rel == ex || rel.starts_with(ex + "/");
+    for (const auto& ex : filter.excludes) excluded = excluded || rel == ex || rel.starts_with(ex + "/");
+    if (directory)
+      for (const auto& name : filter.excluded_folder_names) excluded = excluded || folder_name_matches(relative, name);
     if (excluded) {
-      if (it->is_directory()) it.disable_recursion_pending();
+      if (directory) it.disable_recursion_pending();
       continue;
     }
     if (!it->is_regular_file()) continue;
+    if (!filter.extension.empty() && !rel.ends_with(filter.extension)) continue;
     out.push_back({it->path().string(), join_key(label, relative), static_cast<std::uint64_t>(it->file_size()),
                    Split::train});
   }
@@ -73,7 +91,7 @@ void add_source(const std::string& source, std::vector<CorpusFile>& out) {
   const fs::path path(source);
   if (fs::is_directory(path, ec)) {
     const std::size_t before = out.size();
-    add_folder(path, "", {}, out);
+    add_folder(path, "", FolderFilter{}, out);
     DARK_CHECK(out.size() > before, "corpus: folder '", source, "' contains no files");
     return;
   }
@@ -96,7 +114,7 @@ void add_source(const std::string& source, std::vector<CorpusFile>& out) {
   for (const auto& p : paths) {
     if (fs::is_directory(p, ec)) {
       std::vector<CorpusFile> inner;
-      add_folder(p, "", {}, inner);
+      add_folder(p, "", FolderFilter{}, inner);
       const fs::path prefix = fs::path(p).lexically_relative(root);
       for (auto& f : inner) f.key = join_key(prefix.generic_string(), fs::path(f.key));
       out.insert(out.end(), inner.begin(), inner.end());
@@ -120,18 +138,42 @@ InvalidUtf8 parse_invalid_utf8(const std::string& text) {
   throw Error(str("invalid_utf8: unknown value '", text, "' (allowed: \"error\", \"replace\")"));
 }
 
-std::vector<std::string> corpus_names() { return {"debdocs", "debdocs-python"}; }
+std::vector<std::string> corpus_names() { return {"debdocs", "debdocs-python", "longdocs"}; }
 
 std::vector<NamedSource> named_corpus(const std::string& name) {
-  const NamedSource python{"python3.11", "/usr/share/doc/python3.11/html/_sources", {}, "python3.11-doc"};
+  const NamedSource python{"python3.11", "/usr/share/doc/python3.11/html/_sources", {}, "python3.11-doc", "", {}};
   const NamedSource linux{"linux-doc-6.1", "/usr/share/doc/linux-doc-6.1/html/_sources", {"translations"},
-                          "linux-doc-6.1"};
+                          "linux-doc-6.1", "", {}};
+  // The standard library as libpython3.11-minimal and libpython3.11-stdlib install it, the same
+  // on every machine: the folders that other Debian packages add to /usr/lib/python3.11 are left
+  // out (distutils: python3-distutils, lib2to3: python3-lib2to3, venv and ensurepip:
+  // python3.11-venv, tkinter and idlelib: python3-tk and idle-python3.11, test and every tests
+  // folder: libpython3.11-testsuite, config-3.11-*: libpython3.11-dev, site- and dist-packages:
+  // third-party modules), and so are encodings/ (generated codec tables) and pydoc_data/ (the
+  // language reference's text again, which python3.11-doc's pages hold).
+  const NamedSource stdlib{"python3.11-lib",
+                           "/usr/lib/python3.11",
+                           {"distutils", "lib2to3", "venv", "ensurepip", "tkinter", "idlelib", "turtledemo",
+                            "site-packages", "dist-packages", "encodings", "pydoc_data"},
+                           "libpython3.11-stdlib",
+                           ".py",
+                           {"__pycache__", "test", "tests", "idle_test", "config-3.11-*"}};
   if (name == "debdocs") return {python, linux};
   if (name == "debdocs-python") return {python};
+  if (name == "longdocs") return {python, linux, stdlib};
   std::string known;
   for (const auto& n : corpus_names()) known += (known.empty() ? "" : ", ") + n;
   throw Error(str("corpus: unknown corpus '", name, "' (known: ", known,
                   "; or give sources: files, folders or glob patterns)"));
+}
+
+std::vector<CorpusFile> list_named_source(const NamedSource& source, const std::string& corpus) {
+  std::error_code ec;
+  DARK_CHECK(fs::is_directory(source.root, ec), "corpus '", corpus, "': folder ", source.root,
+             " is missing; install the Debian package ", source.package, " (scripts/install-deps.sh)");
+  std::vector<CorpusFile> files;
+  add_folder(source.root, source.label, {source.excludes, source.excluded_folder_names, source.extension}, files);
+  return files;
 }
 
 bool is_validation_key(std::string_view key, double val_fraction) {
@@ -152,10 +194,8 @@ Corpus Corpus::resolve(const std::string& corpus, const std::vector<std::string>
     }
   } else {
     for (const auto& src : named_corpus(corpus)) {
-      std::error_code ec;
-      DARK_CHECK(fs::is_directory(src.root, ec), "corpus '", corpus, "': folder ", src.root,
-                 " is missing; install the Debian package ", src.package, " (scripts/install-deps.sh)");
-      add_folder(src.root, src.label, src.excludes, files);
+      const std::vector<CorpusFile> listed = list_named_source(src, corpus);
+      files.insert(files.end(), listed.begin(), listed.end());
     }
     result.description_ = corpus;
   }

@@ -40,13 +40,25 @@ struct NamedSource {
   std::string root;                   // folder read recursively
   std::vector<std::string> excludes;  // relative sub-folders left out, e.g. "translations"
   std::string package;                // Debian package that installs it
+  std::string extension;              // only files whose name ends with it, e.g. ".py"; "" = every file
+  std::vector<std::string> excluded_folder_names;  // folders left out at any depth, e.g. "__pycache__";
+                                                   // a final '*' matches any ending ("config-3.11-*")
 };
 
-// The named corpora: "debdocs" (python3.11-doc + linux-doc-6.1 reStructuredText sources,
-// without the kernel's translations/) and "debdocs-python" (python3.11-doc only).
+// The named corpora:
+//   debdocs         python3.11-doc + linux-doc-6.1 reStructuredText sources, without the
+//                   kernel's translations/
+//   debdocs-python  python3.11-doc only
+//   longdocs        debdocs plus the Python standard library's own sources (the .py files
+//                   that libpython3.11-minimal and libpython3.11-stdlib install in
+//                   /usr/lib/python3.11; folders other packages add there, generated tables
+//                   and tests left out), for long-document windows (docs/long-context.md)
 std::vector<std::string> corpus_names();
 // Throws naming the known corpora when `name` is not one.
 std::vector<NamedSource> named_corpus(const std::string& name);
+// The files of one named source, keyed "<label>/<path relative to root>", unsorted; throws
+// naming the Debian package when the root is missing.
+std::vector<CorpusFile> list_named_source(const NamedSource& source, const std::string& corpus);
 
 // True when `key` belongs to the validation split.
 bool is_validation_key(std::string_view key, double val_fraction);

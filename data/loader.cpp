@@ -1,4 +1,4 @@
-// TrainLoader (Philox-permuted windows) and ValidationSet.
+// TrainLoader (Philox-permuted windows) and ValidationSet, over a WindowLayout.
 #include "data/loader.h"
 
 #include <numeric>
@@ -9,21 +9,25 @@
 namespace dark::data {
 namespace {
 
-void check_shape(const TokenShard& shard, std::int64_t batch_size, std::int64_t seq_len, const char* who) {
+// The shape checks, then the layout (whose own error, no document long enough, comes second).
+WindowLayout checked_layout(const std::shared_ptr<const TokenShard>& shard, std::int64_t batch_size,
+                            std::int64_t seq_len, WindowMode mode, const char* who) {
+  DARK_CHECK(shard != nullptr, who, ": no shard");
   DARK_CHECK(batch_size > 0, who, ": batch_size must be positive, got ", batch_size);
   DARK_CHECK(seq_len > 0, who, ": seq_len must be positive, got ", seq_len);
-  DARK_CHECK(shard.size() >= seq_len + 1, who, ": corpus shorter than seq_len + 1 tokens: ", shard.path(), " has ",
-             shard.size(), " tokens, one window needs seq_len + 1 = ", seq_len + 1);
+  DARK_CHECK(shard->size() >= seq_len + 1, who, ": corpus shorter than seq_len + 1 tokens: ", shard->path(), " has ",
+             shard->size(), " tokens, one window needs seq_len + 1 = ", seq_len + 1);
+  return WindowLayout(*shard, seq_len, mode, who);
 }
 
-Tensor gather_windows(const TokenShard& shard, const std::vector<std::int64_t>& windows, std::int64_t seq_len,
+Tensor gather_windows(const TokenShard& shard, const WindowLayout& layout, const std::vector<std::int64_t>& windows,
                       std::int32_t bos_id) {
-  const std::int64_t rows = static_cast<std::int64_t>(windows.size()), cols = seq_len + 1;
+  const std::int64_t rows = static_cast<std::int64_t>(windows.size()), cols = layout.seq_len() + 1;
   Tensor out = Tensor::empty({rows, cols}, DType::i32);
   std::int32_t* p = out.data<std::int32_t>();
   for (std::int64_t r = 0; r < rows; ++r) {
     std::int32_t* row = p + r * cols;
-    shard.read(windows[r] * seq_len, cols, row);
+    shard.read(layout.start(windows[r]), cols, row);
     if (bos_id < 0 || row[0] == bos_id) continue;
     // Mid-document: bos, then the window's tokens shifted right by one (the last dropped).
     for (std::int64_t c = cols - 1; c > 0; --c) row[c] = row[c - 1];
@@ -34,19 +38,15 @@ Tensor gather_windows(const TokenShard& shard, const std::vector<std::int64_t>& 
 
 }  // namespace
 
-std::int64_t count_windows(std::int64_t num_tokens, std::int64_t seq_len) {
-  return num_tokens > seq_len ? (num_tokens - 1) / seq_len : 0;
-}
-
 TrainLoader::TrainLoader(std::shared_ptr<const TokenShard> shard, const LoaderOptions& options)
-    : shard_(std::move(shard)), options_(options) {
-  DARK_CHECK(shard_ != nullptr, "train loader: no shard");
-  check_shape(*shard_, options.batch_size, options.seq_len, "train loader");
-  num_windows_ = count_windows(shard_->size(), options.seq_len);
+    : shard_(std::move(shard)),
+      options_(options),
+      layout_(checked_layout(shard_, options.batch_size, options.seq_len, options.windows, "train loader")) {
+  num_windows_ = layout_.size();
   batches_per_epoch_ = num_windows_ / options.batch_size;
-  DARK_CHECK(batches_per_epoch_ > 0, "train loader: ", shard_->path(), " has ", num_windows_,
-             " windows of seq_len + 1 = ", options.seq_len + 1, " tokens, fewer than one batch (batch_size ",
-             options.batch_size, ")");
+  DARK_CHECK(batches_per_epoch_ > 0, "train loader: ", shard_->path(), " has ", num_windows_, " ",
+             enum_name(options.windows), " windows of seq_len + 1 = ", options.seq_len + 1,
+             " tokens, fewer than one batch (batch_size ", options.batch_size, ")");
 }
 
 std::shared_ptr<const std::vector<std::int64_t>> TrainLoader::permutation(std::int64_t epoch) const {
@@ -76,15 +76,17 @@ std::vector<std::int64_t> TrainLoader::window_indices(std::int64_t index) const 
 }
 
 Tensor TrainLoader::batch(std::int64_t index) const {
-  return gather_windows(*shard_, window_indices(index), options_.seq_len, options_.bos_id).to(options_.device);
+  return gather_windows(*shard_, layout_, window_indices(index), options_.bos_id).to(options_.device);
 }
 
 ValidationSet::ValidationSet(std::shared_ptr<const TokenShard> shard, std::int64_t batch_size, std::int64_t seq_len,
-                             std::int64_t max_windows, Device device, std::int32_t bos_id)
-    : shard_(std::move(shard)), batch_size_(batch_size), seq_len_(seq_len), device_(device), bos_id_(bos_id) {
-  DARK_CHECK(shard_ != nullptr, "validation set: no shard");
-  check_shape(*shard_, batch_size, seq_len, "validation set");
-  const std::int64_t available = count_windows(shard_->size(), seq_len);
+                             std::int64_t max_windows, Device device, std::int32_t bos_id, WindowMode windows)
+    : shard_(std::move(shard)),
+      batch_size_(batch_size),
+      layout_(checked_layout(shard_, batch_size, seq_len, windows, "validation set")),
+      device_(device),
+      bos_id_(bos_id) {
+  const std::int64_t available = layout_.size();
   const std::int64_t n = max_windows > 0 ? std::min(max_windows, available) : available;
   windows_.resize(static_cast<std::size_t>(n));
   for (std::int64_t k = 0; k < n; ++k)
@@ -96,7 +98,7 @@ std::int64_t ValidationSet::num_batches() const { return (num_windows() + batch_
 Tensor ValidationSet::batch(std::int64_t index) const {
   DARK_CHECK(index >= 0 && index < num_batches(), "validation set: batch ", index, " outside [0, ", num_batches(), ")");
   const std::int64_t begin = index * batch_size_, end = std::min(begin + batch_size_, num_windows());
-  return gather_windows(*shard_, std::vector<std::int64_t>(windows_.begin() + begin, windows_.begin() + end), seq_len_,
+  return gather_windows(*shard_, layout_, std::vector<std::int64_t>(windows_.begin() + begin, windows_.begin() + end),
                         bos_id_)
       .to(device_);
 }

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/json_depth.h"
 #include "core/file_io.h"
+#include "data/documents.h"
 #include "data/hash.h"
 #include "data/sentencepiece_tokenizer.h"
 
@@ -240,6 +241,20 @@ SplitResult write_split(const DataConfig& cfg, const Corpus& corpus, Split split
   return result;
 }
 
+// Each split's document length distribution, read from its shard (checked when it was
+// written or verified for reuse) and logged; the json for meta.json.
+json log_length_distributions(const std::string& dir, const std::string& tokenizer_hash) {
+  json out = json::object();
+  for (const Split split : {Split::train, Split::val}) {
+    const auto shard = TokenShard::open((fs::path(dir) / shard_file(split)).string(), tokenizer_hash,
+                                        /*verify_checksum=*/false);
+    const LengthDistribution d = length_distribution(find_documents(*shard).lengths());
+    spdlog::info("data: {} split: {}", split_name(split), describe(d));
+    out[split_name(split)] = to_json(d);
+  }
+  return out;
+}
+
 }  // namespace
 
 std::shared_ptr<const TokenShard> PreparedData::open_shard(Split split) const {
@@ -274,7 +289,8 @@ std::shared_ptr<const Tokenizer> build_tokenizer(const DataConfig& cfg, const Co
                                                  json& tok_record);
 // Step 3: meta.json, which marks the folder complete.
 json meta_json(const DataConfig& cfg, const json& inputs, const Tokenizer& tok, json tok_record,
-               const SplitResult& train, const SplitResult& val, double tokenize_secs, double total_secs);
+               const SplitResult& train, const SplitResult& val, const json& lengths, double tokenize_secs,
+               double total_secs);
 }  // namespace
 
 PreparedData prepare(const DataConfig& cfg) {
@@ -297,6 +313,7 @@ PreparedData prepare(const DataConfig& cfg) {
     data.reused = true;
     spdlog::info("data: {} is up to date ({} train, {} val tokens); nothing to do", cfg.dir, data.train_tokens,
                  data.val_tokens);
+    log_length_distributions(cfg.dir, data.tokenizer->hash());
     return data;
   }
   spdlog::info("data: building {} ({})", cfg.dir, problem);
@@ -319,9 +336,10 @@ PreparedData prepare(const DataConfig& cfg) {
              train.files, " file(s)) holds no text");
   const SplitResult val = write_split(cfg, corpus, Split::val, *tok, policy, bos);
   const double tokenize_secs = seconds_since(t_tokenize);
+  const json lengths = log_length_distributions(cfg.dir, tok->hash());
 
   // 3. meta.json, last
-  const json meta = meta_json(cfg, inputs, *tok, std::move(tok_record), train, val, tokenize_secs,
+  const json meta = meta_json(cfg, inputs, *tok, std::move(tok_record), train, val, lengths, tokenize_secs,
                               seconds_since(t_start));
   write_file_atomic((fs::path(cfg.dir) / kMetaFile).string(), meta.dump(2) + "\n");
   spdlog::info("data: {} ready: {} train tokens, {} val tokens, vocab {} ({:.1f} s)", cfg.dir, train.info.num_tokens,
@@ -359,12 +377,14 @@ std::shared_ptr<const Tokenizer> build_tokenizer(const DataConfig& cfg, const Co
 }
 
 json meta_json(const DataConfig& cfg, const json& inputs, const Tokenizer& tok, json tok_record,
-               const SplitResult& train, const SplitResult& val, double tokenize_secs, double total_secs) {
-  auto shard_json = [](const SplitResult& r, Split split) {
+               const SplitResult& train, const SplitResult& val, const json& lengths, double tokenize_secs,
+               double total_secs) {
+  auto shard_json = [&lengths](const SplitResult& r, Split split) {
     return json{{"file", shard_file(split)},   {"tokens", r.info.num_tokens},
                 {"documents", r.info.num_documents}, {"files", r.files},
                 {"empty_files", r.empty_files}, {"text_bytes", r.bytes},
-                {"token_bytes", r.info.token_bytes}, {"checksum", hex64(r.info.checksum)}};
+                {"token_bytes", r.info.token_bytes}, {"checksum", hex64(r.info.checksum)},
+                {"document_lengths", lengths.at(split_name(split))}};
   };
   tok_record["kind"] = tok.kind();
   tok_record["hash"] = tok.hash();

@@ -3,8 +3,11 @@
 //   train.bin         token shard of the train split (documents joined by end-of-document; each
 //                     document preceded by bos when the folder's bos rule is on, see BosRule)
 //   val.bin           token shard of the validation split
-//   meta.json         inputs, counts, tokenizer hash and vocab size, timings; written last,
-//                     so a directory with meta.json is complete.
+//   meta.json         inputs, counts, tokenizer hash and vocab size, each split's document
+//                     length distribution (documents.h), timings; written last, so a directory
+//                     with meta.json is complete.
+// Building or reusing, prepare() logs each split's document length distribution (from the
+// shards themselves, so folders prepared before it was recorded print it too).
 // Calling prepare() again with the same inputs (corpus files and sizes, tokenizer options,
 // val_fraction, ...) verifies the directory and returns without rebuilding; any difference,
 // or a missing / corrupted file, rebuilds it (logging why).
@@ -21,6 +24,7 @@
 #include "data/corpus.h"
 #include "data/shard.h"
 #include "data/tokenizer.h"
+#include "data/windows.h"
 
 namespace dark::data {
 
@@ -42,7 +46,7 @@ enum class BosRule { automatic, always, never };
 // The data section of a run config, owned here; the run config's schema binds its rows to the
 // members above the line ("data.seq_len" is seq_len). The ones below it are not config keys.
 struct DataConfig {
-  std::string corpus = "debdocs";       // named corpus: "debdocs" or "debdocs-python"
+  std::string corpus = "debdocs";       // named corpus (corpus.h): "debdocs", "debdocs-python" or "longdocs"
   std::vector<std::string> sources;     // files, folders or glob patterns; override corpus when non-empty
   std::string dir;                      // output data directory (required by prepare; the run config fills it)
   TokenizerKind tokenizer = TokenizerKind::sentencepiece;
@@ -53,6 +57,7 @@ struct DataConfig {
   int seq_len = 256;                    // tokens per training window (the loaders'; prepare() does not read it)
   int val_windows = 64;                 // validation windows per evaluation (the loaders')
   BosRule bos = BosRule::automatic;     // bos at every window start (see BosRule)
+  WindowMode windows = WindowMode::document;  // where the loaders cut windows (windows.h; prepare() does not read it)
   // ----
   std::string invalid_utf8 = "error";   // invalid UTF-8 in an input file: "error" or "replace" (U+FFFD)
   std::int64_t tokenizer_max_lines = 1000000;  // lines sampled from the train split to train SentencePiece

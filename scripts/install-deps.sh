@@ -21,6 +21,7 @@ packages=(
   gnuplot-nox            # PNG plots of `darkformer report` (pngcairo terminal)
   patchelf               # scripts/gpu-bundle.sh: bundled programs find their libraries beside them
   python3.11-doc linux-doc-6.1  # the "debdocs" pretraining corpus (reStructuredText sources)
+  libpython3.11-stdlib   # with the two above, the "longdocs" corpus: the standard library's .py sources
 )
 
 missing=()

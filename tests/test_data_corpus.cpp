@@ -1,5 +1,6 @@
 // Corpus builder: source resolution (files, folders, globs), the stable hash split, SPDX
-// line removal, UTF-8 validation / replacement, and the errors for missing or empty input.
+// line removal, UTF-8 validation / replacement, and the errors for missing or empty input;
+// the named corpora and a named source's filters (extension, excluded folders).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -164,6 +165,42 @@ TEST(DataCorpus, NamedCorporaDescribeTheirSources) {
   const auto python = named_corpus("debdocs-python");
   ASSERT_EQ(python.size(), 1u);
   EXPECT_EQ(python[0].label, all[0].label);  // same keys, so the same split as in debdocs
+  // longdocs: debdocs' two sources unchanged (same keys, so a debdocs validation file stays in
+  // validation at any val_fraction >= 0.02) and the standard library's .py files.
+  const auto longdocs = named_corpus("longdocs");
+  ASSERT_EQ(longdocs.size(), 3u);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(longdocs[i].label, all[i].label);
+    EXPECT_EQ(longdocs[i].root, all[i].root);
+    EXPECT_EQ(longdocs[i].excludes, all[i].excludes);
+    EXPECT_EQ(longdocs[i].extension, "");
+  }
+  EXPECT_EQ(longdocs[2].root, "/usr/lib/python3.11");
+  EXPECT_EQ(longdocs[2].extension, ".py");
+  EXPECT_EQ(longdocs[2].package, "libpython3.11-stdlib");
+  for (const char* other_package : {"distutils", "lib2to3", "venv", "ensurepip", "tkinter", "idlelib", "site-packages"})
+    EXPECT_NE(std::find(longdocs[2].excludes.begin(), longdocs[2].excludes.end(), other_package),
+              longdocs[2].excludes.end()) << other_package;
+  EXPECT_EQ(corpus_names(), (std::vector<std::string>{"debdocs", "debdocs-python", "longdocs"}));
+  expect_error([] { named_corpus("longdoc"); }, {"unknown corpus 'longdoc'", "debdocs, debdocs-python, longdocs"});
+}
+
+TEST(DataCorpus, NamedSourceFiltersByExtensionAndExcludedFolders) {
+  TempDir tmp;
+  for (const char* f : {"lib/a.py", "lib/b.txt", "lib/pkg/c.py", "lib/pkg/__pycache__/c.cpython-311.pyc",
+                        "lib/pkg/tests/test_c.py", "lib/tests/t.py", "lib/skipped/d.py", "lib/config-3.11-x/e.py",
+                        "lib/pkg/config-3.11-y/f.py", "lib/.hidden/g.py", "lib/config-3.12/h.py"})
+    write_text(tmp / f, "x = 1\n");
+  const NamedSource source{"label", tmp / "lib", {"skipped"}, "some-package", ".py", {"__pycache__", "tests", "config-3.11-*"}};
+  std::vector<std::string> keys = keys_of(list_named_source(source, "corpus"));
+  std::sort(keys.begin(), keys.end());
+  EXPECT_EQ(keys, (std::vector<std::string>{"label/a.py", "label/config-3.12/h.py", "label/pkg/c.py"}));
+  // Without filters: every non-hidden file.
+  const NamedSource all{"label", tmp / "lib", {}, "some-package", "", {}};
+  EXPECT_EQ(list_named_source(all, "corpus").size(), 10u);
+  const NamedSource missing{"label", tmp / "nothing", {}, "some-package", "", {}};
+  expect_error([&] { list_named_source(missing, "corpus"); }, {"corpus 'corpus'", "nothing", "is missing",
+                                                              "install the Debian package some-package"});
 }
 
 }  // namespace

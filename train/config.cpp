@@ -437,6 +437,10 @@ std::vector<Field> make_schema() {
              "bos at every window start (and every document start in the shards): auto = as the tokenizer's "
              "metadata says (GGUF / Hugging Face add_bos_token; off for byte and SentencePiece trained here), "
              "always, never"),
+      choice(DARK_CONFIG_MEMBER(data.windows),
+             "where training and validation windows lie: document = inside one document each (a document's tail "
+             "shorter than a window, and a shorter document, give none), packed = the documents joined end to end, "
+             "windows crossing their boundaries (how every run before this key was trained)"),
 
       choice(DARK_CONFIG_MEMBER(optimizer.name), "optimizer"),
       number(DARK_CONFIG_MEMBER(optimizer.lr), positive(), "peak learning rate"),
@@ -931,6 +935,14 @@ void validate_config(const RunConfig& config) {
          str(number_text(config.optimizer.momentum), " is only used by optimizer.name \"sgd\" (this is \"",
              enum_name(config.optimizer.name), "\"); remove it or set 0"));
   }
+}
+
+RunConfig parse_saved_config(const json& saved) {
+  json doc = saved;
+  // Runs from before data.windows cut packed windows.
+  if (doc.is_object() && doc.contains("data") && doc["data"].is_object() && !doc["data"].contains("windows"))
+    doc["data"]["windows"] = std::string(enum_name(data::WindowMode::packed));
+  return parse_config(doc);
 }
 
 RunConfig parse_config(const json& doc, const std::string& config_stem) {

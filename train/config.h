@@ -167,6 +167,9 @@ void apply_override(nlohmann::json& doc, const std::string& assignment);
 // Parses, resolves auto values and validates a config document. `config_stem` names the
 // default run folder (runs/<config_stem>).
 RunConfig parse_config(const nlohmann::json& doc, const std::string& config_stem = "default");
+// parse_config of a config as a checkpoint saved it (state.json "config"), where a key added
+// since takes the value that reproduces the saved run: data.windows "packed" when absent.
+RunConfig parse_saved_config(const nlohmann::json& saved);
 // read_config_json + apply_override for each override + parse_config with the file's stem.
 RunConfig load_config(const std::filesystem::path& path, const std::vector<std::string>& overrides = {});
 

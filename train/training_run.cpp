@@ -323,7 +323,14 @@ WeightsOrigin find_weights(RunConfig& config, const fs::path& dir, bool resume, 
     DARK_CHECK(latest.has_value(), "--resume: no checkpoint in ", (dir / "checkpoints").string());
     origin.checkpoint_dir = *latest;
     origin.checkpoint = formats::load_checkpoint(origin.checkpoint_dir);
-    origin.checkpoint_config = parse_config(origin.checkpoint->state.at("config"));
+    origin.checkpoint_config = parse_saved_config(origin.checkpoint->state.at("config"));
+    // A checkpoint saved before data.windows existed trained on packed windows: its run goes on
+    // with them (bit for bit), unless the config names data.windows (then they must agree).
+    if (!origin.checkpoint->state.at("config").at("data").contains("windows") && !config.given.contains("data.windows")) {
+      config.data.windows = origin.checkpoint_config->data.windows;
+      spdlog::info("--resume: {} was saved before data.windows existed: its run continues on packed windows",
+                   origin.checkpoint_dir.string());
+    }
     // The weights come from the checkpoint; its config already holds the source's shape.
     if (finetuning) adopt_architecture(config, origin.checkpoint_config->model, "the checkpoint's config");
   } else if (finetuning) {
@@ -373,6 +380,19 @@ void make_trainable(TrainingRun& run, const std::optional<formats::CheckpointDat
   }
 }
 
+// How many windows the run reads and what share of each split's tokens they cover.
+void log_windows(const data::TrainLoader& loader, const data::ValidationSet& val, std::int64_t val_windows_asked) {
+  const data::WindowLayout &t = loader.layout(), &v = val.layout();
+  spdlog::info("data: {} windows of seq_len + 1 = {} tokens: train {} covering {:.1f}% of its {} tokens ({} "
+               "documents); val {} of {} covering {:.1f}% of its {} tokens",
+               enum_name(t.mode()), t.seq_len() + 1, t.size(), 100.0 * t.token_share(), t.shard_tokens(),
+               t.documents(), val.num_windows(), v.size(), 100.0 * v.token_share(), v.shard_tokens());
+  if (val.num_windows() < val_windows_asked)
+    spdlog::warn("data: the validation split has {} {} windows of {} tokens, fewer than data.val_windows {}; every "
+                 "evaluation uses those {}", v.size(), enum_name(v.mode()), v.seq_len() + 1, val_windows_asked,
+                 v.size());
+}
+
 void open_data_streams(TrainingRun& run) {
   const RunConfig& c = run.config;
   data::LoaderOptions lo;
@@ -381,10 +401,12 @@ void open_data_streams(TrainingRun& run) {
   lo.seed = c.seed;
   lo.device = run.device;
   lo.bos_id = run.data.window_bos_id;
+  lo.windows = c.data.windows;
   run.loader = std::make_unique<data::TrainLoader>(run.data.open_shard(data::Split::train), lo);
   run.val = std::make_unique<data::ValidationSet>(run.data.open_shard(data::Split::val), c.training.batch_size,
                                                   c.data.seq_len, c.data.val_windows, run.device,
-                                                  run.data.window_bos_id);
+                                                  run.data.window_bos_id, c.data.windows);
+  log_windows(*run.loader, *run.val, c.data.val_windows);
   spdlog::info("model: {} parameters ({} layers, d_model {}, {} heads, attention {}) on {}; data: {} train tokens, {} val "
                "windows{}",
                run.model->num_parameters(), c.model.n_layers, c.model.d_model, c.model.n_heads,

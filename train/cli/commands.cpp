@@ -93,7 +93,7 @@ int eval_command(const CommandArgs& args) {
   const data::PreparedData d = run_data(run, a, text);
   const std::int64_t windows = a.has("--text") ? 0 : run.config.data.val_windows;  // 0: every window
   const data::ValidationSet val(d.open_shard(data::Split::val), run.config.training.batch_size, run.config.data.seq_len,
-                                windows, run.model->device(), d.window_bos_id);
+                                windows, run.model->device(), d.window_bos_id, run.config.data.windows);
   std::fprintf(stderr, "eval: %lld window(s) of %d tokens, in batches of %d\n", static_cast<long long>(val.num_windows()),
                run.config.data.seq_len, run.config.training.batch_size);
   const train::EvalMetrics m = train::evaluate(*run.model, val, a.integer("--batches", 0));

@@ -37,7 +37,7 @@ LoadedRun load_checkpoint_run(const std::string& path, const std::vector<std::st
   config["training"]["device"] = "cpu";  // where it trained does not matter here
   check_overrides(overrides, "checkpoint");
   for (const std::string& o : overrides) train::apply_override(config, o);
-  run.config = train::parse_config(config);
+  run.config = train::parse_saved_config(config);  // a checkpoint from before a key reads as it ran
   run.tokenizer = train::checkpoint_tokenizer(ck, run.config, run.label);
   run.bos = train::checkpoint_bos(ck);
   {

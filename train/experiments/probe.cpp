@@ -217,7 +217,7 @@ ProbeReport run_probe(nn::CausalLM& model, const train::RunConfig& config, const
   NoGradGuard no_grad;
   model.train(false);
   const data::ValidationSet val(data.open_shard(data::Split::val), config.training.batch_size, config.data.seq_len,
-                                config.data.val_windows, model.device(), data.window_bos_id);
+                                config.data.val_windows, model.device(), data.window_bos_id, config.data.windows);
   DARK_CHECK(val.num_batches() >= 1, "probe: the validation split has no batch of ", config.training.batch_size, " windows");
   std::vector<Tensor> val_batches, train_batches;
   for (std::int64_t b = 0; b < std::min(options.batches, val.num_batches()); ++b) val_batches.push_back(val.batch(b));
@@ -227,6 +227,7 @@ ProbeReport run_probe(nn::CausalLM& model, const train::RunConfig& config, const
   lo.seed = config.seed;
   lo.device = model.device();
   lo.bos_id = data.window_bos_id;
+  lo.windows = config.data.windows;
   const data::TrainLoader loader(data.open_shard(data::Split::train), lo);
   for (std::int64_t b = 0; b < options.calibration_batches; ++b) train_batches.push_back(loader.batch(b));
 
