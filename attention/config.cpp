@@ -28,6 +28,10 @@ void validate(const AttentionConfig& a, std::int64_t head_dim, const std::string
                            "distance already")
              : std::string("needs mode \"linear\": mode \"exact\" evaluates every key exactly already"));
   }
+  if (a.far_field == FarField::none && a.exact_window == 0) {
+    fail(prefix + ".far_field",
+         "\"none\" needs an exact window (exact_window > 0): without one the layer would attend to no key");
+  }
   if (a.proposal != Proposal::variance_optimal) return;
   if (a.kind != Kind::performer && a.kind != Kind::darkformer) {
     fail(prefix + ".proposal",

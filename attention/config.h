@@ -36,6 +36,12 @@ enum class MatrixInit { identity, whiten };  // DARKFormer: M's initial value
 // only; same = the configured kind (windowed random-feature attention: linear_attention with
 // a window, autograd/ops.h; CPU and CUDA kernels).
 enum class WindowedLayers { softmax, same };
+// What an exact-window layer (exact_window > 0) does with the keys beyond its window:
+// features = the kind's random-feature estimate (the exact window as designed); none = nothing,
+// the far keys get no weight: the layer is sliding-window attention over its W nearest keys
+// with the kind's exact kernel ("window only", the control arm that shows what the window
+// alone carries; in training and decoding as in evaluation).
+enum class FarField { features, none };
 
 struct DarkformerSettings {
   MatrixScope scope = MatrixScope::head;  // one M per (layer, kv head), or one per layer shared by its heads
@@ -68,6 +74,7 @@ struct AttentionConfig {
   // The exact window W (attention/exact_window.h): each query's W nearest keys get the
   // kernel's exact weight, the rest its random-feature estimate, in one normaliser; 0 = none.
   int exact_window = 0;
+  FarField far_field = FarField::features;  // the keys beyond the exact window: random features, or none
   DarkformerSettings darkformer;
   LfkSettings lfk;
   std::vector<LayerOverride> layers;  // per-layer overrides (resolved per layer by the run config)
@@ -82,7 +89,8 @@ struct AttentionConfig {
 //   mode "exact" not with kind lfk (LFK learns its feature map: there is no fixed kernel);
 //   proposal "variance_optimal" only with kind performer or darkformer (LFK learns its
 //   features, softmax has none) and only with mode "linear" (exact attention draws none);
-//   exact_window > 0 only with a random-feature kind in mode "linear".
+//   exact_window > 0 only with a random-feature kind in mode "linear";
+//   far_field "none" only with exact_window > 0 (without a window it leaves no key).
 // Errors read "config: PREFIX.KEY: ...", PREFIX being "attention" or a per-layer override's path.
 void validate(const AttentionConfig& config, std::int64_t head_dim, const std::string& prefix = "attention");
 
@@ -121,6 +129,11 @@ template <>
 struct EnumNames<attention::WindowedLayers> {
   static constexpr std::array<std::pair<attention::WindowedLayers, std::string_view>, 2> table{
       {{attention::WindowedLayers::softmax, "softmax"}, {attention::WindowedLayers::same, "same"}}};
+};
+template <>
+struct EnumNames<attention::FarField> {
+  static constexpr std::array<std::pair<attention::FarField, std::string_view>, 2> table{
+      {{attention::FarField::features, "features"}, {attention::FarField::none, "none"}}};
 };
 template <>
 struct EnumNames<attention::FeatureDraw> {

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "attention/kv_cache.h"
 #include "attention/recurrent_state.h"
 #include "autograd/grad_mode.h"
 
@@ -72,6 +73,25 @@ Tensor exact_window_attention(const Tensor& xq, const Tensor& xk, const Tensor& 
                                                  key_mask);
   const NormalizedAttention near = flash_attention_with_lse(qp, kp, v, /*causal=*/true, 1.0, key_mask, spec.near());
   return merge_attention(near, far_part(xq, xk, v, omega, log_weight, key_mask, spec, logits));
+}
+
+Tensor window_only_attention(const Tensor& xq, const Tensor& xk, const Tensor& v, const Tensor& key_mask,
+                             const ExactWindowSpec& spec) {
+  check_spec(spec);
+  DARK_CHECK(xq.dim() == 4 && xk.dim() == 4 && v.dim() == 4 && xq.size(1) == xk.size(1) &&
+                 xq.size(3) == xk.size(3) && xq.size(3) <= v.size(3),
+             "window only: expected x_q (B, T, Hq, r), x_k (B, T, Hkv, r) and v (B, T, Hkv, Dv) with r <= Dv, got ",
+             xq.describe(), ", ", xk.describe(), ", ", v.describe());
+  const std::int64_t dv = v.size(3);
+  return flash_attention(pad_last_dim(xq, dv), pad_last_dim(xk, dv), v, /*causal=*/true, 1.0, key_mask, spec.near());
+}
+
+Tensor window_only_decode(const Tensor& xq, const Tensor& xk, const Tensor& v, const ExactWindowSpec& spec,
+                          std::unique_ptr<nn::DecodeState>& state) {
+  NoGradGuard no_grad;
+  check_spec(spec);
+  const std::int64_t dv = v.size(3);
+  return attend_with_cache(pad_last_dim(xq, dv), pad_last_dim(xk, dv), v, 1.0, state, spec.near());
 }
 
 Tensor exact_window_decode(const Tensor& xq_in, const Tensor& xk_in, const Tensor& lq_in, const Tensor& lk_in,

@@ -62,6 +62,17 @@ struct ExactWindowState final : nn::DecodeState {
   std::unique_ptr<nn::DecodeState> far;  // global layers: the recurrent feature state
 };
 
+// Window only (attention.far_field none): the near part alone, the far keys with no weight:
+// sliding-window attention over each query's spec.near() nearest keys with the kind's exact
+// kernel exp(q~ . k~) (the flash op with scale 1 on the transformed queries and keys, as the
+// near part of exact_window_attention computes it). Arguments as there; differentiable in
+// xq, xk and v. window_only_decode is its decoding: a key/value cache of the last near()
+// transformed keys and values (attention/kv_cache.h).
+Tensor window_only_attention(const Tensor& xq, const Tensor& xk, const Tensor& v, const Tensor& key_mask,
+                             const ExactWindowSpec& spec);
+Tensor window_only_decode(const Tensor& xq, const Tensor& xk, const Tensor& v, const ExactWindowSpec& spec,
+                          std::unique_ptr<nn::DecodeState>& state);
+
 // xq, lq (B, T, Hq, r / m) and xk, lk, v (B, T, Hkv, r / m / Dv) for T new positions.
 Tensor exact_window_decode(const Tensor& xq, const Tensor& xk, const Tensor& q_logits, const Tensor& k_logits,
                            const Tensor& v, const ExactWindowSpec& spec, std::unique_ptr<nn::DecodeState>& state);

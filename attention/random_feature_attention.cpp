@@ -29,6 +29,8 @@ RandomFeatureAttention::RandomFeatureAttention(const nn::AttentionShape& shape, 
              shape.head_dim);
   DARK_CHECK(config.chunk_size >= 1 && config.eps > 0, "attention: chunk_size must be >= 1 and eps > 0");
   DARK_CHECK(config.exact_window >= 0, "attention: exact_window must be >= 0, got ", config.exact_window);
+  DARK_CHECK(config.far_field == FarField::features || config.exact_window > 0,
+             "attention: far_field none needs an exact window (exact_window > 0)");
 }
 
 Tensor RandomFeatureAttention::transformed(const Tensor& x) const {
@@ -96,6 +98,10 @@ Tensor RandomFeatureAttention::forward(const Tensor& q, const Tensor& k, const T
     return flash_attention(pad_last_dim(qt, v.size(3)), pad_last_dim(kt, v.size(3)), v, /*causal=*/true, 1.0, key_mask,
                            shape_.window);
   }
+  if (window_only()) {
+    if (stats_due()) store_stats(measure_attention_stats(qt, kt, Tensor()));  // no features in use
+    return window_only_attention(qt, kt, v, key_mask, exact_window());
+  }
   // The logits are computed inside the op (random_feature_attention): a layer keeps O(T r)
   // for its backward instead of the (B, T, H, m) logits.
   const auto [omega, log_weight] = features(qt.dtype(), qt.device());
@@ -120,6 +126,7 @@ Tensor RandomFeatureAttention::decode(const Tensor& q, const Tensor& k, const Te
   const Tensor qt = transformed(q), kt = transformed(k);
   if (config_.mode == Mode::exact)
     return attend_with_cache(pad_last_dim(qt, v.size(3)), pad_last_dim(kt, v.size(3)), v, 1.0, state, shape_.window);
+  if (window_only()) return window_only_decode(qt, kt, v, exact_window(), state);
   if (config_.exact_window > 0)
     return exact_window_decode(qt, kt, feature_logits(qt), feature_logits(kt), v, exact_window(), state);
   if (shape_.window > 0)
@@ -129,6 +136,8 @@ Tensor RandomFeatureAttention::decode(const Tensor& q, const Tensor& k, const Te
 }
 
 nn::AttentionKernel::Export RandomFeatureAttention::export_form() {
+  DARK_CHECK(!window_only(), "attention layer ", shape_.layer, " runs ", describe(),
+             ": attention.far_field \"none\" is not part of the exported modeling file");
   Export e;
   e.settings = {{"num_features", config_.num_features},
                 {"rank", static_cast<double>(rank_)},
@@ -153,13 +162,24 @@ ExactWindowSpec RandomFeatureAttention::exact_window() const {
 
 std::string RandomFeatureAttention::describe() const {
   if (config_.exact_window == 0) return kind();
+  if (window_only())
+    return str(kind(), " with an exact window of ", config_.exact_window,
+               " keys and no far field (window only: sliding-window attention with the kind's exact kernel)");
   return str(kind(), " with an exact window of ", config_.exact_window, " keys (exact weights near, random features far)");
 }
 
 void RandomFeatureAttention::set_exact_window(int window) {
   DARK_CHECK(window >= 0, "attention: exact_window must be >= 0, got ", window);
   DARK_CHECK(window == 0 || config_.mode == Mode::linear, "attention: exact_window needs mode linear");
+  DARK_CHECK(window > 0 || config_.far_field == FarField::features,
+             "attention: exact_window 0 with far_field none leaves no key; set far_field features first");
   config_.exact_window = window;
+}
+
+void RandomFeatureAttention::set_far_field(FarField far_field) {
+  DARK_CHECK(far_field == FarField::features || config_.exact_window > 0, "attention layer ", shape_.layer,
+             ": far_field none needs an exact window (attention.exact_window > 0)");
+  config_.far_field = far_field;
 }
 
 void RandomFeatureAttention::set_feature_epoch(std::int64_t epoch) {

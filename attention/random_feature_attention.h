@@ -8,7 +8,8 @@
 //
 // Modes: linear (the random-feature estimate) or exact (the same kernel evaluated exactly:
 // flash softmax with scale 1 on the transformed queries and keys). In linear mode, an exact
-// window (exact_window.h) evaluates the nearest keys exactly and estimates the rest.
+// window (exact_window.h) evaluates the nearest keys exactly and estimates the rest, or, with
+// attention.far_field none, gives the rest no weight (window only).
 // Redraws: features are drawn from Philox keyed by (seed, layer, kv head, epoch); the
 // trainer sets the epoch from the optimizer step, so every rank and every resumed run draws
 // the same matrices. Calibration: see nn::AttentionKernel.
@@ -41,7 +42,7 @@ class RandomFeatureAttention : public nn::AttentionKernel {
   std::string describe() const override;
   void set_feature_epoch(std::int64_t epoch) override;
   std::int64_t feature_epoch() const override { return epoch_; }
-  bool redraws_features() const override { return config_.mode == Mode::linear; }
+  bool redraws_features() const override { return config_.mode == Mode::linear && !window_only(); }
 
   bool needs_calibration() const override;
   void begin_calibration() override;
@@ -67,6 +68,11 @@ class RandomFeatureAttention : public nn::AttentionKernel {
   // Sets attention.exact_window (0 = none) on a built kernel: the probe measures one estimator
   // (its features, M and proposal) with and without the window.
   void set_exact_window(int window);
+  // Sets attention.far_field on a built kernel (forward and decode follow it): none needs an
+  // exact window. Evaluation's ablations (train/ablation.h) set it for a pass and restore it.
+  void set_far_field(FarField far_field);
+  // An exact window whose far keys get no weight: sliding-window attention with the exact kernel.
+  bool window_only() const { return config_.exact_window > 0 && config_.far_field == FarField::none; }
   std::int64_t kv_heads() const { return shape_.n_kv_heads; }
   std::int64_t transformed_dim() const { return rank_; }
 

@@ -28,6 +28,7 @@ struct Case {
   attention::Mode mode = attention::Mode::linear;
   double eps = 1e-6;
   int rank = 0;  // darkformer
+  attention::FarField far_field = attention::FarField::features;
 };
 
 constexpr std::int64_t kB = 2, kT = 20, kHq = 4, kHkv = 1, kD = 8, kM = 16;
@@ -40,6 +41,7 @@ std::unique_ptr<attention::RandomFeatureAttention> make_kernel(const Case& c, DT
   config.mode = c.mode;
   config.eps = c.eps;
   config.darkformer.rank = c.rank;
+  config.far_field = c.far_field;
   config.seed = 11;
   std::unique_ptr<nn::AttentionKernel> k =
       attention::make_factory(config)(nn::AttentionShape{kHq, kHkv, kD, 0, dtype, c.layer_window});
@@ -83,12 +85,14 @@ Naive naive(attention::RandomFeatureAttention& kernel, const Case& c, const Tens
         double z = 0, far_max = -std::numeric_limits<double>::infinity(), q_max = -1e300;
         if (!exact)
           for (std::int64_t f = 0; f < kM; ++f) q_max = std::max(q_max, lq[((b * kT + i) * kHq + h) * kM + f]);
+        const bool window_only = c.far_field == attention::FarField::none;
         for (std::int64_t j = 0; j <= i; ++j) {
           if (c.layer_window > 0 && i - j >= c.layer_window) continue;
+          if (window_only && i - j >= c.exact_window) continue;
           double src = 0;
           for (std::int64_t d = 0; d < kD; ++d) src += qv[((b * kT + i) * kHq + h) * kD + d] * kv[((b * kT + j) * kHkv + g) * kD + d];
           s[j] = src / std::sqrt(static_cast<double>(kD));
-          if (exact || i - j < c.exact_window) {
+          if (exact || window_only || i - j < c.exact_window) {
             double dot = 0;
             for (std::int64_t d = 0; d < r; ++d) dot += xq[((b * kT + i) * kHq + h) * r + d] * xk[((b * kT + j) * kHkv + g) * r + d];
             w[j] = std::exp(dot);
@@ -125,6 +129,8 @@ const std::vector<Case>& cases() {
       {"lfk, window 3, sliding window 12", attention::Kind::lfk, 3, 12},
       {"darkformer, sliding window 10, eps 0.05", attention::Kind::darkformer, 0, 10, attention::Mode::linear, 0.05},
       {"performer, mode exact", attention::Kind::performer, 0, 0, attention::Mode::exact},
+      {"darkformer, window only (5 keys)", attention::Kind::darkformer, 5, 0, attention::Mode::linear, 1e-6, 0,
+       attention::FarField::none},
   };
   return all;
 }

@@ -219,12 +219,12 @@ TEST(Config, UnknownKeysSuggestTheClosest) {
   EXPECT_EQ(parse_error(R"({"attention": {"features": 3}})"),
             "config: attention.features: unknown key (attention has: kind, num_features, draw, "
             "redraw_interval, eps, mode, proposal, chunk_size, calibration_batches, windowed_layers, exact_window, "
-            "darkformer, lfk, "
+            "far_field, darkformer, lfk, "
             "layers)");
   EXPECT_EQ(
       parse_error(R"({"xyzzy": 1})"),
       "config: xyzzy: unknown key (top-level keys: model, attention, data, optimizer, schedule, training, "
-      "distributed, finetune, output, stability, seed)");
+      "evaluation, distributed, finetune, output, stability, seed)");
 }
 
 // Found by tests/fuzz/fuzz_config: an override's bare text that is not UTF-8 reached an

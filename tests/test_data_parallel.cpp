@@ -145,8 +145,10 @@ TEST(DataParallel, TwoRanksEqualOneProcessWithTwiceTheGradAccum) {
   TempDir tmp;
   json one = parallel_config(tmp, "one", 12);
   one["training"]["grad_accum"] = 2;
+  one["data"]["seq_len"] = 80;  // evaluations over two position buckets
   ASSERT_NO_FATAL_FAILURE(train(tmp, "one", one, 0));
-  const json two = parallel_config(tmp, "two", 12);
+  json two = parallel_config(tmp, "two", 12);
+  two["data"]["seq_len"] = 80;
   ASSERT_NO_FATAL_FAILURE(train(tmp, "two", two, 2));
   expect_same_runs(tmp / "one", tmp / "two");
 
@@ -160,6 +162,18 @@ TEST(DataParallel, TwoRanksEqualOneProcessWithTwiceTheGradAccum) {
   ASSERT_EQ(eval_a.size(), eval_b.size());
   // The sums are added in another order (per rank, then across ranks): float64 rounding only.
   for (std::size_t i = 0; i < eval_a.size(); ++i) EXPECT_NEAR(eval_a[i], eval_b[i], 1e-12 * eval_a[i]);
+  // ... and by position: the ranks' per-position sums added (train/evaluate.h).
+  const auto evals_a = metrics::read_metrics(tmp.path() / "one/metrics.jsonl").evals;
+  const auto evals_b = metrics::read_metrics(tmp.path() / "two/metrics.jsonl").evals;
+  for (std::size_t i = 0; i < evals_a.size(); ++i) {
+    ASSERT_EQ(evals_a[i].by_position.size(), 2u);  // 1-64 and 65-256
+    ASSERT_EQ(evals_b[i].by_position.size(), 2u);
+    for (std::size_t j = 0; j < 2; ++j) {
+      EXPECT_EQ(evals_a[i].by_position[j].tokens, evals_b[i].by_position[j].tokens);
+      EXPECT_NEAR(evals_a[i].by_position[j].loss, evals_b[i].by_position[j].loss, 1e-12 * evals_a[i].by_position[j].loss);
+      EXPECT_EQ(evals_a[i].by_position[j].accuracy, evals_b[i].by_position[j].accuracy);
+    }
+  }
 }
 
 TEST(DataParallel, OneRankUnderMpirunEqualsAPlainProcess) {

@@ -403,6 +403,10 @@ std::vector<Field> make_schema() {
               "keys nearest each query (its own included) weighted by the kind's exact kernel, the farther ones "
               "by its random features, in one normaliser; 0 = none (performer, lfk, darkformer in mode linear; "
               "costs O(T W) more)"),
+      choice(DARK_CONFIG_MEMBER(attention.far_field),
+             "exact-window layers: the keys beyond the window get the kind's random features (features), or no "
+             "weight (none = window only: sliding-window attention over the W nearest keys with the kind's exact "
+             "kernel, in training, evaluation and decoding)"),
       choice(DARK_CONFIG_MEMBER(attention.darkformer.scope),
              "DARKFormer: head = one learned M per (layer, key/value head); layer = one M per layer, shared by "
              "its heads"),
@@ -491,6 +495,11 @@ std::vector<Field> make_schema() {
       choice(DARK_CONFIG_MEMBER(training.memory_check),
              "when the estimated peak memory (logged at start-up) exceeds what the machine allows: error = refuse "
              "the run before allocating the model, warn = log a warning and go on, off = do not check"),
+
+      boolean(DARK_CONFIG_MEMBER(evaluation.ablation),
+              "the final evaluation also runs two ablations of the exact-window layers: window_only (the far keys "
+              "get no weight) and features_only (no window), each with its loss by position (needs a layer with "
+              "attention.exact_window > 0)"),
 
       choice(DARK_CONFIG_MEMBER(distributed.backend),
              "how the ranks of a run started by mpirun communicate: auto = nccl for GPUs, mpi for the CPU (single "
@@ -806,6 +815,7 @@ attention::AttentionConfig attention_for_layer(const RunConfig& config, int laye
     a.mode = attention::Mode::linear;
     a.proposal = attention::Proposal::isotropic;
     a.exact_window = 0;
+    a.far_field = attention::FarField::features;
   }
   return a;
 }
@@ -912,6 +922,16 @@ void validate_config(const RunConfig& config) {
   if (config.data.tokenizer == data::TokenizerKind::hf && config.data.tokenizer_model.empty()) {
     fail("data.tokenizer_model", "tokenizer \"hf\" reads a Hugging Face tokenizer.json: set data.tokenizer_model "
                                  "(or finetune.init_from to the model's folder)");
+  }
+  if (config.evaluation.ablation) {
+    // The base settings or an override (the layer count of a finetuning run is its source's, not known yet).
+    bool windowed = config.attention.exact_window > 0;
+    for (const attention::LayerOverride& o : config.attention.layers)
+      windowed = windowed || attention_for_layer(config, o.first).exact_window > 0;
+    if (!windowed) {
+      fail("evaluation.ablation", "needs a layer with an exact window (attention.exact_window > 0 on a performer, lfk "
+                                  "or darkformer layer in mode linear): there is no window and no far field to take apart");
+    }
   }
   if (config.distributed.zero_stage > 1) {
     fail("distributed.zero_stage", str(config.distributed.zero_stage, " is not supported: use 0 or 1"));

@@ -74,6 +74,13 @@ struct TrainingConfig {
   MemoryCheck memory_check = MemoryCheck::error;  // above the machine's memory: refuse, warn or do not check
 };
 
+// What a run's evaluations measure beyond the loss, accuracy and their split by position.
+struct EvaluationConfig {
+  // The final evaluation also runs window only and features only (train/ablation.h) on the
+  // exact-window layers: what each part carries.
+  bool ablation = false;
+};
+
 // Finetuning: start from trained weights (ours or a GGUF model), possibly with another
 // attention kind, and train only some parameters. See train/swap/finetune.h.
 // Attention transfer before finetuning (train/swap/transfer.h): each swapped layer is fitted to
@@ -124,6 +131,7 @@ struct RunConfig {
   nn::OptimizerConfig optimizer;
   nn::ScheduleConfig schedule;
   TrainingConfig training;
+  EvaluationConfig evaluation;
   DistributedConfig distributed;
   FinetuneConfig finetune;
   OutputConfig output;

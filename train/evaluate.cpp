@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "autograd/grad_mode.h"
 #include "autograd/ops.h"
@@ -12,57 +13,117 @@ namespace dark::train {
 
 namespace {
 
+// Leaves the model in eval mode while it lives, in its own mode after (an error included).
+class EvalMode {
+ public:
+  explicit EvalMode(nn::CausalLM& model) : model_(model), was_training_(model.training()) { model.train(false); }
+  ~EvalMode() { model_.train(was_training_); }
+  EvalMode(const EvalMode&) = delete;
+  EvalMode& operator=(const EvalMode&) = delete;
+
+ private:
+  nn::CausalLM& model_;
+  bool was_training_;
+};
+
+// Per row of hidden (N, d_model), as final_hidden gives them, and its target (N): the loss
+// logsumexp(logits) - logits[target] and the hit argmax(logits) == target, both f64 (N), from
+// the logits of a chunk of rows at a time. The logsumexp is cross_entropy's own per-row kernel
+// (the one its forward and linear_cross_entropy use), so the numbers are the loss's.
+std::pair<Tensor, Tensor> row_losses_and_hits(nn::CausalLM& model, const Tensor& hidden, const Tensor& targets,
+                                              std::int64_t logits_per_chunk) {
+  const std::int64_t rows = hidden.size(0), vocab = model.config().vocab_size;
+  const std::int64_t step = std::clamp<std::int64_t>(logits_per_chunk / vocab, 1, std::max<std::int64_t>(rows, 1));
+  const Device device = hidden.device();
+  // Row r's offset r * vocab in the flattened logits of a chunk: where its target logit is.
+  std::vector<std::int64_t> offsets(step);
+  for (std::int64_t r = 0; r < step; ++r) offsets[r] = r * vocab;
+  const Tensor row_offsets = Tensor::from_vector(offsets, {step}).to(device);
+  const Tensor all_targets = targets.to(DType::i64);
+  std::vector<Tensor> losses, hits;
+  for (std::int64_t r0 = 0; r0 < rows; r0 += step) {
+    const std::int64_t r1 = std::min(rows, r0 + step), n = r1 - r0;
+    Tensor logits = model.head_logits(core::slice(hidden, 0, r0, r1).contiguous());
+    if (logits.dtype() != grad_dtype(logits.dtype())) logits = logits.to(grad_dtype(logits.dtype()));  // bf16: f32
+    logits = logits.contiguous();
+    Tensor lse = Tensor::empty({n}, logits.dtype(), device);
+    kernels::row_logsumexp().get(device.type, logits.dtype())(logits, lse);
+    const Tensor target = core::slice(all_targets, 0, r0, r1).contiguous();
+    const Tensor target_logit = index_select(reshape(logits, {n * vocab}), 0, add(core::slice(row_offsets, 0, 0, n), target));
+    losses.push_back(sub(lse, target_logit).to(DType::f64));
+    hits.push_back(eq(argmax(logits), target).to(DType::f64));
+  }
+  if (losses.empty()) return {Tensor::zeros({0}, DType::f64, device), Tensor::zeros({0}, DType::f64, device)};
+  return {losses.size() == 1 ? losses[0] : concat(losses, 0), hits.size() == 1 ? hits[0] : concat(hits, 0)};
+}
+
 // rank / world: which batches this process takes (b = rank, rank + world, ...); comm sums.
 EvalMetrics evaluate_share(nn::CausalLM& model, const data::ValidationSet& val, std::int64_t max_batches, int rank,
-                           int world, dist::Communicator* comm) {
+                           int world, dist::Communicator* comm, std::int64_t logits_per_chunk) {
   NoGradGuard no_grad;
-  const bool was_training = model.training();
-  model.train(false);
+  const EvalMode eval_mode(model);
   const std::int64_t batches = max_batches > 0 ? std::min(max_batches, val.num_batches()) : val.num_batches();
-  const std::int64_t V = model.config().vocab_size;
-  Tensor loss_sum, correct;  // float64 scalars on the model's device
-  std::int64_t count = 0;
   const std::int64_t mine = batches > rank ? (batches - rank + world - 1) / world : 0;  // this rank's batches
+  const Device device = model.device();
+  // Per input position: summed losses and hits (f64 on the model's device) and tokens.
+  Tensor position_loss, position_hits;
+  std::vector<double> position_tokens;
   ProgressLog progress("evaluation", "batch", "batches", mine);
   for (std::int64_t b = rank; b < batches; b += world) {
     const Tensor tokens = val.batch(b);
     const std::int64_t B = tokens.size(0), T = tokens.size(1) - 1;
-    const Tensor logits = reshape(model.forward(core::slice(tokens, 1, 0, T).contiguous()), {B * T, V});
+    DARK_CHECK(position_tokens.empty() || static_cast<std::int64_t>(position_tokens.size()) == T,
+               "evaluate: validation batch ", b, " has windows of ", T, " positions, the earlier ones ",
+               position_tokens.size());
+    const Tensor inputs = core::slice(tokens, 1, 0, T).contiguous();
     const Tensor targets = core::reshape(core::slice(tokens, 1, 1, T + 1).contiguous(), {B * T});
-    const Tensor batch_loss = mul_scalar(cross_entropy(logits, targets).to(DType::f64), static_cast<double>(B * T));
-    const Tensor hits = sum(eq(argmax(logits), targets.to(DType::i64)).to(DType::f64));
-    loss_sum = loss_sum.defined() ? add(loss_sum, batch_loss) : batch_loss;
-    correct = correct.defined() ? add(correct, hits) : hits;
-    count += B * T;
+    const Tensor hidden = reshape(model.final_hidden(inputs), {B * T, model.config().d_model});
+    const auto [loss, hit] = row_losses_and_hits(model, hidden, targets, logits_per_chunk);
+    const Tensor batch_loss = sum(reshape(loss, {B, T}), {0}), batch_hits = sum(reshape(hit, {B, T}), {0});
+    position_loss = position_loss.defined() ? add(position_loss, batch_loss) : batch_loss;
+    position_hits = position_hits.defined() ? add(position_hits, batch_hits) : batch_hits;
+    position_tokens.resize(T, 0.0);
+    for (double& n : position_tokens) n += static_cast<double>(B);
     progress.update((b - rank) / world + 1);
   }
-  model.train(was_training);
-  const Device device = model.device();
-  if (!loss_sum.defined()) loss_sum = correct = Tensor::zeros({1}, DType::f64, device);  // a rank with no batch
-  const Tensor tokens = Tensor::from_vector<double>({static_cast<double>(count)}, {1}).to(device);
-  Tensor sums = concat({reshape(loss_sum, {1}), reshape(correct, {1}), tokens}, 0);
+  // Every rank sums the same number of positions: a rank with no batch (more ranks than
+  // batches) takes the windows' length from the first batch, its sums zeros.
+  const std::int64_t T = !position_tokens.empty() ? static_cast<std::int64_t>(position_tokens.size())
+                         : batches > 0            ? val.batch(0).size(1) - 1
+                                                  : 0;
+  if (!position_loss.defined()) {
+    position_loss = position_hits = Tensor::zeros({T}, DType::f64, device);
+    position_tokens.assign(T, 0.0);
+  }
+  Tensor sums = concat({position_loss, position_hits, Tensor::from_vector(position_tokens, {T}).to(device)}, 0);
   if (comm) comm->all_reduce(sums, dist::ReduceOp::sum);
   const std::vector<double> v = sums.to_vector<double>();
+  const std::vector<double> loss_sums(v.begin(), v.begin() + T), hit_sums(v.begin() + T, v.begin() + 2 * T),
+      token_counts(v.begin() + 2 * T, v.end());
   EvalMetrics m;
-  m.tokens = static_cast<std::int64_t>(v[2]);
+  double loss = 0, hits = 0, tokens = 0;
+  for (std::int64_t t = 0; t < T; ++t) loss += loss_sums[t], hits += hit_sums[t], tokens += token_counts[t];
+  m.tokens = static_cast<std::int64_t>(tokens);
   if (m.tokens > 0) {
-    m.loss = v[0] / v[2];
-    m.accuracy = v[1] / v[2];
+    m.loss = loss / tokens;
+    m.accuracy = hits / tokens;
   }
   m.perplexity = std::exp(m.loss);
+  m.by_position = metrics::bucket_positions(loss_sums, hit_sums, token_counts);
   return m;
 }
 
 }  // namespace
 
-EvalMetrics evaluate(nn::CausalLM& model, const data::ValidationSet& val, std::int64_t max_batches) {
-  return evaluate_share(model, val, max_batches, 0, 1, nullptr);
+EvalMetrics evaluate(nn::CausalLM& model, const data::ValidationSet& val, std::int64_t max_batches,
+                     std::int64_t logits_per_chunk) {
+  return evaluate_share(model, val, max_batches, 0, 1, nullptr, logits_per_chunk);
 }
 
 EvalMetrics evaluate(nn::CausalLM& model, const data::ValidationSet& val, std::int64_t max_batches,
                      dist::Communicator& comm) {
   if (comm.world_size() == 1) return evaluate(model, val, max_batches);
-  return evaluate_share(model, val, max_batches, comm.rank(), comm.world_size(), &comm);
+  return evaluate_share(model, val, max_batches, comm.rank(), comm.world_size(), &comm, kEvalLogitsPerChunk);
 }
 
 }  // namespace dark::train

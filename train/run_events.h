@@ -3,7 +3,8 @@
 // `tensorboard --logdir runs` shows every run and `--logdir runs/experiments/NAME` overlays a
 // sweep's points (each point is a run folder):
 // - every number of every metrics.jsonl line as a scalar at the line's step, tagged with its
-//   key (nested keys joined by "/": redraw/held_out_loss_after, attention_stats/3/sq_norm_p99;
+//   key (nested keys joined by "/": redraw/held_out_loss_after, attention_stats/3/sq_norm_p99,
+//   eval_by_position/1K-4K/loss, eval_ablation/window_only/by_position/4K+/loss;
 //   true / false as 1 / 0), so the event file and metrics.jsonl say the same;
 // - the resolved config as text at step 0, the sample as text at the last step;
 // - an attention transfer's transfer.json (per layer: the errors before and after, mean and

@@ -17,6 +17,7 @@
 #include "core/file_io.h"
 #include "nn/generate.h"
 #include "train/attention_state.h"
+#include "train/ablation.h"
 #include "train/evaluate.h"
 #include "train/metrics/metrics_log.h"
 #include "train/progress.h"
@@ -31,6 +32,13 @@ using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
 namespace {
+
+// "1-64 3.214 | 65-256 2.871": each bucket's loss, for the log lines.
+std::string by_position_text(const metrics::ByPosition& buckets) {
+  std::string out;
+  for (const metrics::BucketMetrics& b : buckets) out += fmt::format("{}{} {:.4f}", out.empty() ? "" : " | ", b.bucket, b.loss);
+  return out;
+}
 
 // What a run reports as it goes: metrics.jsonl, the stability monitor that follows it, and
 // the step line people read (every training.log_interval steps, speed without the first step).
@@ -76,13 +84,27 @@ class RunLog {
                    before.loss, after.loss, after.loss - before.loss);
   }
 
-  // Evaluates the model on the validation set and logs the result at step run.step.
-  EvalMetrics eval(TrainingRun& run) {
-    const EvalMetrics m = evaluate(*run.model, *run.val, run.config.training.eval_batches, *run.comm);
-    spdlog::info("eval step {} | val loss {:.4f} | ppl {:.2f} | next-token acc {:.4f}", run.step, m.loss, m.perplexity,
-                 m.accuracy);
-    write(run, {{"step", run.step}, {"eval_loss", m.loss}, {"eval_perplexity", m.perplexity},
-                {"eval_accuracy", m.accuracy}, {"eval_tokens", m.tokens}});
+  // Evaluates the model on the validation set and logs the result at step run.step, with its
+  // loss by position; with `ablations`, also window only and features only (train/ablation.h)
+  // on the same batches, in the same line.
+  EvalMetrics eval(TrainingRun& run, bool ablations = false) {
+    const std::int64_t batches = run.config.training.eval_batches;
+    const EvalMetrics m = evaluate(*run.model, *run.val, batches, *run.comm);
+    spdlog::info("eval step {} | val loss {:.4f} | ppl {:.2f} | next-token acc {:.4f} | by position {}", run.step, m.loss,
+                 m.perplexity, m.accuracy, by_position_text(m.by_position));
+    json line = {{"step", run.step},         {"eval_loss", m.loss},  {"eval_perplexity", m.perplexity},
+                 {"eval_accuracy", m.accuracy}, {"eval_tokens", m.tokens},
+                 {"eval_by_position", metrics::by_position_json(m.by_position)}};
+    if (ablations) {
+      for (const Ablation a : {Ablation::window_only, Ablation::features_only}) {
+        const EvalMetrics ablated = evaluate_ablated(*run.model, *run.val, batches, a, run.comm.get());
+        spdlog::info("eval step {} {} | val loss {:.4f} ({:+.4f}) | next-token acc {:.4f} | by position {}", run.step,
+                     ablation_name(a), ablated.loss, ablated.loss - m.loss, ablated.accuracy,
+                     by_position_text(ablated.by_position));
+        line["eval_ablation"][ablation_name(a)] = eval_metrics_json(ablated);
+      }
+    }
+    write(run, line);
     return m;
   }
 
@@ -209,7 +231,7 @@ void stop_by_signal(TrainingRun& run, std::int64_t saved_step) {
 // The end of a run that reached training.steps: final evaluation and checkpoint,
 // stability.json, a sample.
 EvalMetrics finish(TrainingRun& run, RunLog& log) {
-  const EvalMetrics final_eval = log.eval(run);
+  const EvalMetrics final_eval = log.eval(run, run.config.evaluation.ablation);
   save_run(run);
   if (!run.writes()) return final_eval;
   log.write_stability(run, log.stability_report());

@@ -15,6 +15,7 @@
 #include "data/text_data.h"
 #include "nn/generate.h"
 #include "nn/init.h"
+#include "train/ablation.h"
 #include "train/cli/args.h"
 #include "train/cli/loaded_run.h"
 #include "train/formats/checkpoint.h"
@@ -37,6 +38,32 @@ const FlagSpec kConfig{"--config", "FILE", "", "run config (JSON); required"};
 const FlagSpec kSet{"--set", "KEY=VALUE", "", "override a config key, e.g. --set optimizer.lr=1e-3 (repeatable)", true};
 
 train::RunConfig config_from(const Args& a) { return train::load_config(a.require("--config"), a.all("--set")); }
+
+const FlagSpec kAblate{"--ablate", "PART", "",
+                       "also evaluate the exact-window layers without a part: window (the far keys get no weight) or "
+                       "features (no window); repeatable",
+                       true};
+
+// eval --ablate's ablations, checked before any evaluation: known names, a model that has an exact window.
+std::vector<train::Ablation> ablations_of(const Args& a, nn::CausalLM& model) {
+  std::vector<train::Ablation> ablations;
+  for (const std::string& part : a.all("--ablate")) ablations.push_back(train::parse_ablation(part));
+  DARK_CHECK(ablations.empty() || !train::exact_window_layers(model).empty(),
+             "--ablate: the checkpoint has no layer with an exact window (attention.exact_window > 0 on a performer, "
+             "lfk or darkformer layer): there is no window and no far field to take apart");
+  return ablations;
+}
+
+// Each ablation's line and by-position table, beside the unablated `m`.
+void print_ablations(nn::CausalLM& model, const data::ValidationSet& val, const Args& a,
+                     const std::vector<train::Ablation>& ablations, const train::EvalMetrics& m) {
+  for (const train::Ablation ablation : ablations) {
+    const train::EvalMetrics x = train::evaluate_ablated(model, val, a.integer("--batches", 0), ablation);
+    std::printf("%s | val loss %.4f (%+.4f) | perplexity %.2f | next-token accuracy %.4f\n", train::ablation_name(ablation),
+                x.loss, x.loss - m.loss, x.perplexity, x.accuracy);
+    std::printf("%s", metrics::by_position_table(x.by_position, "  ", m.by_position).c_str());
+  }
+}
 
 }  // namespace
 
@@ -76,12 +103,15 @@ int eval_command(const CommandArgs& args) {
       kSeqLen,
       {"--batch-size", "N", "the run's training.batch_size", "windows per batch; a .gguf or Hugging Face model: 1"},
       kBos,
+      kAblate,
       kDeviceSet,
       kHelpFlag};
   if (print_help_if_asked(args, "usage: darkformer eval --checkpoint PATH [--data DIR | --text FILE] [--batches N] "
-                       "[--seq-len N] [--batch-size N] [--set training.device=cuda]\n"
+                       "[--seq-len N] [--batch-size N] [--ablate window|features ...] [--set training.device=cuda]\n"
                        "Validation loss, perplexity and next-token accuracy of a checkpoint: on the validation split of\n"
-                       "the data it trained on (data.val_windows windows), of --data DIR, or on every window of a text file.\n"
+                       "the data it trained on (data.val_windows windows), of --data DIR, or on every window of a text file;\n"
+                       "then the same by position bucket: the context each prediction had (1-64, 65-256, 257-1K, 1K-4K,\n"
+                       "4K+ tokens; docs/long-context.md, \"Loss by distance and ablations\").\n"
                        "PATH may also be a .gguf model or a Hugging Face model folder (softmax, its own tokenizer and\n"
                        "context); by default it is evaluated on debdocs prepared with its tokenizer (prepared if missing).",
                        specs))
@@ -89,6 +119,7 @@ int eval_command(const CommandArgs& args) {
   Args a(args, specs);
   LoadedRun run = load_run(a.require("--checkpoint"), a.all("--set"));
   apply_window_flags(run, a);
+  const std::vector<train::Ablation> ablations = ablations_of(a, *run.model);
   data::TextData text;
   const data::PreparedData d = run_data(run, a, text);
   const std::int64_t windows = a.has("--text") ? 0 : run.config.data.val_windows;  // 0: every window
@@ -100,6 +131,8 @@ int eval_command(const CommandArgs& args) {
   std::printf("step %lld | val loss %.4f | perplexity %.2f | next-token accuracy %.4f | %lld tokens%s%s\n",
               static_cast<long long>(run.step), m.loss, m.perplexity, m.accuracy, static_cast<long long>(m.tokens),
               a.has("--text") ? " of " : "", a.has("--text") ? a.get("--text").c_str() : "");
+  std::printf("%s", metrics::by_position_table(m.by_position).c_str());
+  print_ablations(*run.model, val, a, ablations, m);
   return 0;
 }
 

@@ -14,6 +14,7 @@
 #include "core/file_io.h"
 #include "train/experiments/report_data.h"
 #include "train/experiments/report_plots.h"
+#include "train/metrics/by_position.h"
 #include "train/metrics/json_number.h"
 #include "train/metrics/paired_stats.h"
 
@@ -180,6 +181,137 @@ std::string method_table(const ReportData& d, const std::string& corner,
 
 std::string method_title(const ReportData& d) {
   return d.method_axes.size() == 1 ? axis_leaf(d.method_axes[0]) : "method";
+}
+
+// ---- loss by distance (train/metrics/by_position.h) and the exact-window ablations ----
+
+// The final evaluation's numbers of one position bucket (ablation "" = the model itself),
+// NaN where the point has none.
+double final_bucket_value(const ReportPoint& p, const std::string& ablation, const std::string& bucket,
+                          double metrics::BucketMetrics::*field) {
+  const auto& e = p.stability.final_eval;
+  if (!e) return kNaN;
+  const metrics::ByPosition* buckets = &e->by_position;
+  if (!ablation.empty()) {
+    const auto a = std::find_if(e->ablations.begin(), e->ablations.end(),
+                                [&](const metrics::AblationRecord& r) { return r.name == ablation; });
+    if (a == e->ablations.end()) return kNaN;
+    buckets = &a->by_position;
+  }
+  const auto b = std::find_if(buckets->begin(), buckets->end(), [&](const metrics::BucketMetrics& m) { return m.bucket == bucket; });
+  return b == buckets->end() ? kNaN : (*b).*field;
+}
+double final_ablation_loss(const ReportPoint& p, const std::string& ablation) {
+  const auto& e = p.stability.final_eval;
+  if (!e) return kNaN;
+  for (const metrics::AblationRecord& a : e->ablations)
+    if (a.name == ablation) return a.loss;
+  return kNaN;
+}
+
+// The buckets and ablations some point's final evaluation has, in table order.
+std::vector<std::string> final_buckets(const ReportData& d) {
+  std::vector<std::string> out;
+  for (const metrics::PositionBucket& b : metrics::position_buckets())
+    for (const ReportPoint& p : d.points)
+      if (std::isfinite(final_bucket_value(p, "", b.name, &metrics::BucketMetrics::loss))) {
+        out.push_back(b.name);
+        break;
+      }
+  return out;
+}
+std::vector<std::string> final_ablations(const ReportData& d) {
+  std::vector<std::string> out;
+  for (const char* name : {"window_only", "features_only"})
+    for (const ReportPoint& p : d.points)
+      if (std::isfinite(final_ablation_loss(p, name))) {
+        out.push_back(name);
+        break;
+      }
+  return out;
+}
+
+// The section's metrics: a bucket's loss; an ablation's loss, and its change over the model's.
+Metric bucket_loss_metric(const std::string& bucket) {
+  return {"Validation loss at context " + bucket, "val loss " + bucket,
+          [bucket](const ReportPoint& p) { return final_bucket_value(p, "", bucket, &metrics::BucketMetrics::loss); }};
+}
+Metric ablation_loss_metric(const std::string& ablation) {
+  return {"Final validation loss, " + ablation, "val loss " + ablation,
+          [ablation](const ReportPoint& p) { return final_ablation_loss(p, ablation); }};
+}
+Metric ablation_change_metric(const std::string& ablation) {
+  return {str("Loss change without the ", ablation == "window_only" ? "far field" : "window", " (", ablation, " − model)"),
+          ablation + " − model", [ablation](const ReportPoint& p) {
+            return final_ablation_loss(p, ablation) - eval_value(p.stability.final_eval, &metrics::EvalRecord::loss);
+          }};
+}
+// All of them, for the paired comparisons by seed.
+std::vector<Metric> by_position_metrics(const ReportData& d) {
+  std::vector<Metric> out;
+  for (const std::string& b : final_buckets(d)) out.push_back(bucket_loss_metric(b));
+  for (const std::string& a : final_ablations(d)) {
+    out.push_back(ablation_loss_metric(a));
+    out.push_back(ablation_change_metric(a));
+  }
+  return out;
+}
+
+// One table per group: a row per method, a column per bucket, the final evaluation's `field`
+// (of the model, or of an ablation).
+std::string bucket_table(const ReportData& d, const std::string& title, const std::string& ablation,
+                         double metrics::BucketMetrics::*field) {
+  const std::vector<std::string> buckets = final_buckets(d);
+  std::string out;
+  for (const std::string& group : d.groups) {
+    out += str("**", title, group.empty() ? std::string() : ", " + group, "**\n\n| ", method_title(d), " \\ context |");
+    for (const std::string& b : buckets) out += " " + b + " |";
+    out += "\n|---|";
+    for (std::size_t i = 0; i < buckets.size(); ++i) out += "---|";
+    out += "\n";
+    for (const std::string& method : d.methods) {
+      std::vector<const ReportPoint*> points;
+      for (const ReportPoint& p : d.points)
+        if (p.method == method && p.group == group) points.push_back(&p);
+      if (points.empty()) continue;
+      out += "| " + method + " |";
+      for (const std::string& b : buckets) {
+        const Metric m{title, b, [&](const ReportPoint& p) { return final_bucket_value(p, ablation, b, field); }};
+        out += str(" ", cell(points, m), " |");
+      }
+      out += "\n";
+    }
+    out += "\n";
+  }
+  return out;
+}
+
+// "Loss by distance": the final evaluation by position bucket, and the ablations beside the
+// model's loss where the runs measured them (evaluation.ablation). "" without buckets.
+std::string by_position_section(const ReportData& d, const std::string& spread) {
+  if (final_buckets(d).empty()) return "";
+  std::string md = "## Loss by distance" + spread + "\n\n"
+                   "The final evaluation by position bucket: a token at 0-based input position t is predicted from t + 1 "
+                   "tokens of context, and the columns are ranges of that context length (docs/long-context.md, \"Loss by "
+                   "distance and ablations\"). With an exact window of W keys, the buckets past W are where the random "
+                   "features carry the far keys. Their curves: loss_by_position among the plots below.\n\n";
+  md += bucket_table(d, "Validation loss by context length", "", &metrics::BucketMetrics::loss);
+  md += bucket_table(d, "Next-token accuracy by context length", "", &metrics::BucketMetrics::accuracy);
+  const std::vector<std::string> ablations = final_ablations(d);
+  if (ablations.empty()) return md;
+  md += "### What each part of the exact window carries\n\n"
+        "The same final evaluation with one part of the exact-window layers switched off (`evaluation.ablation`): "
+        "**window_only**, the far keys get no weight (sliding-window attention over the W nearest keys with the kind's "
+        "exact kernel), and **features_only**, no window (the kind's random features over every key). A large "
+        "window_only − model means the features carry the far field; a window_only loss equal to the model's means "
+        "the window alone does the work.\n\n";
+  const auto group_of = [](const ReportPoint& p) { return p.group; };
+  md += method_table(d, method_title(d), group_of, kFinalLoss);
+  for (const std::string& a : ablations) md += method_table(d, method_title(d), group_of, ablation_loss_metric(a));
+  for (const std::string& a : ablations) md += method_table(d, method_title(d), group_of, ablation_change_metric(a));
+  for (const std::string& a : ablations)
+    md += bucket_table(d, "Validation loss by context length, " + a, a, &metrics::BucketMetrics::loss);
+  return md;
 }
 
 std::string detector_text(const metrics::StabilityConfig& c) {
@@ -363,8 +495,11 @@ ReportResult write_report(const fs::path& sweep_dir, const ReportOptions& option
           "training in `plots/attention_stats.png`.\n\n";
     for (const Metric* m : {&kSqNormMedian, &kSqNormTail, &kLogitSpread}) md += method_table(d, method_title(d), group_of, *m);
   }
+  md += by_position_section(d, spread);
+  const std::vector<Metric> by_position = by_position_metrics(d);
   if (d.seeded()) {
     std::vector<const Metric*> paired = {&kFinalLoss, &kAccuracy, &kSpikes, &kSpikeHeight, &kGradSpikes};
+    for (const Metric& m : by_position) paired.push_back(&m);
     if (finetuning) paired.push_back(&kFromStart);
     if (transfers) paired.insert(paired.end(), {&kAtSwap, &kAfterTransfer, &kErrorAfter});
     if (redraws) paired.insert(paired.end(), {&kHeldOutMean, &kHeldOutWorst, &kLossJumpMean});

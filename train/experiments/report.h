@@ -14,6 +14,9 @@
 //   redraw shocks       when a point redrew its features: mean and worst held-out and loss
 //                       jumps per method and group (runs without redraws: the nominal control)
 //   attention inputs    when the runs logged them: s = |q~|^2 + |k~|^2 at the end of training
+//   loss by distance    when the final evaluations have position buckets: method x bucket (loss,
+//                       accuracy), and with evaluation.ablation the window_only and
+//                       features_only losses beside the model's, overall and by bucket
 //   paired comparisons  with two or more seeds: for each pair of methods in each group, the
 //                       mean difference over seeds with a 95% t interval; "not
 //                       distinguishable" unless the interval excludes zero

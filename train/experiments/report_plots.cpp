@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "train/experiments/child_process.h"
+#include "train/metrics/by_position.h"
 
 namespace dark::experiments {
 namespace fs = std::filesystem;
@@ -210,13 +211,78 @@ std::string accuracy_script(const ReportData& d, const fs::path& plots) {
              plot, "\n");
 }
 
+// Loss against position bucket at the final evaluation, per group (panels): each method's
+// mean over seeds (solid), and its ablations where measured (window_only dashed,
+// features_only dotted). Returns the script, or "" when no point has buckets.
+std::string by_position_script(const ReportData& d, const fs::path& plots) {
+  const std::vector<metrics::PositionBucket>& buckets = metrics::position_buckets();
+  // A point's final losses by bucket index (NaN where absent), for the model ("") or an ablation.
+  const auto losses_of = [&](const ReportPoint& p, const std::string& ablation) {
+    std::vector<double> out(buckets.size(), std::nan(""));
+    if (!p.stability.final_eval) return out;
+    const metrics::EvalRecord& e = *p.stability.final_eval;
+    const metrics::ByPosition* by = &e.by_position;
+    if (!ablation.empty()) {
+      by = nullptr;
+      for (const metrics::AblationRecord& a : e.ablations)
+        if (a.name == ablation) by = &a.by_position;
+      if (!by) return out;
+    }
+    for (const metrics::BucketMetrics& b : *by)
+      for (std::size_t i = 0; i < buckets.size(); ++i)
+        if (b.bucket == buckets[i].name) out[i] = b.loss;
+    return out;
+  };
+  std::string gp, xtics;
+  std::size_t panels = 0, reached = 0;
+  for (std::size_t i = 0; i < buckets.size(); ++i) xtics += str(i ? ", " : "", gp_string(buckets[i].name), " ", i);
+  for (const std::string& group : d.groups) {
+    std::string plot;
+    for (std::size_t m = 0; m < d.methods.size(); ++m)
+      for (const auto& [ablation, dash] : {std::pair<std::string, int>{"", 1}, {"window_only", 2}, {"features_only", 3}}) {
+        // The mean over the cell's seeds, bucket by bucket.
+        std::vector<double> sum(buckets.size(), 0.0);
+        std::vector<int> count(buckets.size(), 0);
+        for (const ReportPoint& p : d.points) {
+          if (p.group != group || p.method != d.methods[m]) continue;
+          const std::vector<double> l = losses_of(p, ablation);
+          for (std::size_t i = 0; i < l.size(); ++i)
+            if (std::isfinite(l[i])) sum[i] += l[i], ++count[i];
+        }
+        std::string dat;
+        for (std::size_t i = 0; i < buckets.size(); ++i)
+          if (count[i]) dat += str(i, " ", sum[i] / count[i], "\n"), reached = std::max(reached, i + 1);
+        if (dat.empty()) continue;
+        const std::string file = safe(str("by_position_", group.empty() ? "all" : group, "_", d.methods[m],
+                                          ablation.empty() ? "" : "_" + ablation)) + ".dat";
+        write_file_atomic(plots / file, dat);
+        plot += str(plot.empty() ? "plot " : ", \\\n     ", gp_string(file), " using 1:2 with linespoints lw 2 pt 7 dt ", dash,
+                    " lc rgb ", gp_string(colour(m)), " title ",
+                    gp_string(d.methods[m] + (ablation.empty() ? "" : " " + ablation)));
+      }
+    if (plot.empty()) continue;
+    ++panels;
+    const std::string seeds = d.seeds.size() > 1 ? str("mean over ", d.seeds.size(), " seeds") : std::string();
+    const std::string title = group.empty() ? (seeds.empty() ? std::string("all points") : seeds)
+                                            : group + (seeds.empty() ? "" : " (" + seeds + ")");
+    gp += str("set title ", gp_string(title), "\n", plot, "\n");
+  }
+  if (!panels) return "";
+  return str("# Validation loss against the context a prediction had (position buckets) at the final evaluation:\n",
+             "# each method's mean over seeds (solid), window_only (dashed) and features_only (dotted) where measured.\n",
+             multiplot_header("loss_by_position.png", panels, "Final validation loss by context length"),
+             "set xtics (", xtics, ")\nset xrange [-0.3:", static_cast<double>(reached) - 0.7,
+             "]\nset xlabel 'context (tokens)'\nset ylabel 'validation loss'\n", gp, "unset multiplot\n");
+}
+
 }  // namespace
 
 std::vector<std::string> write_plot_scripts(const ReportData& d, const fs::path& plots) {
   std::vector<std::string> scripts;
   const std::pair<const char*, std::string> all[] = {{"loss_curves.gp", loss_script(d, plots)},
                                                      {"attention_stats.gp", attention_script(d, plots)},
-                                                     {"accuracy_vs_m.gp", accuracy_script(d, plots)}};
+                                                     {"accuracy_vs_m.gp", accuracy_script(d, plots)},
+                                                     {"loss_by_position.gp", by_position_script(d, plots)}};
   for (const auto& [name, gp] : all)
     if (!gp.empty()) {
       write_file_atomic(plots / name, gp);

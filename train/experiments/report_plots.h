@@ -10,6 +10,9 @@
 //                        step (99th percentile solid, median dashed; the largest over layers),
 //                        the same panels and colours: what drives the estimators' variance
 //   accuracy_vs_m.png    next-token accuracy against m (log2 axis) when m is an axis
+//   loss_by_position.png the final validation loss against the position bucket (the context a
+//                        prediction had), per group, each method's mean over seeds, with its
+//                        exact-window ablations dashed (window_only) and dotted (features_only)
 #pragma once
 #include <filesystem>
 #include <string>

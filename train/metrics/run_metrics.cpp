@@ -26,8 +26,18 @@ bool RunMetrics::add(const json& line) {
   if (!line.is_object() || !line.contains("step") || !line.at("step").is_number_integer()) return false;
   const std::int64_t step = line.at("step").get<std::int64_t>();
   if (line.contains("eval_loss")) {
-    evals.push_back({step, number_or_nan(line, "eval_loss"), number_or_nan(line, "eval_perplexity"),
-                     number_or_nan(line, "eval_accuracy")});
+    EvalRecord e;
+    e.step = step;
+    e.loss = number_or_nan(line, "eval_loss");
+    e.perplexity = number_or_nan(line, "eval_perplexity");
+    e.accuracy = number_or_nan(line, "eval_accuracy");
+    if (const auto b = line.find("eval_by_position"); b != line.end()) e.by_position = by_position_from_json(*b);
+    if (const auto a = line.find("eval_ablation"); a != line.end() && a->is_object())
+      for (const auto& [name, m] : a->items())
+        if (m.is_object())
+          e.ablations.push_back({name, number_or_nan(m, "loss"), number_or_nan(m, "perplexity"), number_or_nan(m, "accuracy"),
+                                 m.contains("by_position") ? by_position_from_json(m.at("by_position")) : ByPosition()});
+    evals.push_back(std::move(e));
     return false;
   }
   if (const auto r = line.find("redraw"); r != line.end() && r->is_object()) {

@@ -6,7 +6,11 @@
 //   step       {"step", "loss", "lr", "grad_norm", ..., "attention_stats": [per layer: {"sq_norm_p50",
 //              "sq_norm_p99", "logit_sd_p50", "logit_sd_p99"}] (log steps only)}, or
 //              {"step", "skipped": true, "loss"}
-//   eval       {"step", "eval_loss", "eval_perplexity", "eval_accuracy", "eval_tokens"}
+//   eval       {"step", "eval_loss", "eval_perplexity", "eval_accuracy", "eval_tokens",
+//              "eval_by_position": {bucket: {"loss", "accuracy", "tokens"}} (train/metrics/by_position.h),
+//              and on a final evaluation with evaluation.ablation "eval_ablation": {"window_only" /
+//              "features_only": {"loss", "perplexity", "accuracy", "tokens", "by_position"}}
+//              (train/ablation.h)}; lines from before the buckets have neither
 //   redraw     {"step", "redraw": {"feature_epoch", "held_out_loss_before", "held_out_loss_after",
 //              "held_out_tokens"}}: step is the first optimizer step trained with the new
 //              features; the held-out numbers (the same validation batches, weights fixed,
@@ -18,6 +22,7 @@
 #include <vector>
 
 #include "nn/attention_kernel.h"
+#include "train/metrics/by_position.h"
 
 namespace dark::metrics {
 
@@ -28,9 +33,17 @@ struct StepRecord {
   double grad_norm = 0;   // NaN when unknown (skipped steps)
   bool skipped = false;
 };
+// An evaluation of the same windows with one part of the exact-window layers switched off.
+struct AblationRecord {
+  std::string name;  // window_only, features_only
+  double loss = 0, perplexity = 0, accuracy = 0;
+  ByPosition by_position;
+};
 struct EvalRecord {
   std::int64_t step = 0;
   double loss = 0, perplexity = 0, accuracy = 0;
+  ByPosition by_position;               // empty in lines from before the buckets
+  std::vector<AblationRecord> ablations;  // in the line's order; empty without evaluation.ablation
 };
 struct RedrawRecord {
   std::int64_t step = 0;  // the first step with the new features

@@ -66,10 +66,14 @@ Tensor attention_weight_divergence(attention::RandomFeatureAttention& kernel, co
   const DType dtype = q.dtype();
   const Tensor index = Tensor::from_vector(rows, {static_cast<std::int64_t>(rows.size())}).to(device);
   const attention::ExactWindowSpec spec = kernel.exact_window();
-  const bool exact_kernel = kernel.config().mode == attention::Mode::exact;
-  // Without features (mode exact) every key the row sees is weighed exactly.
-  const RowMasks masks =
-      row_masks(rows, T, exact_kernel ? T : kernel.config().exact_window, spec.layer_window, dtype, device);
+  // Without features (mode exact) every key the row sees is weighed exactly. A window-only
+  // layer (attention.far_field none) sees only its window's keys, and so does its P here: the
+  // source's weights renormalised over them (over every key, the far ones would make the
+  // divergence infinite).
+  const bool window_only = kernel.window_only();
+  const bool exact_kernel = kernel.config().mode == attention::Mode::exact || window_only;
+  const RowMasks masks = row_masks(rows, T, exact_kernel ? T : kernel.config().exact_window,
+                                   window_only ? spec.near() : spec.layer_window, dtype, device);
   const Tensor unseen = negated(masks.seen);
 
   // P: the source's exact weights (no gradient: the source is fixed).

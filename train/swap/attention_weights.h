@@ -13,7 +13,9 @@
 //   Z_i  = sum_j w_ij + eps exp(qoff_i + o_i),
 // the normaliser and eps guard of the kernel's own output (docs/method.md, "The exact
 // window": qoff_i the query's largest feature logit, o_i the largest far-key logit so far), so
-// that the output the kernel computes is exactly sum_j Q_ij v_j. The term is KL(P || Q) =
+// that the output the kernel computes is exactly sum_j Q_ij v_j. (A window-only layer,
+// attention.far_field none, weighs its window's keys alone: P is then the source's weights
+// renormalised over them.) The term is KL(P || Q) =
 // sum_j P_ij (log P_ij - log Q_ij), averaged over the sampled rows, the batch and the query
 // heads, in nats; 0 when the kernel's weights are the source's.
 //

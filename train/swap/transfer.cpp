@@ -162,8 +162,12 @@ nlohmann::json eval_json(const EvalMetrics& e) {
   return {{"loss", e.loss}, {"accuracy", e.accuracy}, {"perplexity", e.perplexity}, {"tokens", e.tokens}};
 }
 EvalMetrics eval_from_json(const nlohmann::json& j) {
-  return {j.at("loss").get<double>(), j.at("perplexity").get<double>(), j.at("accuracy").get<double>(),
-          j.at("tokens").get<std::int64_t>()};
+  EvalMetrics e;
+  e.loss = j.at("loss").get<double>();
+  e.perplexity = j.at("perplexity").get<double>();
+  e.accuracy = j.at("accuracy").get<double>();
+  e.tokens = j.at("tokens").get<std::int64_t>();
+  return e;
 }
 
 // The inputs of a (B, T + 1) token batch.
