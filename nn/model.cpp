@@ -242,6 +242,13 @@ Tensor CausalLM::loss(const Tensor& tokens, const DropoutKey& dropout, const Ten
 }
 
 Tensor CausalLM::decode(const Tensor& ids, DecodeCache& cache) {
+  const Tensor normed = decode_hidden(ids, cache);
+  NoGradGuard no_grad;
+  const std::int64_t B = normed.size(0), T = normed.size(1);
+  return reshape(head_logits(reshape(normed, {B * T, config_.d_model})), {B, T, config_.vocab_size});
+}
+
+Tensor CausalLM::decode_hidden(const Tensor& ids, DecodeCache& cache) {
   DARK_CHECK(ids.dim() == 2 && ids.size(1) >= 1, "CausalLM::decode: token ids must be (batch, time), got ", ids.describe());
   DARK_CHECK(!training(), "CausalLM::decode: call model.train(false) first (decoding has eval semantics)");
   NoGradGuard no_grad;
@@ -249,7 +256,7 @@ Tensor CausalLM::decode(const Tensor& ids, DecodeCache& cache) {
   Tensor h = embed(ids);
   for (std::size_t i = 0; i < model.layers.size(); ++i) h = model.layers[i]->decode(h, cache.position, cache.layers[i]);
   cache.position += ids.size(1);
-  return logits_of({h, Tensor()});
+  return Residual{h, Tensor()}.normed_by(model.norm).normed;
 }
 
 }  // namespace dark::nn

@@ -151,6 +151,10 @@ class CausalLM : public Module {
   // sequence at those positions. Softmax keeps keys and values; the random-feature kinds keep
   // an O(1) recurrent state per layer.
   Tensor decode(const Tensor& ids, DecodeCache& cache);
+  // What decode's logits come from: the final-normed hidden states (B, T, d_model), the cache
+  // advanced the same way. With head_logits, a caller takes the logits of the rows it needs
+  // (a prompt's last) without (B, T, vocab) for the whole prompt.
+  Tensor decode_hidden(const Tensor& ids, DecodeCache& cache);
   const ModelConfig& config() const { return config_; }
   // Recompute each decoder block during backward instead of keeping its activations (in
   // training mode; training.activation_checkpointing).

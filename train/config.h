@@ -111,6 +111,24 @@ struct OutputConfig {
   bool tensorboard = true;  // a TensorBoard event file in the run folder (train/run_events.h)
 };
 
+// Recall tasks run at the end of a run, after its final evaluation (train/recall_evaluation.h):
+// passkey retrieval (train/passkey_eval.h) and the copy task (train/copy_eval.h); trials 0 = off.
+struct PasskeyEvaluationConfig {
+  std::vector<std::int64_t> lengths = {512, 1024, 2048, 4096};  // prompt lengths in tokens
+  int depths = 5;          // needle depths: a grid of this many points in [0, 1]
+  int trials = 0;          // prompts per (length, depth); 0 = no passkey evaluation
+  std::uint64_t seed = 0;  // the pass keys
+};
+struct CopyEvaluationConfig {
+  std::vector<std::int64_t> words = {24, 96, 384, 1536, 3840};  // list lengths in words
+  int trials = 0;          // lists per length; 0 = no copy evaluation
+  std::uint64_t seed = 0;  // the lists
+};
+struct EvaluationConfig {
+  PasskeyEvaluationConfig passkey;
+  CopyEvaluationConfig copy;
+};
+
 // ---- the configuration ----
 struct RunConfig {
   nn::ModelConfig model;
@@ -123,6 +141,7 @@ struct RunConfig {
   FinetuneConfig finetune;
   OutputConfig output;
   metrics::StabilityConfig stability;
+  EvaluationConfig evaluation;
   std::uint64_t seed = 0;  // root of every random stream (init, data order, dropout, features)
   // The schema paths the config document set explicitly (not written out): init_from takes
   // the model's shape from its source for the keys the document left at their defaults.
