@@ -42,9 +42,10 @@ struct CopyPrompt {
 };
 
 // Tokenizes the prompt of `words` and maps tokens to words by their characters: a token
-// belongs to the word that holds its first non-space character (the leading space of
-// " word" goes with the word). Throws when the tokens do not decode one by one to the text
-// (the mapping would be wrong), or a word gets no token of its own.
+// belongs to the word that holds its first non-space character, and a token of whitespace
+// alone to the word right after it (so a word's tokens decode to " word" however the
+// tokenizer splits it). Throws when the tokens do not add up to the text
+// (data/token_offsets.h: the mapping would be wrong), or a word gets no token of its own.
 CopyPrompt copy_prompt(const Tokenizer& tokenizer, bool bos, const std::vector<std::string>& words);
 
 }  // namespace dark::data

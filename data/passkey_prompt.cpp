@@ -11,7 +11,8 @@
 #include "data/token_offsets.h"
 
 namespace dark::data {
-namespace {
+// Helpers, in a namespace of their own (the unity build compiles this file with others).
+namespace passkey_prompt_impl {
 
 constexpr std::string_view kTask =
     "There is an important info hidden inside a lot of irrelevant text. Find it and memorize them. I will quiz you "
@@ -39,7 +40,7 @@ std::int64_t token_count(const Tokenizer& tokenizer, bool bos, const std::string
   return static_cast<std::int64_t>(tokenizer.encode(text).size()) + (bos ? 1 : 0);
 }
 
-}  // namespace
+}  // namespace passkey_prompt_impl
 
 std::vector<double> passkey_depths(int n) {
   DARK_CHECK(n >= 1, "passkey: the number of depths must be >= 1, got ", n);
@@ -54,9 +55,9 @@ std::int32_t passkey_of(std::uint64_t seed, std::int64_t length, double depth, i
   DARK_CHECK(depth >= 0 && depth <= 1, "passkey: depth must be in [0, 1], got ", depth);
   DARK_CHECK(trial >= 0 && trial < (1 << 20), "passkey: trial must be in 0..2^20 - 1, got ", trial);
   const auto millionths = static_cast<std::uint64_t>(std::llround(depth * 1e6));
-  const std::uint64_t counter = (static_cast<std::uint64_t>(length) << 40) | (millionths << 20) |
-                                static_cast<std::uint64_t>(trial);
-  const philox::Block b = philox::block(seed, kPasskeyStream, counter);
+  const std::uint64_t counter =
+      (static_cast<std::uint64_t>(length) << 40) | (millionths << 20) | static_cast<std::uint64_t>(trial);
+  const philox::Block b = philox::block(seed, passkey_prompt_impl::kPasskeyStream, counter);
   const std::uint64_t bits = (static_cast<std::uint64_t>(b.v[0]) << 32) | b.v[1];
   // floor(bits * n / 2^64): uniform up to a bias of n / 2^64.
   const auto index = static_cast<std::int32_t>((static_cast<unsigned __int128>(bits) * kPasskeyMax) >> 64);
@@ -67,32 +68,36 @@ std::string passkey_text(std::int64_t filler_sentences, std::int64_t before, std
   DARK_CHECK(filler_sentences >= 0 && before >= 0 && before <= filler_sentences, "passkey: ", before,
              " sentences before the needle of ", filler_sentences, " is not a split of the filler");
   const std::string n = std::to_string(key);
-  std::string text(kTask);
-  text += '\n' + filler(0, before);
+  std::string text(passkey_prompt_impl::kTask);
+  text += '\n' + passkey_prompt_impl::filler(0, before);
   text += "\nThe pass key is " + n + ". Remember it. " + n + " is the pass key.";
-  text += '\n' + filler(before, filler_sentences);
+  text += '\n' + passkey_prompt_impl::filler(before, filler_sentences);
   text += '\n';
-  text += kQuestion;
+  text += passkey_prompt_impl::kQuestion;
   return text;
 }
 
-PasskeyPrompt passkey_prompt(const Tokenizer& tokenizer, bool bos, std::int64_t length, double depth, std::int32_t key) {
+PasskeyPrompt passkey_prompt(const Tokenizer& tokenizer, bool bos, std::int64_t length, double depth,
+                             std::int32_t key) {
   DARK_CHECK(depth >= 0 && depth <= 1, "passkey: depth must be in [0, 1], got ", depth);
   DARK_CHECK(key >= 1 && key <= kPasskeyMax, "passkey: the key must be in 1..", kPasskeyMax, ", got ", key);
   DARK_CHECK(!bos || tokenizer.bos_id() >= 0, "passkey: bos asked for, but tokenizer ", tokenizer.hash(), " has none");
   const auto tokens = [&](std::int64_t s) {
-    return token_count(tokenizer, bos, passkey_text(s, sentences_before(s, depth), key));
+    return passkey_prompt_impl::token_count(tokenizer, bos,
+                                            passkey_text(s, passkey_prompt_impl::sentences_before(s, depth), key));
   };
   const std::int64_t bare = tokens(0);
-  DARK_CHECK(length >= bare, "passkey: a prompt of ", length, " tokens is too short: without any filler it takes ", bare,
-             " tokens of tokenizer ", tokenizer.hash());
+  DARK_CHECK(length >= bare, "passkey: a prompt of ", length, " tokens is too short: without any filler it takes ",
+             bare, " tokens of tokenizer ", tokenizer.hash());
   // The fewest sentences that reach `length` (every sentence adds at least one token, so
   // `length` sentences do), then whichever of it and one fewer comes closer.
   std::int64_t lo = 0, hi = length;
   while (lo < hi) {
     const std::int64_t mid = lo + (hi - lo) / 2;
-    if (tokens(mid) >= length) hi = mid;
-    else lo = mid + 1;
+    if (tokens(mid) >= length)
+      hi = mid;
+    else
+      lo = mid + 1;
   }
   std::int64_t s = lo;
   if (s > 0 && length - tokens(s - 1) <= tokens(s) - length) --s;
@@ -101,20 +106,21 @@ PasskeyPrompt passkey_prompt(const Tokenizer& tokenizer, bool bos, std::int64_t 
   p.key = key;
   p.depth = depth;
   p.filler_sentences = s;
-  p.sentences_before = sentences_before(s, depth);
+  p.sentences_before = passkey_prompt_impl::sentences_before(s, depth);
   p.text = passkey_text(s, p.sentences_before, key);
   if (bos) p.ids.push_back(tokenizer.bos_id());
   const std::vector<std::int32_t> body = tokenizer.encode(p.text);
   p.ids.insert(p.ids.end(), body.begin(), body.end());
   // The token that holds the needle line's first character; where the tokens do not decode one
   // by one to the text, the token count of everything before that line.
-  const std::size_t needle_char = kTask.size() + 1 + filler(0, p.sentences_before).size() + 1;
+  const std::size_t needle_char =
+      passkey_prompt_impl::kTask.size() + 1 + passkey_prompt_impl::filler(0, p.sentences_before).size() + 1;
   if (const auto starts = token_starts(tokenizer, body, p.text)) {
     std::size_t t = 0;
     while ((*starts)[t + 1] <= needle_char) ++t;
     p.needle_token = static_cast<std::int64_t>(t) + (bos ? 1 : 0);
   } else {
-    p.needle_token = token_count(tokenizer, bos, p.text.substr(0, needle_char));
+    p.needle_token = passkey_prompt_impl::token_count(tokenizer, bos, p.text.substr(0, needle_char));
   }
   const std::vector<std::int32_t> answered = tokenizer.encode(p.text + " " + std::to_string(key));
   if (answered.size() > body.size() && std::equal(body.begin(), body.end(), answered.begin()))

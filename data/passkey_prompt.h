@@ -1,9 +1,7 @@
 // Passkey-retrieval prompts in the format of Landmark Attention's test (epfml/landmark-attention,
 // llama/run_test.py), sized in tokens of a given tokenizer. Five lines joined by "\n":
-//   There is an important info hidden inside a lot of irrelevant text. Find it and memorize them. I will quiz you about the important information there.
-//   <filler before>
-//   The pass key is N. Remember it. N is the pass key.
-//   <filler after>
+//   There is an important info hidden inside a lot of irrelevant text. Find it and memorize them. I will quiz you about
+//   the important information there. <filler before> The pass key is N. Remember it. N is the pass key. <filler after>
 //   What is the pass key? The pass key is
 // The filler is the sentences "The grass is green." "The sky is blue." "The sun is yellow."
 // "Here we go." "There and back again." in that order, over and over, joined by spaces; the
@@ -40,13 +38,13 @@ std::int32_t passkey_of(std::uint64_t seed, std::int64_t length, double depth, i
 std::string passkey_text(std::int64_t filler_sentences, std::int64_t before, std::int32_t key);
 
 struct PasskeyPrompt {
-  std::string text;                  // the prompt (no bos)
-  std::vector<std::int32_t> ids;     // bos when asked, then tokenizer.encode(text)
+  std::string text;               // the prompt (no bos)
+  std::vector<std::int32_t> ids;  // bos when asked, then tokenizer.encode(text)
   std::int32_t key = 0;
-  double depth = 0;                  // as asked
+  double depth = 0;                   // as asked
   std::int64_t filler_sentences = 0;  // S
   std::int64_t sentences_before = 0;  // round(depth * S)
-  std::int64_t needle_token = 0;     // index in ids of the token holding the needle line's first character
+  std::int64_t needle_token = 0;      // index in ids of the token holding the needle line's first character
   // The tokens of " N" after the prompt, as the tokenizer splits text + " " + N (empty when that
   // split does not begin with ids): the expected greedy answer, which scoring checks first.
   std::vector<std::int32_t> answer;

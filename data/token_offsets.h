@@ -1,6 +1,7 @@
 // Where each token of an encoded text begins, in characters of the text: what the recall tasks
-// use to find a needle's or a word's tokens. Decodes the tokens one at a time; a tokenizer
-// whose tokens do not decode one by one to the text (and so hide where they begin) gets nothing.
+// use to find a needle's or a word's tokens. A token's text is what it adds when decoded after
+// the token before it (SentencePiece decodes a lone "▁word" without its space); a tokenizer
+// whose tokens do not add up to the text that way (and so hide where they begin) gets nothing.
 #pragma once
 #include <cstdint>
 #include <optional>

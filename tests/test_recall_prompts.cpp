@@ -15,6 +15,7 @@
 #include "data/common_words.h"
 #include "data/copy_prompt.h"
 #include "data/passkey_prompt.h"
+#include "data/sentencepiece_tokenizer.h"
 #include "test_util.h"
 #include "train/cli/args.h"
 #include "train/config.h"
@@ -30,8 +31,8 @@ using nlohmann::json;
 const std::string kTask =
     "There is an important info hidden inside a lot of irrelevant text. Find it and memorize them. I will quiz you "
     "about the important information there.";
-const std::vector<std::string> kSentences = {"The grass is green.", "The sky is blue.", "The sun is yellow.", "Here we go.",
-                                             "There and back again."};
+const std::vector<std::string> kSentences = {"The grass is green.", "The sky is blue.", "The sun is yellow.",
+                                             "Here we go.", "There and back again."};
 
 // Landmark's format, written again: the task, `before` sentences of the repeated filler, the
 // needle, the filler's next `total - before` sentences, the question; lines joined by "\n".
@@ -60,13 +61,14 @@ TEST(PasskeyPrompt, ExactTextForAFixedSeedAndLength) {
   const std::int32_t key = passkey_of(0, 400, 0.5, 0);
   EXPECT_EQ(key, 12548);  // Philox4x32-10 (seed 0, stream "passkey"): pins the keys across machines and versions
   const PasskeyPrompt p = passkey_prompt(bytes, false, 400, 0.5, key);
-  EXPECT_EQ(p.text,
-            "There is an important info hidden inside a lot of irrelevant text. Find it and memorize them. I will quiz you "
-            "about the important information there.\n"
-            "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again.\n"
-            "The pass key is 12548. Remember it. 12548 is the pass key.\n"
-            "The grass is green. The sky is blue. The sun is yellow. Here we go.\n"
-            "What is the pass key? The pass key is");
+  EXPECT_EQ(
+      p.text,
+      "There is an important info hidden inside a lot of irrelevant text. Find it and memorize them. I will quiz you "
+      "about the important information there.\n"
+      "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again.\n"
+      "The pass key is 12548. Remember it. 12548 is the pass key.\n"
+      "The grass is green. The sky is blue. The sun is yellow. Here we go.\n"
+      "What is the pass key? The pass key is");
   EXPECT_EQ(p.text, landmark_text(9, 5, 12548));
   EXPECT_EQ(p.ids.size(), 403u);  // 9 sentences: 403 bytes; 8 would give 383
   EXPECT_EQ(p.filler_sentences, 9);
@@ -77,7 +79,8 @@ TEST(PasskeyPrompt, ExactTextForAFixedSeedAndLength) {
   EXPECT_EQ(with_bos.ids.front(), ByteTokenizer::kBos);
   EXPECT_EQ(with_bos.text, p.text);
   EXPECT_EQ(with_bos.needle_token, p.needle_token + 1);
-  dark::testing::expect_error([&] { passkey_prompt(bytes, false, 200, 0.5, key); }, {"200 tokens is too short", "takes 247"});
+  dark::testing::expect_error([&] { passkey_prompt(bytes, false, 200, 0.5, key); },
+                              {"200 tokens is too short", "takes 247"});
 }
 
 TEST(PasskeyPrompt, TheNeedleStandsAtItsDepth) {
@@ -94,7 +97,8 @@ TEST(PasskeyPrompt, TheNeedleStandsAtItsDepth) {
     EXPECT_NEAR(ahead / (static_cast<double>(p.ids.size()) - bare), depth, 0.02) << "needle at " << p.needle_token;
   }
   EXPECT_NE(passkey_prompt(bytes, false, 600, 0.0, 5).text.find("there.\n\nThe pass key is 5."), std::string::npos);
-  EXPECT_NE(passkey_prompt(bytes, false, 600, 1.0, 5).text.find("is the pass key.\n\nWhat is the pass key?"), std::string::npos);
+  EXPECT_NE(passkey_prompt(bytes, false, 600, 1.0, 5).text.find("is the pass key.\n\nWhat is the pass key?"),
+            std::string::npos);
   EXPECT_EQ(passkey_depths(5), (std::vector<double>{0, 0.25, 0.5, 0.75, 1}));
   EXPECT_EQ(passkey_depths(1), (std::vector<double>{0.5}));
 }
@@ -116,8 +120,10 @@ TEST(PasskeyPrompt, LengthInTokensOfTheReleasedModelsTokenizers) {
           EXPECT_GE(std::abs(other_tokens - length), std::abs(tokens - length)) << name << " S " << s;
         }
         EXPECT_EQ(tokenizer->decode(p.answer), " " + std::to_string(p.key)) << name;
-        EXPECT_EQ(tokenizer->decode(std::vector<std::int32_t>(p.ids.begin() + p.needle_token, p.ids.begin() + p.needle_token + 4)),
-                  "The pass key is") << name;
+        EXPECT_EQ(tokenizer->decode(
+                      std::vector<std::int32_t>(p.ids.begin() + p.needle_token, p.ids.begin() + p.needle_token + 4)),
+                  "The pass key is")
+            << name;
       }
   }
 }
@@ -211,27 +217,50 @@ TEST(CopyPrompt, TokensAndDistancesAgainstNaiveCounts) {
   for (const bool bos : {false, true}) {
     const CopyPrompt p = copy_prompt(bytes, bos, words);
     ASSERT_EQ(p.spans.size(), words.size());
-    // With one token per byte a word's tokens are its letters (its space is a token of its own):
-    // the text's words by splitting at spaces and newlines, the header's 6 and the line's 4 left out.
+    // With one token per byte a word's tokens are its space and its letters: the text's words by
+    // splitting at spaces and newlines, the header's 6 and the line's 4 left out.
     std::vector<std::size_t> starts;
     for (std::size_t c = 0; c < p.text.size(); ++c)
-      if (p.text[c] != ' ' && p.text[c] != '\n' && (c == 0 || p.text[c - 1] == ' ' || p.text[c - 1] == '\n')) starts.push_back(c);
+      if (p.text[c] != ' ' && p.text[c] != '\n' && (c == 0 || p.text[c - 1] == ' ' || p.text[c - 1] == '\n'))
+        starts.push_back(c);
     ASSERT_EQ(starts.size(), 6 + words.size() + 4 + words.size());
     for (std::size_t i = 0; i < words.size(); ++i) {
-      const std::size_t first = starts[6 + i], repeat = starts[6 + words.size() + 4 + i];
+      const std::size_t first = starts[6 + i] - 1, repeat = starts[6 + words.size() + 4 + i] - 1;
       EXPECT_EQ(p.spans[i].first_begin, static_cast<std::int64_t>(first + bos)) << words[i];
-      EXPECT_EQ(p.spans[i].first_end - p.spans[i].first_begin, static_cast<std::int64_t>(words[i].size()));
+      EXPECT_EQ(p.spans[i].first_end - p.spans[i].first_begin, static_cast<std::int64_t>(words[i].size() + 1));
       EXPECT_EQ(p.spans[i].repeat_begin, static_cast<std::int64_t>(repeat + bos)) << words[i];
-      EXPECT_EQ(p.spans[i].distance(), static_cast<std::int64_t>(std::string(" red apple go winter\nThe same list again:").size()));
+      EXPECT_EQ(p.spans[i].distance(),
+                static_cast<std::int64_t>(std::string(" red apple go winter\nThe same list again:").size()));
     }
   }
-  // The released tokenizers: each word's tokens decode to " word" in both places, and the
+  // A SentencePiece tokenizer trained here (as the quickstart's, which decodes a lone "▁word"
+  // without its space) with a small vocabulary, which splits most words into several pieces;
+  // and the released tokenizers. Each word's tokens decode to " word" in both places, and the
   // distance is the token count of what lies between, counted by encoding the prefixes.
-  for (const auto& [name, tokenizer] : gguf_tokenizers()) {
+  std::vector<std::pair<std::string, std::shared_ptr<Tokenizer>>> tokenizers = gguf_tokenizers();
+  {
+    std::vector<std::string> lines;
+    for (std::size_t i = 0; i + 8 <= kCommonWordCount; i += 8) {
+      std::string line;
+      for (std::size_t j = i; j < i + 8; ++j) line += (j > i ? " " : "") + std::string(common_words()[j]);
+      lines.push_back(line);
+    }
+    SentencePieceOptions options;
+    options.vocab_size = 400;
+    options.character_coverage = 1.0;
+    tokenizers.emplace_back("sentencepiece 400", SentencePieceTokenizer::train(lines, options));
+  }
+  for (const auto& [name, tokenizer] : tokenizers) {
     const std::vector<std::string> list = copy_words(5, 40, 0);
     const bool bos = tokenizer->add_bos();
     const CopyPrompt p = copy_prompt(*tokenizer, bos, list);
-    const auto count = [&](const std::string& text) { return static_cast<std::int64_t>(tokenizer->encode(text).size()) + bos; };
+    std::int64_t tokens = 0;
+    for (const CopyWord& w : p.spans) tokens += w.repeat_end - w.repeat_begin;
+    std::printf("%s: %.2f tokens a word\n", name.c_str(),
+                static_cast<double>(tokens) / static_cast<double>(list.size()));
+    const auto count = [&](const std::string& text) {
+      return static_cast<std::int64_t>(tokenizer->encode(text).size()) + bos;
+    };
     std::string list_text = "Here is a list of words:", repeat_text;
     for (std::size_t i = 0; i < list.size(); ++i) {
       const CopyWord& w = p.spans[i];
@@ -270,13 +299,19 @@ class MergingTokenizer final : public Tokenizer {
 };
 
 TEST(CopyPrompt, ATokenizerThatHidesTheWordsIsAnError) {
-  dark::testing::expect_error([] { copy_prompt(MergingTokenizer(), false, {"red", "apple"}); },
-                              {"does not decode token by token", "merging-test"});
-  dark::testing::expect_error([] { copy_prompt(ByteTokenizer(), false, {"red apple"}); }, {"'red apple'", "holds a space"});
+  dark::testing::expect_error(
+      [] {
+        copy_prompt(MergingTokenizer(), false, {"red", "apple"});
+      },
+      {"do not decode token by token", "merging-test"});
+  dark::testing::expect_error([] { copy_prompt(ByteTokenizer(), false, {"red apple"}); },
+                              {"'red apple'", "holds a space"});
 }
 
 json tiny_doc(const json& evaluation) {
-  return {{"data", {{"tokenizer", "byte"}, {"seq_len", 32}}}, {"training", {{"steps", 5}}}, {"schedule", {{"warmup_steps", 0}}},
+  return {{"data", {{"tokenizer", "byte"}, {"seq_len", 32}}},
+          {"training", {{"steps", 5}}},
+          {"schedule", {{"warmup_steps", 0}}},
           {"evaluation", evaluation}};
 }
 
@@ -285,36 +320,50 @@ TEST(RecallConfig, KeysAndTheirErrors) {
   EXPECT_EQ(defaults.evaluation.passkey.trials, 0);  // off unless asked for
   EXPECT_EQ(defaults.evaluation.copy.trials, 0);
   EXPECT_EQ(defaults.evaluation.passkey.lengths, (std::vector<std::int64_t>{512, 1024, 2048, 4096}));
-  const train::RunConfig set = train::parse_config(tiny_doc(
-      {{"passkey", {{"lengths", {300, 600}}, {"depths", 3}, {"trials", 4}, {"seed", 9}}}, {"copy", {{"words", {8}}, {"trials", 2}}}}));
+  const train::RunConfig set =
+      train::parse_config(tiny_doc({{"passkey", {{"lengths", {300, 600}}, {"depths", 3}, {"trials", 4}, {"seed", 9}}},
+                                    {"copy", {{"words", {8}}, {"trials", 2}}}}));
   EXPECT_EQ(set.evaluation.passkey.lengths, (std::vector<std::int64_t>{300, 600}));
   EXPECT_EQ(set.evaluation.passkey.depths, 3);
   EXPECT_EQ(set.evaluation.passkey.seed, 9u);
   EXPECT_EQ(set.evaluation.copy.words, (std::vector<std::int64_t>{8}));
   EXPECT_EQ(train::to_json(set)["evaluation"]["passkey"]["lengths"], json({300, 600}));
-  const auto error = [](const json& evaluation) { return dark::testing::error_of([&] { train::parse_config(tiny_doc(evaluation)); }); };
+  const auto error = [](const json& evaluation) {
+    return dark::testing::error_of([&] { train::parse_config(tiny_doc(evaluation)); });
+  };
   EXPECT_EQ(error({{"passkey", {{"lengths", json::array()}}}}),
             "config: evaluation.passkey.lengths: expected a non-empty list of integers, got []");
-  EXPECT_EQ(error({{"passkey", {{"lengths", {512, 512}}}}}), "config: evaluation.passkey.lengths[1]: 512 is listed twice");
-  EXPECT_EQ(error({{"passkey", {{"lengths", {0}}}}}), "config: evaluation.passkey.lengths[0]: expected a positive integer, got 0");
+  EXPECT_EQ(error({{"passkey", {{"lengths", {512, 512}}}}}),
+            "config: evaluation.passkey.lengths[1]: 512 is listed twice");
+  EXPECT_EQ(error({{"passkey", {{"lengths", {0}}}}}),
+            "config: evaluation.passkey.lengths[0]: expected a positive integer, got 0");
   EXPECT_EQ(error({{"passkey", {{"lengths", "512"}}}}),
             "config: evaluation.passkey.lengths: expected a non-empty list of integers, got \"512\"");
-  EXPECT_EQ(error({{"passkey", {{"trials", -1}}}}), "config: evaluation.passkey.trials: expected a non-negative integer, got -1");
+  EXPECT_EQ(error({{"passkey", {{"trials", -1}}}}),
+            "config: evaluation.passkey.trials: expected a non-negative integer, got -1");
   EXPECT_EQ(error({{"passkey", {{"trials", 1 << 20}}}}), "config: evaluation.passkey.trials: 1048576 exceeds 1048575");
-  EXPECT_EQ(error({{"passkey", {{"depths", 0}}}}), "config: evaluation.passkey.depths: expected a positive integer, got 0");
+  EXPECT_EQ(error({{"passkey", {{"depths", 0}}}}),
+            "config: evaluation.passkey.depths: expected a positive integer, got 0");
   EXPECT_EQ(error({{"copy", {{"words", {4097}}}}}),
             "config: evaluation.copy.words[0]: expected an integer >= 2 <= 4096, got 4097");
-  EXPECT_EQ(error({{"passkey", {{"length", {512}}}}}), "config: evaluation.passkey.length: unknown key (did you mean evaluation.passkey.lengths?)");
+  EXPECT_EQ(error({{"passkey", {{"length", {512}}}}}),
+            "config: evaluation.passkey.length: unknown key (did you mean evaluation.passkey.lengths?)");
   EXPECT_EQ(error({{"recall", 1}}), "config: evaluation.recall: unknown key (evaluation has: passkey, copy)");
   // The commands' lists.
   const std::vector<cli::FlagSpec> specs = {{"--lengths", "LIST", "512,1024", ""}};
   EXPECT_EQ(cli::Args({}, specs).integers("--lengths", 1), (std::vector<long long>{512, 1024}));
   EXPECT_EQ(cli::Args({"--lengths", "7"}, specs).integers("--lengths", 1), (std::vector<long long>{7}));
-  EXPECT_EQ(dark::testing::error_of([&] { cli::Args({"--lengths", "512,x"}, specs).integers("--lengths", 1); }),
+  EXPECT_EQ(dark::testing::error_of([&] {
+              cli::Args({"--lengths", "512,x"}, specs).integers("--lengths", 1);
+            }),
             "--lengths: expected integers separated by commas, got '512,x'");
-  EXPECT_EQ(dark::testing::error_of([&] { cli::Args({"--lengths", "512,,1"}, specs).integers("--lengths", 1); }),
+  EXPECT_EQ(dark::testing::error_of([&] {
+              cli::Args({"--lengths", "512,,1"}, specs).integers("--lengths", 1);
+            }),
             "--lengths: expected integers separated by commas, got '512,,1'");
-  EXPECT_EQ(dark::testing::error_of([&] { cli::Args({"--lengths", "0"}, specs).integers("--lengths", 1, 10); }),
+  EXPECT_EQ(dark::testing::error_of([&] {
+              cli::Args({"--lengths", "0"}, specs).integers("--lengths", 1, 10);
+            }),
             "--lengths: 0 is out of range: expected integers in [1, 10]");
 }
 

@@ -595,8 +595,8 @@ std::vector<Field> make_schema() {
       integer(DARK_CONFIG_MEMBER(evaluation.passkey.seed), 0,
               "passkey retrieval: seed of the pass keys (the same prompts for every run with the same seed)"),
       integer_list(DARK_CONFIG_MEMBER(evaluation.copy.words), 2, static_cast<std::int64_t>(data::kCommonWordCount),
-                   "copy task at the end of the run: list lengths in words (about 1.1 tokens a word: the distance "
-                   "back to a word's first occurrence)"),
+                   "copy task at the end of the run: list lengths in words (the distance back to a word's first occurrence "
+                   "is about the list's words + 6 tokens with SmolLM2's and Gemma 3's tokenizers)"),
       integer(DARK_CONFIG_MEMBER(evaluation.copy.trials), 0,
               "copy task: random lists per length; 0 = off. Results in <run>/copy.json and metrics.jsonl"),
       integer(DARK_CONFIG_MEMBER(evaluation.copy.seed), 0, "copy task: seed of the word lists"),

@@ -120,7 +120,7 @@ struct PasskeyEvaluationConfig {
   std::uint64_t seed = 0;  // the pass keys
 };
 struct CopyEvaluationConfig {
-  std::vector<std::int64_t> words = {24, 96, 384, 1536, 3840};  // list lengths in words
+  std::vector<std::int64_t> words = {32, 128, 512, 2048, 4096};  // list lengths in words
   int trials = 0;          // lists per length; 0 = no copy evaluation
   std::uint64_t seed = 0;  // the lists
 };

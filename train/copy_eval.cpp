@@ -48,14 +48,19 @@ struct Tally {
   }
   void add_trial(const CopyTrial& t) {
     for (const CopyToken& token : t.score.tokens) add_token(token);
-    for (std::size_t i = 0; i < t.score.words_copied.size(); ++i) add_word(t.score.words_copied[i], t.score.word_distance[i]);
+    for (std::size_t i = 0; i < t.score.words_copied.size(); ++i)
+      add_word(t.score.words_copied[i], t.score.word_distance[i]);
     seconds += t.seconds;
     ++prompts;
     max_prompt_tokens = std::max(max_prompt_tokens, t.tokens);
   }
   double loss() const { return tokens ? loss_sum / static_cast<double>(tokens) : std::nan(""); }
-  double token_accuracy() const { return tokens ? static_cast<double>(correct_tokens) / static_cast<double>(tokens) : std::nan(""); }
-  double word_accuracy() const { return words ? static_cast<double>(copied_words) / static_cast<double>(words) : std::nan(""); }
+  double token_accuracy() const {
+    return tokens ? static_cast<double>(correct_tokens) / static_cast<double>(tokens) : std::nan("");
+  }
+  double word_accuracy() const {
+    return words ? static_cast<double>(copied_words) / static_cast<double>(words) : std::nan("");
+  }
   json to_json() const {
     const ProportionInterval ci = wilson_interval(copied_words, words);
     return {{"tokens", tokens},
@@ -69,12 +74,12 @@ struct Tally {
             {"distance_min", words ? json(min_distance) : json(nullptr)},
             {"distance_max", words ? json(max_distance) : json(nullptr)}};
   }
-  // "| 1536 | 1690-1702 | 3072 | 0.412 | 0.903 | 1380/1536 [0.88, 0.91] |"
+  // "2048 words |  2080-2080  |   2048 |   0.412 |    0.903 | 1380/2048 [0.654, 0.694]"
   std::string row(const std::string& label) const {
     const ProportionInterval ci = wilson_interval(copied_words, words);
     char buf[200];
-    std::snprintf(buf, sizeof buf, "%-10s | %5lld-%-5lld | %6lld | %7.3f | %8.3f | %lld/%lld [%.3f, %.3f]\n", label.c_str(),
-                  static_cast<long long>(words ? min_distance : 0), static_cast<long long>(max_distance),
+    std::snprintf(buf, sizeof buf, "%-10s | %5lld-%-5lld | %6lld | %7.3f | %8.3f | %lld/%lld [%.3f, %.3f]\n",
+                  label.c_str(), static_cast<long long>(words ? min_distance : 0), static_cast<long long>(max_distance),
                   static_cast<long long>(tokens), loss(), token_accuracy(), static_cast<long long>(copied_words),
                   static_cast<long long>(words), ci.low, ci.high);
     return buf;
@@ -84,7 +89,9 @@ struct Tally {
 // Tallies per distance bucket, in increasing order.
 std::vector<std::pair<std::string, Tally>> by_bucket(const std::vector<CopyTrial>& trials) {
   std::map<std::int64_t, std::pair<std::string, Tally>> buckets;  // keyed by the bucket's first distance
-  const auto key = [](std::int64_t d) { return d < 32 ? std::int64_t{0} : std::int64_t{1} << (63 - __builtin_clzll(d)); };
+  const auto key = [](std::int64_t d) {
+    return d < 32 ? std::int64_t{0} : std::int64_t{1} << (63 - __builtin_clzll(d));
+  };
   for (const CopyTrial& t : trials) {
     for (const CopyToken& token : t.score.tokens) {
       auto& [label, tally] = buckets[key(token.distance)];
@@ -181,8 +188,8 @@ CopyReport run_copy(nn::CausalLM& model, const data::Tokenizer& tokenizer, const
   report.options = o;
   std::int64_t total_words = 0, done_words = 0;
   for (const std::int64_t n : o.words) total_words += n * o.trials;
-  spdlog::info("copy task: {} list(s): {} word(s), {} trial(s) each, seed {}", o.words.size() * static_cast<std::size_t>(o.trials),
-               json(o.words).dump(), o.trials, o.seed);
+  spdlog::info("copy task: {} list(s): {} word(s), {} trial(s) each, seed {}",
+               o.words.size() * static_cast<std::size_t>(o.trials), json(o.words).dump(), o.trials, o.seed);
   for (const std::int64_t n : o.words) {
     ProgressLog progress(str("copy ", n, " words"), "prompt", "prompts", o.trials);
     for (int trial = 0; trial < o.trials; ++trial) {
@@ -200,13 +207,14 @@ CopyReport run_copy(nn::CausalLM& model, const data::Tokenizer& tokenizer, const
     done_words += n * o.trials;
     const copy_impl::Tally here = copy_impl::of_length(report.trials, n);
     const double elapsed = copy_impl::seconds_since(start);
-    spdlog::info("copy task: {} words ({} tokens back, prompts of {} tokens): {}/{} words copied, token accuracy {:.3f}, "
-                 "loss {:.3f} | {:.2f} s/prompt | {}",
-                 n, here.max_distance, here.max_prompt_tokens, here.copied_words, here.words, here.token_accuracy(), here.loss(),
-                 here.seconds / static_cast<double>(here.prompts),
-                 done_words < total_words ? "ETA " + duration_text(elapsed / static_cast<double>(done_words) *
-                                                                   static_cast<double>(total_words - done_words))
-                                          : "done in " + duration_text(elapsed));
+    spdlog::info(
+        "copy task: {} words ({} tokens back, prompts of {} tokens): {}/{} words copied, token accuracy {:.3f}, "
+        "loss {:.3f} | {:.2f} s/prompt | {}",
+        n, here.max_distance, here.max_prompt_tokens, here.copied_words, here.words, here.token_accuracy(), here.loss(),
+        here.seconds / static_cast<double>(here.prompts),
+        done_words < total_words ? "ETA " + duration_text(elapsed / static_cast<double>(done_words) *
+                                                          static_cast<double>(total_words - done_words))
+                                 : "done in " + duration_text(elapsed));
   }
   report.seconds = copy_impl::seconds_since(start);
   return report;
@@ -237,13 +245,15 @@ json CopyReport::to_json() const {
     row["seconds"] = t.seconds;
     all.push_back(row);
   }
-  json out = {{"task", "copy"},
-              {"format", "Here is a list of words: w1 ... wn / The same list again: w1 ... wn (data/copy_prompt.h), teacher forcing"},
-              {"list_words", options.words},
-              {"trials_per_length", options.trials},
-              {"seed", options.seed},
-              {"bos", options.bos},
-              {"interval", "95% Wilson score interval of the words copied"}};
+  json out = {
+      {"task", "copy"},
+      {"format",
+       "Here is a list of words: w1 ... wn / The same list again: w1 ... wn (data/copy_prompt.h), teacher forcing"},
+      {"list_words", options.words},
+      {"trials_per_length", options.trials},
+      {"seed", options.seed},
+      {"bos", options.bos},
+      {"interval", "95% Wilson score interval of the words copied"}};
   out["overall"] = copy_impl::of_all(trials).to_json();
   out["by_list_words"] = by_words;
   out["by_distance"] = by_distance;
@@ -256,8 +266,10 @@ json CopyReport::metrics() const {
   json by_words = json::object();
   for (const std::int64_t n : options.words) {
     const copy_impl::Tally t = copy_impl::of_length(trials, n);
-    by_words[std::to_string(n)] = {{"word_accuracy", t.word_accuracy()}, {"token_accuracy", t.token_accuracy()},
-                                   {"loss", t.loss()}, {"distance", t.max_distance}};
+    by_words[std::to_string(n)] = {{"word_accuracy", t.word_accuracy()},
+                                   {"token_accuracy", t.token_accuracy()},
+                                   {"loss", t.loss()},
+                                   {"distance", t.max_distance}};
   }
   const copy_impl::Tally all = copy_impl::of_all(trials);
   return {{"word_accuracy", all.word_accuracy()},
@@ -267,9 +279,12 @@ json CopyReport::metrics() const {
 }
 
 std::string CopyReport::table() const {
-  const std::string header = "           | distance    | tokens |    loss | token acc | words copied [95% Wilson interval]\n";
-  std::string out = "copy task: the repeat of a random word list, teacher forcing; distance = tokens back to the word's "
-                    "first occurrence\n\nby list length (words)\n" + header;
+  const std::string header =
+      "           | distance    | tokens |    loss | token acc | words copied [95% Wilson interval]\n";
+  std::string out =
+      "copy task: the repeat of a random word list, teacher forcing; distance = tokens back to the word's "
+      "first occurrence\n\nby list length (words)\n" +
+      header;
   for (const std::int64_t n : options.words) out += copy_impl::of_length(trials, n).row(std::to_string(n) + " words");
   out += copy_impl::of_all(trials).row("all");
   out += "\nby distance (tokens)\n" + header;

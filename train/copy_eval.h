@@ -18,9 +18,10 @@
 namespace dark::train {
 
 struct CopyOptions {
-  // List lengths in words: about 1.1 tokens a word with SmolLM2's and Gemma 3's tokenizers, so
-  // distances of about 30 to 4300 tokens, prompts up to about 8.5K tokens.
-  std::vector<std::int64_t> words = {24, 96, 384, 1536, 3840};
+  // List lengths in words: with SmolLM2's and Gemma 3's tokenizers about one token a word (" word"),
+  // so distances of about 38, 135, 520, 2080 and 4130 tokens (one per bucket 32-63, ...,
+  // 4096-8191), prompts up to about 8.3K tokens.
+  std::vector<std::int64_t> words = {32, 128, 512, 2048, 4096};
   int trials = 1;          // lists per length
   std::uint64_t seed = 0;  // the lists (data::copy_words)
   bool bos = false;        // prompts start with bos (the model's rule)
@@ -34,8 +35,8 @@ struct CopyToken {
 };
 
 struct CopyScore {
-  std::vector<CopyToken> tokens;    // the repeat's word tokens, in order
-  std::vector<bool> words_copied;   // per word: every one of its repeat tokens is the argmax
+  std::vector<CopyToken> tokens;   // the repeat's word tokens, in order
+  std::vector<bool> words_copied;  // per word: every one of its repeat tokens is the argmax
   std::vector<std::int64_t> word_distance;
 };
 // Scores one prompt (eval mode inside).

@@ -119,7 +119,8 @@ PasskeyAnswer passkey_answer(nn::CausalLM& model, const data::Tokenizer& tokeniz
   // 1. Teacher forcing: the prompt and the expected answer but its last token, one forward;
   // rows T-1 .. T-1+k predict the answer's k tokens and the one after.
   const std::vector<std::int32_t>& answer = prompt.answer;
-  const auto k = static_cast<std::int64_t>(std::min<std::size_t>(answer.size(), static_cast<std::size_t>(new_tokens) - 1));
+  const auto k =
+      static_cast<std::int64_t>(std::min<std::size_t>(answer.size(), static_cast<std::size_t>(new_tokens) - 1));
   std::vector<std::int32_t> forced = prompt.ids;
   forced.insert(forced.end(), answer.begin(), answer.begin() + k);
   const auto T = static_cast<std::int64_t>(prompt.ids.size());
@@ -139,8 +140,8 @@ PasskeyAnswer passkey_answer(nn::CausalLM& model, const data::Tokenizer& tokeniz
     std::vector<std::int32_t> pending = prompt.ids;
     pending.insert(pending.end(), a.tokens.begin(), a.tokens.end());
     while (!a.verdict.decided) {
-      const Tensor h =
-          model.decode_hidden(Tensor::from_vector(pending, {1, static_cast<std::int64_t>(pending.size())}, device), cache);
+      const Tensor h = model.decode_hidden(
+          Tensor::from_vector(pending, {1, static_cast<std::int64_t>(pending.size())}, device), cache);
       take(static_cast<std::int32_t>(passkey_impl::greedy_tokens(model, passkey_impl::last_row(h))[0]));
       pending = {a.tokens.back()};
     }
@@ -160,8 +161,8 @@ PasskeyReport run_passkey(nn::CausalLM& model, const data::Tokenizer& tokenizer,
   std::int64_t total_tokens = 0;
   for (const std::int64_t length : o.lengths) total_tokens += length * per_length;
   spdlog::info("passkey: {} prompt(s): lengths {}, {} depth(s) x {} trial(s) each, seed {}",
-               per_length * static_cast<std::int64_t>(o.lengths.size()), json(o.lengths).dump(), depths.size(), o.trials,
-               o.seed);
+               per_length * static_cast<std::int64_t>(o.lengths.size()), json(o.lengths).dump(), depths.size(),
+               o.trials, o.seed);
   std::int64_t done_tokens = 0;
   for (const std::int64_t length : o.lengths) {
     ProgressLog progress(str("passkey ", length), "prompt", "prompts", per_length);
@@ -183,14 +184,14 @@ PasskeyReport run_passkey(nn::CausalLM& model, const data::Tokenizer& tokenizer,
         progress.update(++done);
       }
     done_tokens += length * per_length;
-    const passkey_impl::Tally here = passkey_impl::tally(report.trials, [&](const PasskeyTrial& t) { return t.length == length; });
+    const passkey_impl::Tally here =
+        passkey_impl::tally(report.trials, [&](const PasskeyTrial& t) { return t.length == length; });
     const double elapsed = passkey_impl::seconds_since(start);
     spdlog::info("passkey: length {} ({}-{} tokens): {} correct | {:.2f} s/prompt | {}", length, here.min_tokens,
                  here.max_tokens, here.text(), here.seconds / static_cast<double>(here.trials),
-                 done_tokens < total_tokens
-                     ? "ETA " + duration_text(elapsed / static_cast<double>(done_tokens) *
-                                              static_cast<double>(total_tokens - done_tokens))
-                     : "done in " + duration_text(elapsed));
+                 done_tokens < total_tokens ? "ETA " + duration_text(elapsed / static_cast<double>(done_tokens) *
+                                                                     static_cast<double>(total_tokens - done_tokens))
+                                            : "done in " + duration_text(elapsed));
   }
   report.seconds = passkey_impl::seconds_since(start);
   return report;
@@ -200,7 +201,8 @@ json PasskeyReport::to_json() const {
   const std::vector<double> depths = data::passkey_depths(options.depths);
   json by_length = json::array(), by_depth = json::array(), cells = json::array(), all = json::array();
   for (const std::int64_t length : options.lengths) {
-    const passkey_impl::Tally t = passkey_impl::tally(trials, [&](const PasskeyTrial& x) { return x.length == length; });
+    const passkey_impl::Tally t =
+        passkey_impl::tally(trials, [&](const PasskeyTrial& x) { return x.length == length; });
     json row = t.to_json();
     row["length"] = length;
     row["tokens_min"] = t.min_tokens;
@@ -208,7 +210,9 @@ json PasskeyReport::to_json() const {
     row["seconds_per_prompt"] = t.trials ? t.seconds / static_cast<double>(t.trials) : 0.0;
     by_length.push_back(row);
     for (const double depth : depths) {
-      json cell = passkey_impl::tally(trials, [&](const PasskeyTrial& x) { return x.length == length && x.depth == depth; }).to_json();
+      json cell = passkey_impl::tally(trials, [&](const PasskeyTrial& x) {
+                    return x.length == length && x.depth == depth;
+                  }).to_json();
       cell["length"] = length;
       cell["depth"] = depth;
       cells.push_back(cell);
@@ -222,9 +226,15 @@ json PasskeyReport::to_json() const {
   std::int64_t decoded = 0;
   for (const PasskeyTrial& t : trials) {
     decoded += t.answer.decoded ? 1 : 0;
-    all.push_back({{"length", t.length}, {"tokens", t.tokens}, {"depth", t.depth}, {"trial", t.trial}, {"key", t.key},
-                   {"needle_token", t.needle_token}, {"correct", t.answer.verdict.correct},
-                   {"number", t.answer.verdict.number}, {"answer", t.answer.text}, {"decoded", t.answer.decoded},
+    all.push_back({{"length", t.length},
+                   {"tokens", t.tokens},
+                   {"depth", t.depth},
+                   {"trial", t.trial},
+                   {"key", t.key},
+                   {"needle_token", t.needle_token},
+                   {"correct", t.answer.verdict.correct},
+                   {"answer", t.answer.text},
+                   {"decoded", t.answer.decoded},
                    {"seconds", t.seconds}});
   }
   json out = {{"task", "passkey"},
@@ -249,9 +259,11 @@ json PasskeyReport::to_json() const {
 json PasskeyReport::metrics() const {
   json by_length = json::object(), by_depth = json::object();
   for (const std::int64_t length : options.lengths)
-    by_length[std::to_string(length)] = passkey_impl::tally(trials, [&](const PasskeyTrial& x) { return x.length == length; }).accuracy();
+    by_length[std::to_string(length)] =
+        passkey_impl::tally(trials, [&](const PasskeyTrial& x) { return x.length == length; }).accuracy();
   for (const double depth : data::passkey_depths(options.depths))
-    by_depth[passkey_impl::number_label(depth)] = passkey_impl::tally(trials, [&](const PasskeyTrial& x) { return x.depth == depth; }).accuracy();
+    by_depth[passkey_impl::number_label(depth)] =
+        passkey_impl::tally(trials, [&](const PasskeyTrial& x) { return x.depth == depth; }).accuracy();
   return {{"accuracy", passkey_impl::tally(trials, [](const PasskeyTrial&) { return true; }).accuracy()},
           {"by_length", by_length},
           {"by_depth", by_depth}};
@@ -267,22 +279,28 @@ std::string PasskeyReport::table() const {
   for (const std::int64_t length : options.lengths) {
     out += passkey_impl::padded(std::to_string(length), 16);
     for (const double d : depths)
-      out += " | " + passkey_impl::padded(passkey_impl::tally(trials, [&](const PasskeyTrial& x) { return x.length == length && x.depth == d; }).text(),
-                            kCell);
+      out += " | " +
+             passkey_impl::padded(
+                 passkey_impl::tally(trials, [&](const PasskeyTrial& x) { return x.length == length && x.depth == d; })
+                     .text(),
+                 kCell);
     out += " | " + passkey_impl::tally(trials, [&](const PasskeyTrial& x) { return x.length == length; }).text() + "\n";
   }
   out += passkey_impl::padded("all", 16);
   for (const double d : depths)
-    out += " | " + passkey_impl::padded(passkey_impl::tally(trials, [&](const PasskeyTrial& x) { return x.depth == d; }).text(), kCell);
+    out += " | " + passkey_impl::padded(
+                       passkey_impl::tally(trials, [&](const PasskeyTrial& x) { return x.depth == d; }).text(), kCell);
   out += " | " + passkey_impl::tally(trials, [](const PasskeyTrial&) { return true; }).text() + "\n\n";
   out += "length | prompt tokens | accuracy | 95% interval | s/prompt\n";
   for (const std::int64_t length : options.lengths) {
-    const passkey_impl::Tally t = passkey_impl::tally(trials, [&](const PasskeyTrial& x) { return x.length == length; });
+    const passkey_impl::Tally t =
+        passkey_impl::tally(trials, [&](const PasskeyTrial& x) { return x.length == length; });
     const ProportionInterval ci = wilson_interval(t.correct, t.trials);
     char buf[160];
-    std::snprintf(buf, sizeof buf, "%6lld | %6lld-%-6lld | %8.3f | [%.2f, %.2f] | %.2f\n", static_cast<long long>(length),
-                  static_cast<long long>(t.min_tokens), static_cast<long long>(t.max_tokens), t.accuracy(), ci.low,
-                  ci.high, t.trials ? t.seconds / static_cast<double>(t.trials) : 0.0);
+    std::snprintf(buf, sizeof buf, "%6lld | %6lld-%-6lld | %8.3f | [%.2f, %.2f] | %.2f\n",
+                  static_cast<long long>(length), static_cast<long long>(t.min_tokens),
+                  static_cast<long long>(t.max_tokens), t.accuracy(), ci.low, ci.high,
+                  t.trials ? t.seconds / static_cast<double>(t.trials) : 0.0);
     out += buf;
   }
   return out;

@@ -30,16 +30,18 @@
 namespace dark::train {
 
 struct PasskeyOptions {
-  std::vector<std::int64_t> lengths = {512, 1024, 2048, 4096};  // prompt lengths in tokens
-  int depths = 5;              // grid points (data::passkey_depths)
-  int trials = 2;              // per (length, depth)
-  std::uint64_t seed = 0;      // the pass keys (data::passkey_of)
-  bool bos = false;            // prompts start with bos (the model's rule)
-  int new_tokens = 10;         // the greedy continuation's length
+  // Prompt lengths in tokens.
+  std::vector<std::int64_t> lengths = {512, 1024, 2048, 4096};
+  int depths = 5;          // grid points (data::passkey_depths)
+  int trials = 2;          // per (length, depth)
+  std::uint64_t seed = 0;  // the pass keys (data::passkey_of)
+  bool bos = false;        // prompts start with bos (the model's rule)
+  int new_tokens = 10;     // the greedy continuation's length
 };
 
 // What a greedy continuation says about pass key `key`: decided once its first number is fixed
-// (or `complete`: the continuation has ended); `number` is that first digit run ("" when none).
+// (or `complete`: the continuation has ended); `number` is that first digit run as far as the
+// text goes ("" when none): " 3" already settles that the answer is not 12548.
 struct PasskeyVerdict {
   bool decided = false;
   bool correct = false;
@@ -48,8 +50,8 @@ struct PasskeyVerdict {
 PasskeyVerdict judge_passkey_answer(std::string_view text, std::int32_t key, bool complete);
 
 struct PasskeyAnswer {
-  std::vector<std::int32_t> tokens;  // the greedy tokens, as far as they were needed
-  std::string text;                  // their text
+  std::vector<std::int32_t> tokens;  // the greedy tokens, as far as they were needed to decide
+  std::string text;                  // their text (passkey.json's "answer")
   PasskeyVerdict verdict;            // decided
   bool decoded = false;              // step 3 was needed
 };

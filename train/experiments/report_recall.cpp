@@ -51,8 +51,8 @@ std::string count_cell(const std::vector<Count>& counts) {
     if (c.present && c.trials > 0) k += c.successes, n += c.trials, shares.push_back(c.successes / c.trials);
   if (n == 0) return "–";
   const train::ProportionInterval ci = train::wilson_interval(std::llround(k), std::llround(n));
-  std::string out = str(std::llround(k), "/", std::llround(n), " = ", fixed(k / n, "%.2f"), " [", fixed(ci.low, "%.2f"), ", ",
-                        fixed(ci.high, "%.2f"), "]");
+  std::string out = str(std::llround(k), "/", std::llround(n), " = ", fixed(k / n, "%.2f"), " [", fixed(ci.low, "%.2f"),
+                        ", ", fixed(ci.high, "%.2f"), "]");
   if (shares.size() >= 2) {
     const metrics::Replicates r = metrics::summarize(shares);
     out += str(" (", fixed(r.mean, "%.2f"), " ± ", fixed(r.sd, "%.2f"), ")");
@@ -77,7 +77,8 @@ std::vector<Row> rows_of(const ReportData& d) {
   std::vector<Row> rows;
   for (const std::string& g : d.groups)
     for (const std::string& m : d.methods) {
-      const bool any = std::any_of(d.points.begin(), d.points.end(), [&](const ReportPoint& p) { return p.method == m && p.group == g; });
+      const bool any = std::any_of(d.points.begin(), d.points.end(),
+                                   [&](const ReportPoint& p) { return p.method == m && p.group == g; });
       if (any) rows.push_back({g.empty() ? m : str(m, " (", g, ")"), m, g});
     }
   return rows;
@@ -96,7 +97,8 @@ std::string table(const ReportData& d, const std::vector<json>& docs, const std:
   for (const Row& r : rows_of(d)) {
     std::vector<const json*> in_row;
     for (std::size_t i = 0; i < d.points.size(); ++i)
-      if (d.points[i].method == r.method && d.points[i].group == r.group && docs[i].is_object()) in_row.push_back(&docs[i]);
+      if (d.points[i].method == r.method && d.points[i].group == r.group && docs[i].is_object())
+        in_row.push_back(&docs[i]);
     if (in_row.empty()) continue;
     out += "| " + r.label + " |";
     for (const auto& [key, title] : columns) out += str(" ", cell(in_row, key), " |");
@@ -140,11 +142,11 @@ std::string paired_rows(const ReportData& d, const std::vector<json>& docs, cons
           const metrics::PairedDifference diff = metrics::paired_difference(a, b);
           if (diff.n < 2) continue;
           const std::string verdict = !diff.distinguishable() ? "not distinguishable"
-                                      : diff.mean < 0            ? d.methods[i] + " lower"
-                                                                 : d.methods[i] + " higher";
-          rows += str("| ", group.empty() ? "all" : group, " | ", what, " ", key, " | ", d.methods[i], " − ", d.methods[j],
-                      " | ", fixed(diff.mean, "%+.3f"), " | [", fixed(diff.low, "%+.3f"), ", ", fixed(diff.high, "%+.3f"),
-                      "] | ", diff.n, " | ", verdict, " |\n");
+                                      : diff.mean < 0         ? d.methods[i] + " lower"
+                                                              : d.methods[i] + " higher";
+          rows += str("| ", group.empty() ? "all" : group, " | ", what, " ", key, " | ", d.methods[i], " − ",
+                      d.methods[j], " | ", fixed(diff.mean, "%+.3f"), " | [", fixed(diff.low, "%+.3f"), ", ",
+                      fixed(diff.high, "%+.3f"), "] | ", diff.n, " | ", verdict, " |\n");
         }
   return rows;
 }
@@ -188,12 +190,15 @@ std::string passkey_section(const ReportData& d, const std::vector<json>& docs) 
     return count_cell(counts);
   };
   std::string out =
-      "## Passkey retrieval\n\nFrom each point's `passkey.json` (`evaluation.passkey`; docs/long-context.md): the Landmark "
-      "Attention passkey prompt at each length (tokens), correct when the first number of the greedy continuation is the "
+      "## Passkey retrieval\n\nFrom each point's `passkey.json` (`evaluation.passkey`; docs/long-context.md): the "
+      "Landmark "
+      "Attention passkey prompt at each length (tokens), correct when the first number of the greedy continuation is "
+      "the "
       "key; correct/trials = accuracy [95% Wilson interval]." +
       spread_note(d) + "\n\n";
-  out += table(d, docs, str(d.method_axes.size() == 1 ? axis_leaf(d.method_axes[0]) : std::string("method"), " \\ length"),
-               columns, cell);
+  out +=
+      table(d, docs, str(d.method_axes.size() == 1 ? axis_leaf(d.method_axes[0]) : std::string("method"), " \\ length"),
+            columns, cell);
   if (d.seeded())
     out += paired_table(paired_rows(d, docs, lengths, "length", [](const json& doc, const std::string& key) {
       return number(entry(doc, "by_length", "length", key), "accuracy");
@@ -207,7 +212,9 @@ std::string copy_section(const ReportData& d, const std::vector<json>& docs) {
   for (const std::string& n : lengths) {
     double distance = std::nan("");
     for (const json& doc : docs)
-      if (doc.is_object()) distance = std::max(std::isnan(distance) ? 0.0 : distance, number(entry(doc, "by_list_words", "list_words", n), "distance_max"));
+      if (doc.is_object())
+        distance = std::max(std::isnan(distance) ? 0.0 : distance,
+                            number(entry(doc, "by_list_words", "list_words", n), "distance_max"));
     columns.push_back({n, str(n, " words (", fixed(distance, "%.0f"), " tokens back)")});
   }
   const auto words_cell = [](const std::vector<const json*>& in, const std::string& key) {
@@ -223,10 +230,13 @@ std::string copy_section(const ReportData& d, const std::vector<json>& docs) {
     for (const json* doc : in) values.push_back(number(entry(*doc, "by_list_words", "list_words", key), "loss"));
     return mean_cell(values);
   };
-  const std::string corner = str(d.method_axes.size() == 1 ? axis_leaf(d.method_axes[0]) : std::string("method"), " \\ list");
+  const std::string corner =
+      str(d.method_axes.size() == 1 ? axis_leaf(d.method_axes[0]) : std::string("method"), " \\ list");
   std::string out =
-      "## Copy task\n\nFrom each point's `copy.json` (`evaluation.copy`; docs/long-context.md): a random list of words, "
-      "then its repeat; on the repeat, by teacher forcing, the words whose every token is the argmax (copied/words = share "
+      "## Copy task\n\nFrom each point's `copy.json` (`evaluation.copy`; docs/long-context.md): a random list of "
+      "words, "
+      "then its repeat; on the repeat, by teacher forcing, the words whose every token is the argmax (copied/words = "
+      "share "
       "[95% Wilson interval]) and the mean next-token loss (nats), by list length, which sets the distance back to a "
       "word's first occurrence." +
       spread_note(d) + "\n\n**Words copied**\n\n";
@@ -246,7 +256,8 @@ json recall_summary(const fs::path& point_dir) {
   json out = {{"passkey", nullptr}, {"copy", nullptr}};
   if (const json p = recall_report::task_file(row, "passkey.json", "passkey"); p.is_object()) {
     json by_length = json::object();
-    for (const json& e : p.value("by_length", json::array())) by_length[e.at("length").dump()] = e.value("accuracy", json());
+    for (const json& e : p.value("by_length", json::array()))
+      by_length[e.at("length").dump()] = e.value("accuracy", json());
     out["passkey"] = {{"accuracy", p["overall"].value("accuracy", json())}, {"by_length", by_length}};
   }
   if (const json c = recall_report::task_file(row, "copy.json", "copy"); c.is_object()) {
