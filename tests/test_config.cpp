@@ -224,7 +224,7 @@ TEST(Config, UnknownKeysSuggestTheClosest) {
   EXPECT_EQ(
       parse_error(R"({"xyzzy": 1})"),
       "config: xyzzy: unknown key (top-level keys: model, attention, data, optimizer, schedule, training, "
-      "distributed, finetune, output, stability, seed)");
+      "distributed, finetune, output, stability, evaluation, seed)");
 }
 
 // Found by tests/fuzz/fuzz_config: an override's bare text that is not UTF-8 reached an

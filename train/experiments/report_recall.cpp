@@ -122,7 +122,8 @@ double number(const json* e, const char* field) {
 // Paired comparisons by seed of `value` (NaN: none) for every pair of methods in every group and
 // every key: rows of a Markdown table.
 std::string paired_rows(const ReportData& d, const std::vector<json>& docs, const std::vector<std::string>& keys,
-                        const std::string& what, const std::function<double(const json&, const std::string&)>& value) {
+                        const std::string& what, const std::function<double(const json&, const std::string&)>& value,
+                        int& identical) {
   std::string rows;
   for (const std::string& group : d.groups)
     for (std::size_t i = 0; i < d.methods.size(); ++i)
@@ -141,6 +142,10 @@ std::string paired_rows(const ReportData& d, const std::vector<json>& docs, cons
           }
           const metrics::PairedDifference diff = metrics::paired_difference(a, b);
           if (diff.n < 2) continue;
+          if (diff.mean == 0 && diff.sd == 0) {  // the same for every seed: no row
+            ++identical;
+            continue;
+          }
           const std::string verdict = !diff.distinguishable() ? "not distinguishable"
                                       : diff.mean < 0         ? d.methods[i] + " lower"
                                                               : d.methods[i] + " higher";
@@ -151,11 +156,14 @@ std::string paired_rows(const ReportData& d, const std::vector<json>& docs, cons
   return rows;
 }
 
-std::string paired_table(const std::string& rows) {
-  if (rows.empty()) return "";
+std::string paired_table(const std::string& rows, int identical) {
+  const std::string left_out =
+      identical ? str(" ", identical, " comparison(s) where both methods gave the same value for every seed are left out.")
+                : std::string();
+  if (rows.empty()) return identical ? "Paired by seed:" + left_out + "\n\n" : std::string();
   return "Paired by seed (same seed = same data order and initial weights; every point saw the same prompts): the mean "
-         "over seeds of the difference, first minus second, with its 95% Student t interval.\n\n"
-         "| group | at | pair | mean difference | 95% interval | seeds | verdict |\n|---|---|---|---|---|---|---|\n" +
+         "over seeds of the difference, first minus second, with its 95% Student t interval." +
+         left_out + "\n\n| group | at | pair | mean difference | 95% interval | seeds | verdict |\n|---|---|---|---|---|---|---|\n" +
          rows + "\n";
 }
 
@@ -199,10 +207,14 @@ std::string passkey_section(const ReportData& d, const std::vector<json>& docs) 
   out +=
       table(d, docs, str(d.method_axes.size() == 1 ? axis_leaf(d.method_axes[0]) : std::string("method"), " \\ length"),
             columns, cell);
-  if (d.seeded())
-    out += paired_table(paired_rows(d, docs, lengths, "length", [](const json& doc, const std::string& key) {
-      return number(entry(doc, "by_length", "length", key), "accuracy");
-    }));
+  if (d.seeded()) {
+    int identical = 0;
+    const std::string rows = paired_rows(
+        d, docs, lengths, "length",
+        [](const json& doc, const std::string& key) { return number(entry(doc, "by_length", "length", key), "accuracy"); },
+        identical);
+    out += paired_table(rows, identical);
+  }
   return out;
 }
 
@@ -242,10 +254,16 @@ std::string copy_section(const ReportData& d, const std::vector<json>& docs) {
       spread_note(d) + "\n\n**Words copied**\n\n";
   out += table(d, docs, corner, columns, words_cell);
   out += "**Next-token loss on the repeat (nats)**\n\n" + table(d, docs, corner, columns, loss_cell);
-  if (d.seeded())
-    out += paired_table(paired_rows(d, docs, lengths, "words", [](const json& doc, const std::string& key) {
-      return number(entry(doc, "by_list_words", "list_words", key), "word_accuracy");
-    }));
+  if (d.seeded()) {
+    int identical = 0;
+    const std::string rows = paired_rows(
+        d, docs, lengths, "words",
+        [](const json& doc, const std::string& key) {
+          return number(entry(doc, "by_list_words", "list_words", key), "word_accuracy");
+        },
+        identical);
+    out += paired_table(rows, identical);
+  }
   return out;
 }
 
