@@ -19,7 +19,7 @@ namespace dark::train {
 
 struct CopyOptions {
   // List lengths in words: with SmolLM2's and Gemma 3's tokenizers about one token a word (" word"),
-  // so distances of about 38, 135, 520, 2080 and 4130 tokens (one per bucket 32-63, ...,
+  // so distances of about 38, 134, 520, 2070 and 4130 tokens (one per bucket 32-63, ...,
   // 4096-8191), prompts up to about 8.3K tokens.
   std::vector<std::int64_t> words = {32, 128, 512, 2048, 4096};
   int trials = 1;          // lists per length
