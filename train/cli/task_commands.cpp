@@ -1,9 +1,9 @@
 // The recall tasks as commands: `darkformer passkey` (train/passkey_eval.h) and `darkformer
 // copy` (train/copy_eval.h) on a trained model, each printing its tables and writing its JSON.
 #include <cstdio>
-#include <limits>
 
 #include "core/file_io.h"
+#include "data/common_words.h"
 #include "train/cli/args.h"
 #include "train/cli/commands.h"
 #include "train/cli/loaded_run.h"
@@ -16,9 +16,9 @@ namespace fs = std::filesystem;
 // Helpers, in a namespace of their own (the unity build compiles this file with others).
 namespace task_commands_impl {
 
-std::vector<std::int64_t> positive_list(const Args& a, const std::string& flag, long long max) {
+std::vector<std::int64_t> integer_list(const Args& a, const std::string& flag, long long min, long long max) {
   std::vector<std::int64_t> out;
-  for (const long long v : a.integers(flag, 1, max)) out.push_back(v);
+  for (const long long v : a.integers(flag, min, max)) out.push_back(v);
   return out;
 }
 
@@ -57,7 +57,7 @@ int passkey_command(const CommandArgs& args) {
     return 0;
   Args a(args, specs);
   train::PasskeyOptions o;
-  o.lengths = task_commands_impl::positive_list(a, "--lengths", (1 << 24) - 1);
+  o.lengths = task_commands_impl::integer_list(a, "--lengths", 1, (1 << 24) - 1);
   o.depths = static_cast<int>(a.integer("--depths", 1, 1001));
   o.trials = static_cast<int>(a.integer("--trials", 1, (1 << 20) - 1));
   o.seed = static_cast<std::uint64_t>(a.integer("--seed", 0));
@@ -94,7 +94,7 @@ int copy_command(const CommandArgs& args) {
     return 0;
   Args a(args, specs);
   train::CopyOptions o;
-  o.words = task_commands_impl::positive_list(a, "--words", std::numeric_limits<int>::max());
+  o.words = task_commands_impl::integer_list(a, "--words", 2, data::kCommonWordCount);
   o.trials = static_cast<int>(a.integer("--trials", 1, (1 << 20) - 1));
   o.seed = static_cast<std::uint64_t>(a.integer("--seed", 0));
   LoadedRun run = load_run(a.require("--checkpoint"), a.all("--set"));
