@@ -259,15 +259,22 @@ Tensor CausalLM::decode_hidden(const Tensor& ids, DecodeCache& cache) {
   Tensor h = embed(ids);
   for (std::size_t i = 0; i < model.layers.size(); ++i) h = model.layers[i]->decode(h, cache.position, cache.layers[i]);
   cache.position += ids.size(1);
-  return h;
+  return Residual{h, Tensor()}.normed_by(model.norm).normed;
 }
 
-Tensor CausalLM::decode(const Tensor& ids, DecodeCache& cache) { return logits_of({decode_hidden(ids, cache), Tensor()}); }
+Tensor CausalLM::decode(const Tensor& ids, DecodeCache& cache) {
+  const Tensor normed = decode_hidden(ids, cache);
+  NoGradGuard no_grad;
+  const std::int64_t B = normed.size(0), T = normed.size(1);
+  return reshape(head_logits(reshape(normed, {B * T, config_.d_model})), {B, T, config_.vocab_size});
+}
 
 Tensor CausalLM::decode_last(const Tensor& ids, DecodeCache& cache) {
-  const Tensor h = decode_hidden(ids, cache);
-  const std::int64_t T = h.size(1);
-  return logits_of({core::slice(h, 1, T - 1, T).contiguous(), Tensor()});
+  const Tensor normed = decode_hidden(ids, cache);
+  NoGradGuard no_grad;
+  const std::int64_t B = normed.size(0), T = normed.size(1);
+  return reshape(head_logits(reshape(core::slice(normed, 1, T - 1, T).contiguous(), {B, config_.d_model})),
+                 {B, 1, config_.vocab_size});
 }
 
 }  // namespace dark::nn

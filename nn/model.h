@@ -158,6 +158,10 @@ class CausalLM : public Module {
   // The same, but only the last position's logits (B, 1, vocab): what sampling needs. A
   // 4096-token prompt through Gemma 3's 262k-token head would otherwise be 4 GiB of logits.
   Tensor decode_last(const Tensor& ids, DecodeCache& cache);
+  // What decode's logits come from: the final-normed hidden states (B, T, d_model), the cache
+  // advanced the same way. With head_logits, a caller takes the logits of the rows it needs
+  // (a prompt's last) without (B, T, vocab) for the whole prompt.
+  Tensor decode_hidden(const Tensor& ids, DecodeCache& cache);
   // The context decode() may run to: 0 (no limit) when every layer's decoding state is
   // bounded (AttentionKernel::bounded_decode_state), else config().max_seq_len, the length
   // the model was trained at (past it a key/value cache keeps growing and RoPE extrapolates).
@@ -199,7 +203,6 @@ class CausalLM : public Module {
   // The last decoder block's output (B, T, d_model), its residual add not yet done.
   Residual hidden_states(const Tensor& ids, const DropoutKey& dropout, const Tensor& key_mask);
   Tensor logits_of(const Residual& hidden);  // final norm and LM head
-  Tensor decode_hidden(const Tensor& ids, DecodeCache& cache);  // decode()'s last block output (B, T, d_model)
   Tensor embed(const Tensor& ids);         // token embeddings, scaled for gemma3
 };
 

@@ -32,6 +32,7 @@ Shortening overrides (the wrapper; a value already given smaller is kept, a miss
                                corpus, a 1024-token vocabulary: see there; not with --full-data)
   probe:    --batches 1 --redraws 2 --calibration-batches 1
   generate: --max-tokens 8
+  passkey:  --depths 2 --trials 1;  copy: --trials 1
   demo-mlp: --steps 50
 Environment of every block: OMPI_ALLOW_RUN_AS_ROOT(_CONFIRM)=1 and Open MPI's oversubscribe
 (CI runs as root on 2 cores; the docs' mpirun lines name neither).
@@ -78,6 +79,8 @@ FLAG_CAPS = {
     "probe": {"--batches": 1, "--redraws": 2, "--calibration-batches": 1},
     "generate": {"--max-tokens": 8},
     "demo-mlp": {"--steps": 50},
+    "passkey": {"--depths": 2, "--trials": 1},
+    "copy": {"--trials": 1},
 }
 # Data, set (not capped) for every run: the Python tutorial (17 files, 290 KB; debdocs-python's
 # library docs are 12 MB, debdocs 44 MB) instead of the configs' corpus, so that preparing it

@@ -21,6 +21,7 @@
 #include "core/file_io.h"
 #include "core/hash.h"
 #include "core/json_depth.h"
+#include "data/common_words.h"
 #include "train/formats/checkpoint.h"
 #include "train/formats/hf_folder.h"
 
@@ -249,6 +250,31 @@ Field text_list(std::string path, Access access, std::string description) {
           [access](const RunConfig& c) { return json(access(c)); },
           [access](RunConfig& c, const json& v, const std::string& where) {
             access(c) = string_list_value(v, where);
+          }};
+}
+
+// A list of integers, each in [min, max], none twice (a table's rows: evaluation.passkey.lengths).
+std::vector<std::int64_t> integer_list_value(const json& v, const std::string& path, std::int64_t min, std::int64_t max) {
+  if (!v.is_array() || v.empty()) fail(path, str("expected a non-empty list of integers, got ", shown(v)));
+  std::vector<std::int64_t> out;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    const std::string where = str(path, "[", i, "]");
+    out.push_back(integer_value(v[i], where, min, max));
+    if (std::find(out.begin(), out.end() - 1, out.back()) != out.end() - 1) fail(where, str(out.back(), " is listed twice"));
+  }
+  return out;
+}
+
+template <class Access>
+Field integer_list(std::string path, Access access, std::int64_t min, std::int64_t max, std::string description) {
+  return {std::move(path),
+          "list of integers",
+          str("each in [", min, ", ", max, "], distinct"),
+          std::move(description),
+          false,
+          [access](const RunConfig& c) { return json(access(c)); },
+          [access, min, max](RunConfig& c, const json& v, const std::string& where) {
+            access(c) = integer_list_value(v, where, min, max);
           }};
 }
 
@@ -500,6 +526,23 @@ std::vector<Field> make_schema() {
               "the final evaluation also runs two ablations of the exact-window layers: window_only (the far keys "
               "get no weight) and features_only (no window), each with its loss by position (needs a layer with "
               "attention.exact_window > 0)"),
+      integer_list(DARK_CONFIG_MEMBER(evaluation.passkey.lengths), 1, (1 << 24) - 1,
+                   "passkey retrieval at the end of the run: prompt lengths in tokens of the run's tokenizer (bos "
+                   "included), each at least the prompt without filler (about 70 tokens; 300 for the byte tokenizer)"),
+      integer(DARK_CONFIG_MEMBER(evaluation.passkey.depths), 1,
+              "passkey retrieval: needle depths, a grid of this many points from 0 (after the task line) to 1 "
+              "(before the question); 1 = the middle"),
+      integer(DARK_CONFIG_MEMBER(evaluation.passkey.trials), 0,
+              "passkey retrieval: prompts per (length, depth), each with its own pass key; 0 = off. Results in "
+              "<run>/passkey.json and metrics.jsonl (docs/long-context.md)"),
+      integer(DARK_CONFIG_MEMBER(evaluation.passkey.seed), 0,
+              "passkey retrieval: seed of the pass keys (the same prompts for every run with the same seed)"),
+      integer_list(DARK_CONFIG_MEMBER(evaluation.copy.words), 2, static_cast<std::int64_t>(data::kCommonWordCount),
+                   "copy task at the end of the run: list lengths in words (the distance back to a word's first occurrence "
+                   "is about the list's words + 6 tokens with SmolLM2's and Gemma 3's tokenizers)"),
+      integer(DARK_CONFIG_MEMBER(evaluation.copy.trials), 0,
+              "copy task: random lists per length; 0 = off. Results in <run>/copy.json and metrics.jsonl"),
+      integer(DARK_CONFIG_MEMBER(evaluation.copy.seed), 0, "copy task: seed of the word lists"),
 
       choice(DARK_CONFIG_MEMBER(distributed.backend),
              "how the ranks of a run started by mpirun communicate: auto = nccl for GPUs, mpi for the CPU (single "
@@ -950,6 +993,10 @@ void validate_config(const RunConfig& config) {
   if (config.finetune.trainable.empty()) {
     fail("finetune.trainable", "is empty: nothing would train; use [\"all\"] or name parameter globs");
   }
+  // The recall tasks key their prompts by trial in 20 bits (data/passkey_prompt.h, copy_prompt.h).
+  for (const auto& [path, trials] : {std::pair{"evaluation.passkey.trials", config.evaluation.passkey.trials},
+                                     std::pair{"evaluation.copy.trials", config.evaluation.copy.trials}})
+    if (trials >= (1 << 20)) fail(path, str(trials, " exceeds ", (1 << 20) - 1));
   if (config.optimizer.momentum != 0.0 && config.optimizer.name != nn::OptimizerKind::sgd) {
     fail("optimizer.momentum",
          str(number_text(config.optimizer.momentum), " is only used by optimizer.name \"sgd\" (this is \"",

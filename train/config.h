@@ -74,11 +74,27 @@ struct TrainingConfig {
   MemoryCheck memory_check = MemoryCheck::error;  // above the machine's memory: refuse, warn or do not check
 };
 
+// Recall tasks run at the end of a run, after its final evaluation (train/recall_evaluation.h):
+// passkey retrieval (train/passkey_eval.h) and the copy task (train/copy_eval.h); trials 0 = off.
+struct PasskeyEvaluationConfig {
+  std::vector<std::int64_t> lengths = {512, 1024, 2048, 4096};  // prompt lengths in tokens
+  int depths = 5;          // needle depths: a grid of this many points in [0, 1]
+  int trials = 0;          // prompts per (length, depth); 0 = no passkey evaluation
+  std::uint64_t seed = 0;  // the pass keys
+};
+struct CopyEvaluationConfig {
+  std::vector<std::int64_t> words = {32, 128, 512, 2048, 4096};  // list lengths in words
+  int trials = 0;          // lists per length; 0 = no copy evaluation
+  std::uint64_t seed = 0;  // the lists
+};
+
 // What a run's evaluations measure beyond the loss, accuracy and their split by position.
 struct EvaluationConfig {
   // The final evaluation also runs window only and features only (train/ablation.h) on the
   // exact-window layers: what each part carries.
   bool ablation = false;
+  PasskeyEvaluationConfig passkey;
+  CopyEvaluationConfig copy;
 };
 
 // Finetuning: start from trained weights (ours or a GGUF model), possibly with another

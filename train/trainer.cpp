@@ -21,6 +21,7 @@
 #include "train/evaluate.h"
 #include "train/metrics/metrics_log.h"
 #include "train/progress.h"
+#include "train/recall_evaluation.h"
 #include "train/run_events.h"
 #include "train/metrics/stability.h"
 #include "train/stop_signal.h"
@@ -110,6 +111,15 @@ class RunLog {
 
   // The end-of-run sample, as text in the event file.
   void sample(std::int64_t step, const std::string& text) { events_.text("sample", step, text); }
+  // The recall tasks of evaluation.passkey / evaluation.copy (rank 0): their JSON files, and
+  // their results as a metrics line at run.step.
+  void recall(TrainingRun& run) {
+    nlohmann::json fields = run_recall_evaluation(*run.model, run.config, *run.data.tokenizer,
+                                                  run.data.window_bos_id >= 0, run.dir, run.step);
+    if (fields.empty()) return;
+    fields["step"] = run.step;
+    write(run, fields);
+  }
   // stability.json of the run (rank 0), its spikes and divergence also in the event file.
   void write_stability(const TrainingRun& run, const metrics::StabilityReport& report) {
     metrics::write_stability(run.dir, report);
@@ -236,6 +246,7 @@ EvalMetrics finish(TrainingRun& run, RunLog& log) {
   if (!run.writes()) return final_eval;
   log.write_stability(run, log.stability_report());
   if (run.config.training.generate_tokens > 0) log.sample(run.step, write_sample(run));
+  log.recall(run);
   return final_eval;
 }
 
@@ -273,6 +284,7 @@ TrainResult train_without_memory_advice(RunConfig config, const TrainOptions& op
     return stopped;
   }
   const TrainingConfig& tc = run.config.training;
+  check_recall_evaluation(run.config, *run.data.tokenizer, run.data.window_bos_id >= 0);
   RunLog log(run);
   // A finetuning run first measures where it starts: the source's weights under this run's
   // attention (the cost of the swap before any training, after the transfer if any); a run of

@@ -1,7 +1,7 @@
 // The training loop of `darkformer train`: set-up (train/training_run.h), one optimizer step
 // at a time (train/train_step.h), evaluation every N steps (train/evaluate.h),
 // metrics.jsonl, checkpoints and bit-exact resume, non-finite step skipping, and the end of
-// a run (final evaluation and checkpoint, stability.json, a sample).
+// a run (final evaluation and checkpoint, stability.json, a sample, the recall tasks).
 //
 // Run folder (output.dir):
 //   config.json        the fully resolved config (written at the start of a fresh run)
@@ -9,6 +9,8 @@
 //   checkpoints/       step_NNNNNNNN/ (model.safetensors, optimizer.safetensors, state.json)
 //   sample.txt         the text generated at the end
 //   stability.json     loss spikes, divergence, final/best validation (train/metrics/stability.h)
+//   passkey.json       passkey retrieval at the end, with evaluation.passkey (train/recall_evaluation.h)
+//   copy.json          the copy task at the end, with evaluation.copy
 //   .lock              the writer's "pid host" while a run writes the folder (train/run_lock.h)
 //
 // SIGTERM and SIGINT stop a run between two steps (train/stop_signal.h): it finishes the step

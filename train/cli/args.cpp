@@ -1,6 +1,7 @@
 // Command-line parsing for the subcommands (see args.h).
 #include "train/cli/args.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -79,6 +80,25 @@ long long Args::integer(const std::string& flag, long long min, long long max) c
     throw Error(str(flag, ": ", text, " is out of range: expected an integer ", range));
   }
   return v;
+}
+
+std::vector<long long> Args::integers(const std::string& flag, long long min, long long max) const {
+  const std::string text = get(flag);
+  std::vector<long long> out;
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t comma = std::min(text.find(',', start), text.size());
+    const std::string item = text.substr(start, comma - start);
+    char* end = nullptr;
+    errno = 0;
+    const long long v = std::strtoll(item.c_str(), &end, 10);
+    DARK_CHECK(!item.empty() && *end == '\0' && errno != ERANGE, flag, ": expected integers separated by commas, got '",
+               text, "'");
+    DARK_CHECK(v >= min && v <= max, flag, ": ", v, " is out of range: expected integers in [", min, ", ", max, "]");
+    out.push_back(v);
+    if (comma == text.size()) return out;
+    start = comma + 1;
+  }
 }
 
 std::string flags_usage(const std::vector<FlagSpec>& specs) {

@@ -32,6 +32,9 @@ class Args {
   // type, are errors naming the flag and the range, never silently cut down.
   long long integer(const std::string& flag, long long min = std::numeric_limits<long long>::min(),
                     long long max = std::numeric_limits<long long>::max()) const;
+  // Comma-separated integers, each in [min, max] ("512,1024,4096"); errors name the flag and item.
+  std::vector<long long> integers(const std::string& flag, long long min = std::numeric_limits<long long>::min(),
+                                  long long max = std::numeric_limits<long long>::max()) const;
 
  private:
   std::map<std::string, std::vector<std::string>> values_;

@@ -18,6 +18,8 @@ int probe_command(const CommandArgs& args);
 int sweep_command(const CommandArgs& args);   // these two: train/cli/sweep_commands.cpp
 int report_command(const CommandArgs& args);
 int demo_mlp_command(const CommandArgs& args);  // the autograd demo (train/cli/mlp_demo.h)
+int passkey_command(const CommandArgs& args);   // these two: train/cli/task_commands.cpp
+int copy_command(const CommandArgs& args);
 // config-keys (the config table) is answered in train/cli/main.cpp.
 
 }  // namespace dark::cli

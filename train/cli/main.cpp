@@ -24,6 +24,8 @@ commands:
   probe         random-feature approximation errors of a trained model:  darkformer probe --checkpoint PATH
   sweep         train a grid of config overrides:  darkformer sweep --config SWEEP.json [--jobs N] [--dry-run]
   report        tables and plots of a sweep:  darkformer report SWEEP_DIR
+  passkey       passkey retrieval accuracy by length and depth:  darkformer passkey --checkpoint PATH
+  copy          copying a random word list, by distance:  darkformer copy --checkpoint PATH
   config-keys   print every config key with its type, default, allowed values and meaning
   demo-mlp      train a small MLP on a synthetic regression task with the autograd tape
 
@@ -69,6 +71,8 @@ int run_command(const std::vector<std::string>& args) {
   if (command == "probe") return dark::cli::probe_command(rest);
   if (command == "sweep") return dark::cli::sweep_command(rest);
   if (command == "report") return dark::cli::report_command(rest);
+  if (command == "passkey") return dark::cli::passkey_command(rest);
+  if (command == "copy") return dark::cli::copy_command(rest);
   if (command == "config-keys") {
     std::printf("%s", dark::train::config_markdown_table().c_str());
     return 0;

@@ -14,6 +14,7 @@
 #include "core/file_io.h"
 #include "train/experiments/report_data.h"
 #include "train/experiments/report_plots.h"
+#include "train/experiments/report_recall.h"
 #include "train/metrics/by_position.h"
 #include "train/metrics/json_number.h"
 #include "train/metrics/paired_stats.h"
@@ -505,6 +506,7 @@ ReportResult write_report(const fs::path& sweep_dir, const ReportOptions& option
     if (redraws) paired.insert(paired.end(), {&kHeldOutMean, &kHeldOutWorst, &kLossJumpMean});
     md += paired_section(d, paired);
   }
+  md += recall_sections(d);  // passkey and copy tables, when the points ran them (report_recall.h)
   md += "## All points\n\n" + all_points_table(d);
 
   ReportResult result;

@@ -20,6 +20,7 @@
 //   paired comparisons  with two or more seeds: for each pair of methods in each group, the
 //                       mean difference over seeds with a 95% t interval; "not
 //                       distinguishable" unless the interval excludes zero
+//   passkey, copy       when the points ran the recall tasks: train/experiments/report_recall.h
 //   all points          every point with its spikes (height, noise units, recovery), its largest
 //                       excursion above the baseline (spike or not: a control's noise floor),
 //                       redraw shock, validation and wall time

@@ -27,6 +27,7 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "train/experiments/child_process.h"
+#include "train/experiments/report_recall.h"
 #include "train/experiments/sweep_progress.h"
 #include "train/formats/checkpoint.h"
 #include "train/config.h"
@@ -615,7 +616,10 @@ void record_point_end(const SweepPoint& p, int exit_code, bool passed_a_signal, 
 
 json write_summary(const SweepPlan& plan, SweepLog& log) {
   json rows = json::array();
-  for (const SweepPoint& p : plan.points) rows.push_back(summary_row(p, read_json_file(p.dir / "status.json")));
+  for (const SweepPoint& p : plan.points) {
+    rows.push_back(summary_row(p, read_json_file(p.dir / "status.json")));
+    rows.back().update(recall_summary(p.dir));  // passkey and copy results, null without them
+  }
   // A second sweep file may extend a folder with more points on the same axes (more seeds at
   // chosen points, say): the rows of the earlier ones stay in the summary.
   const json earlier = read_json_file(plan.dir / "summary.json");
