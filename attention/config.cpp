@@ -32,6 +32,11 @@ void validate(const AttentionConfig& a, std::int64_t head_dim, const std::string
     fail(prefix + ".far_field",
          "\"none\" needs an exact window (exact_window > 0): without one the layer would attend to no key");
   }
+  if (a.window_balance && (a.exact_window == 0 || a.far_field == FarField::none)) {
+    fail(prefix + ".window_balance",
+         "weighs the exact window against the random features: it needs both (exact_window > 0, far_field "
+         "\"features\")");
+  }
   if (a.proposal != Proposal::variance_optimal) return;
   if (a.kind != Kind::performer && a.kind != Kind::darkformer) {
     fail(prefix + ".proposal",

@@ -75,6 +75,10 @@ struct AttentionConfig {
   // kernel's exact weight, the rest its random-feature estimate, in one normaliser; 0 = none.
   int exact_window = 0;
   FarField far_field = FarField::features;  // the keys beyond the exact window: random features, or none
+  // A learned per-query-head balance between the window and the features (LoLCATs' window
+  // factor): the far keys' weights times exp(b_h), b_h a parameter (feature_map.window_balance)
+  // starting at 0, where the estimator is unbiased; needs the exact window.
+  bool window_balance = false;
   DarkformerSettings darkformer;
   LfkSettings lfk;
   std::vector<LayerOverride> layers;  // per-layer overrides (resolved per layer by the run config)
@@ -90,7 +94,8 @@ struct AttentionConfig {
 //   proposal "variance_optimal" only with kind performer or darkformer (LFK learns its
 //   features, softmax has none) and only with mode "linear" (exact attention draws none);
 //   exact_window > 0 only with a random-feature kind in mode "linear";
-//   far_field "none" only with exact_window > 0 (without a window it leaves no key).
+//   far_field "none" only with exact_window > 0 (without a window it leaves no key);
+//   window_balance only with exact_window > 0 and far_field "features" (it weighs the two).
 // Errors read "config: PREFIX.KEY: ...", PREFIX being "attention" or a per-layer override's path.
 void validate(const AttentionConfig& config, std::int64_t head_dim, const std::string& prefix = "attention");
 

@@ -52,11 +52,18 @@ void keep_last(ExactWindowState& s, std::int64_t count) {
   for (Tensor* cache : {&s.keys, &s.key_logits, &s.values}) *cache = slice(*cache, 1, held - count, held).contiguous();
 }
 
+// The far part's state with its log normaliser shifted by far_bias (Hq) where one is given.
+NormalizedAttention biased(NormalizedAttention far, const Tensor& far_bias) {
+  if (!far_bias.defined()) return far;
+  far.log_norm = add(far.log_norm, reshape(to_dtype(far_bias, far.log_norm.dtype()), {1, far_bias.size(0), 1}));
+  return far;
+}
+
 }  // namespace
 
 Tensor exact_window_attention(const Tensor& xq, const Tensor& xk, const Tensor& v, const Tensor& omega,
                               const Tensor& log_weight, const Tensor& key_mask, const ExactWindowSpec& spec,
-                              const FeatureLogitsFn& logits) {
+                              const FeatureLogitsFn& logits, const Tensor& far_bias) {
   check_spec(spec);
   DARK_CHECK(xq.dim() == 4 && xk.dim() == 4 && v.dim() == 4 && xq.size(1) == xk.size(1) &&
                  xq.size(3) == xk.size(3) && xq.size(3) <= v.size(3),
@@ -67,12 +74,13 @@ Tensor exact_window_attention(const Tensor& xq, const Tensor& xk, const Tensor& 
   // No query has a far key: the kind's exact attention over the window, the same op and bits
   // as its exact mode.
   if (!spec.has_far(xq.size(1))) return flash_attention(qp, kp, v, /*causal=*/true, 1.0, key_mask, spec.near());
-  // Global layers: one tape entry that saves only the merged output (autograd/ops.h).
-  if (spec.layer_window == 0)
+  // Global layers: one tape entry that saves only the merged output (autograd/ops.h); a far
+  // bias needs the merge composed of differentiable ops.
+  if (spec.layer_window == 0 && !far_bias.defined())
     return random_feature_attention_exact_window(xq, xk, v, omega, log_weight, spec.window, spec.eps, spec.chunk,
                                                  key_mask);
   const NormalizedAttention near = flash_attention_with_lse(qp, kp, v, /*causal=*/true, 1.0, key_mask, spec.near());
-  return merge_attention(near, far_part(xq, xk, v, omega, log_weight, key_mask, spec, logits));
+  return merge_attention(near, biased(far_part(xq, xk, v, omega, log_weight, key_mask, spec, logits), far_bias));
 }
 
 Tensor window_only_attention(const Tensor& xq, const Tensor& xk, const Tensor& v, const Tensor& key_mask,
@@ -95,7 +103,8 @@ Tensor window_only_decode(const Tensor& xq, const Tensor& xk, const Tensor& v, c
 }
 
 Tensor exact_window_decode(const Tensor& xq_in, const Tensor& xk_in, const Tensor& lq_in, const Tensor& lk_in,
-                           const Tensor& v_in, const ExactWindowSpec& spec, std::unique_ptr<nn::DecodeState>& state) {
+                           const Tensor& v_in, const ExactWindowSpec& spec, std::unique_ptr<nn::DecodeState>& state,
+                           const Tensor& far_bias) {
   NoGradGuard no_grad;
   check_spec(spec);
   if (!state) state = std::make_unique<ExactWindowState>();
@@ -138,7 +147,7 @@ Tensor exact_window_decode(const Tensor& xq_in, const Tensor& xk_in, const Tenso
           Tensor(), spec.far_window());
       far = {slice(rows.out, 1, nf - 1, nf), slice(rows.log_norm, 2, nf - 1, nf)};
     }
-    outputs.push_back(merge_attention(exact, far));
+    outputs.push_back(merge_attention(exact, biased(far, far_bias)));
     if (held > keep) keep_last(*s, keep);  // what no later query can see
   }
   return (T == 1 ? outputs[0] : concat(outputs, 1)).to(v_in.dtype());

@@ -48,9 +48,11 @@ struct ExactWindowSpec {
 // xq (B, T, Hq, r), xk (B, T, Hkv, r): transformed queries and keys; v (B, T, Hkv, Dv) with
 // r <= Dv; omega (Hkv, m, r) and log_weight (undefined or (Hkv, m)) the kind's features.
 // key_mask as for the attention ops. -> (B, T, Hq, Dv). Differentiable in xq, xk, v, omega.
+// far_bias: undefined, or (Hq) added to the far part's log normaliser before the merge (the far
+// keys' weights times exp(far_bias[h]): attention.window_balance); differentiable in it too.
 Tensor exact_window_attention(const Tensor& xq, const Tensor& xk, const Tensor& v, const Tensor& omega,
                               const Tensor& log_weight, const Tensor& key_mask, const ExactWindowSpec& spec,
-                              const FeatureLogitsFn& logits);
+                              const FeatureLogitsFn& logits, const Tensor& far_bias = Tensor());
 
 // Decoding with the exact window: the state keeps the last max(W, w) transformed keys, key
 // logits and values (w = the layer's window, 0 for global layers) and, on global layers, the
@@ -75,6 +77,7 @@ Tensor window_only_decode(const Tensor& xq, const Tensor& xk, const Tensor& v, c
 
 // xq, lq (B, T, Hq, r / m) and xk, lk, v (B, T, Hkv, r / m / Dv) for T new positions.
 Tensor exact_window_decode(const Tensor& xq, const Tensor& xk, const Tensor& q_logits, const Tensor& k_logits,
-                           const Tensor& v, const ExactWindowSpec& spec, std::unique_ptr<nn::DecodeState>& state);
+                           const Tensor& v, const ExactWindowSpec& spec, std::unique_ptr<nn::DecodeState>& state,
+                           const Tensor& far_bias = Tensor());
 
 }  // namespace dark::attention

@@ -31,6 +31,10 @@ RandomFeatureAttention::RandomFeatureAttention(const nn::AttentionShape& shape, 
   DARK_CHECK(config.exact_window >= 0, "attention: exact_window must be >= 0, got ", config.exact_window);
   DARK_CHECK(config.far_field == FarField::features || config.exact_window > 0,
              "attention: far_field none needs an exact window (exact_window > 0)");
+  DARK_CHECK(!config.window_balance || (config.exact_window > 0 && config.far_field == FarField::features),
+             "attention: window_balance needs an exact window and its far field (exact_window > 0, far_field features)");
+  if (config.window_balance)  // 0: the window and the features as the estimator weighs them
+    window_balance_ = &register_parameter("window_balance", Tensor::zeros({shape.n_heads}, shape.dtype));
 }
 
 Tensor RandomFeatureAttention::transformed(const Tensor& x) const {
@@ -108,7 +112,8 @@ Tensor RandomFeatureAttention::forward(const Tensor& q, const Tensor& k, const T
   if (stats_due()) store_stats(measure_attention_stats(qt, kt, omega));
   if (config_.exact_window > 0)
     return exact_window_attention(qt, kt, v, omega, log_weight, key_mask, exact_window(),
-                                  [this](const Tensor& x) { return feature_logits(x); });
+                                  [this](const Tensor& x) { return feature_logits(x); },
+                                  window_balance_ ? *window_balance_ : Tensor());
   if (shape_.window > 0 && shape_.window < q.size(1)) {
     // A sliding-window layer (every layer swapped on Gemma 3) longer than its window: the
     // fused op has no window, so the logits are materialised for the windowed op (O(T m) of
@@ -128,7 +133,8 @@ Tensor RandomFeatureAttention::decode(const Tensor& q, const Tensor& k, const Te
     return attend_with_cache(pad_last_dim(qt, v.size(3)), pad_last_dim(kt, v.size(3)), v, 1.0, state, shape_.window);
   if (window_only()) return window_only_decode(qt, kt, v, exact_window(), state);
   if (config_.exact_window > 0)
-    return exact_window_decode(qt, kt, feature_logits(qt), feature_logits(kt), v, exact_window(), state);
+    return exact_window_decode(qt, kt, feature_logits(qt), feature_logits(kt), v, exact_window(), state,
+                               window_balance_ ? *window_balance_ : Tensor());
   if (shape_.window > 0)
     return windowed_linear_attention_decode(feature_logits(qt), feature_logits(kt), v, config_.eps, shape_.window,
                                             config_.chunk_size, state);
@@ -138,6 +144,8 @@ Tensor RandomFeatureAttention::decode(const Tensor& q, const Tensor& k, const Te
 nn::AttentionKernel::Export RandomFeatureAttention::export_form() {
   DARK_CHECK(!window_only(), "attention layer ", shape_.layer, " runs ", describe(),
              ": attention.far_field \"none\" is not part of the exported modeling file");
+  DARK_CHECK(window_balance_ == nullptr, "attention layer ", shape_.layer,
+             " learns a window balance (attention.window_balance): it is not part of the exported modeling file");
   Export e;
   e.settings = {{"num_features", config_.num_features},
                 {"rank", static_cast<double>(rank_)},
@@ -165,7 +173,8 @@ std::string RandomFeatureAttention::describe() const {
   if (window_only())
     return str(kind(), " with an exact window of ", config_.exact_window,
                " keys and no far field (window only: sliding-window attention with the kind's exact kernel)");
-  return str(kind(), " with an exact window of ", config_.exact_window, " keys (exact weights near, random features far)");
+  return str(kind(), " with an exact window of ", config_.exact_window, " keys (exact weights near, random features far",
+             window_balance_ ? ", a learned balance per head)" : ")");
 }
 
 void RandomFeatureAttention::set_exact_window(int window) {

@@ -97,6 +97,8 @@ class RandomFeatureAttention : public nn::AttentionKernel {
   nn::AttentionShape shape_;
   AttentionConfig config_;
   std::int64_t rank_;  // transformed dimension r
+  // attention.window_balance: b (Hq), the far keys' weights times exp(b_h); null without it.
+  Tensor* window_balance_ = nullptr;
 
  private:
   bool needs_proposal() const;

@@ -73,14 +73,15 @@ Tensor logits_of(const Tensor& x, const Tensor& omega, const Tensor& log_weight)
   return l;
 }
 
-Tensor run_op(const Case& c, const std::vector<Tensor>& x, DType dtype, double eps = 1e-6) {
+Tensor run_op(const Case& c, const std::vector<Tensor>& x, DType dtype, double eps = 1e-6, const Tensor& far_bias = Tensor()) {
   const Tensor lw = c.log_weight(dtype);
   return attention::exact_window_attention(x[0], x[1], x[2], x[3], lw, c.mask(), c.spec(eps),
-                                           [&](const Tensor& y) { return logits_of(y, x[3], lw); });
+                                           [&](const Tensor& y) { return logits_of(y, x[3], lw); }, far_bias);
 }
 
-// The definition, pair by pair, in float64 and log space.
-Tensor naive(const Case& c, const std::vector<Tensor>& in, double eps) {
+// The definition, pair by pair, in float64 and log space; far_bias (one per query head, or
+// none): the far keys' weights (and the eps guard that belongs to them) times exp(far_bias[h]).
+Tensor naive(const Case& c, const std::vector<Tensor>& in, double eps, const std::vector<double>& far_bias = {}) {
   const std::vector<double> xq = testing::values(in[0]), xk = testing::values(in[1]), v = testing::values(in[2]),
                             om = testing::values(in[3]);
   const Tensor lw_t = c.log_weight(DType::f64);
@@ -127,13 +128,15 @@ Tensor naive(const Case& c, const std::vector<Tensor>& in, double eps) {
             for (std::int64_t f = 0; f < c.m; ++f) mx = std::max(mx, lq[f] + lk[f]);
             double s = 0;
             for (std::int64_t f = 0; f < c.m; ++f) s += std::exp(lq[f] + lk[f] - mx);
-            logw.push_back(mx + std::log(s));
+            logw.push_back(mx + std::log(s) + (far_bias.empty() ? 0.0 : far_bias[h]));
           }
           keys.push_back(j);
         }
         if (keys.empty()) continue;
         // eps in the far part's offset units: eps exp(qoff + o_far)
-        const double log_eps = far_offset == kNegInf ? kNegInf : std::log(eps) + max_of(lq) + far_offset;
+        const double log_eps = far_offset == kNegInf ? kNegInf
+                                                     : std::log(eps) + max_of(lq) + far_offset +
+                                                           (far_bias.empty() ? 0.0 : far_bias[h]);
         double top = log_eps;
         for (double w : logw) top = std::max(top, w);
         double den = log_eps == kNegInf ? 0.0 : std::exp(log_eps - top);
@@ -327,6 +330,44 @@ TEST(ExactWindow, TheGlobalLayersOpEqualsTheComposition) {
 }
 
 // One position at a time through exact_window_decode equals the forward of the whole sequence.
+// attention.window_balance: a per-head bias b on the far part's log normaliser weighs the far
+// keys (and their eps guard) by exp(b_h), on global and sliding-window layers, in the forward,
+// in decoding and in the gradients (b's included); b = 0 is the window as it was.
+TEST(ExactWindow, AFarBiasWeighsTheFarKeys) {
+  for (const Case& c : {kCases[0], kCases[1], kCases[4], kCases[5]})
+    for (DType dtype : {DType::f64, DType::f32}) {
+      const std::vector<Tensor> in = c.inputs(dtype);
+      std::vector<double> bias(static_cast<std::size_t>(c.hq));
+      for (std::int64_t h = 0; h < c.hq; ++h) bias[h] = 0.7 * static_cast<double>(h) - 0.9;
+      const Tensor b = Tensor::from_vector(bias, {c.hq}).to(dtype);
+      const double tol = dtype == DType::f64 ? 1e-11 : 3e-5;
+      expect_close(run_op(c, in, dtype, 1e-6, b), naive(c, in, 1e-6, bias), tol, tol, "bias " + c.name());
+      expect_close(run_op(c, in, dtype, 1e-6, Tensor::zeros({c.hq}, dtype)), naive(c, in, 1e-6), tol, tol,
+                   "zero bias " + c.name());
+      if (c.masked) continue;  // decoding has no padding
+      const Tensor lw = c.log_weight(dtype);
+      const Tensor lq = logits_of(in[0], in[3], lw), lk = logits_of(in[1], in[3], lw);
+      std::unique_ptr<nn::DecodeState> state;
+      std::vector<Tensor> steps;
+      for (std::int64_t t = 0; t < c.t; ++t) {
+        auto at = [&](const Tensor& x) { return slice(x, 1, t, t + 1); };
+        steps.push_back(attention::exact_window_decode(at(in[0]), at(in[1]), at(lq), at(lk), at(in[2]), c.spec(), state, b));
+      }
+      expect_close(concat(steps, 1), naive(c, in, 1e-6, bias), tol, tol, "bias decode " + c.name());
+    }
+  const Case c{1, 13, 2, 1, 3, 4, 4, 4, 4, 0, false, false};
+  std::vector<Tensor> in = c.inputs(DType::f64);
+  in.push_back(Tensor::from_vector<double>({0.3, -0.4}, {2}));
+  for (Tensor& t : in) t.set_requires_grad(true);
+  const GradcheckResult r = gradcheck(
+      [&](const std::vector<Tensor>& x) {
+        return attention::exact_window_attention(x[0], x[1], x[2], x[3], Tensor(), Tensor(), c.spec(1e-12),
+                                                 [&](const Tensor& y) { return logits_of(y, x[3], Tensor()); }, x[4]);
+      },
+      in);
+  EXPECT_TRUE(r.ok) << r.report;
+}
+
 TEST(ExactWindow, DecodingEqualsTheForward) {
   for (const Case& c : {Case{2, 29, 4, 2, 6, 8, 6, 8, 5, 0, true, false}, Case{1, 35, 2, 1, 4, 8, 5, 8, 6, 14, false, false},
                         Case{1, 20, 2, 1, 4, 8, 4, 8, 3, 3, false, false}, Case{1, 9, 2, 2, 4, 6, 4, 8, 16, 0, false, false}})
@@ -459,6 +500,44 @@ TEST(ExactWindow, ConfigRules) {
             std::string::npos);
   a.mode = attention::Mode::linear;
   EXPECT_EQ(testing::error_of([&] { attention::validate(a, 64); }), "");
+  a.window_balance = true;
+  EXPECT_EQ(testing::error_of([&] { attention::validate(a, 64); }), "");
+  a.far_field = attention::FarField::none;
+  EXPECT_NE(testing::error_of([&] { attention::validate(a, 64); }).find("attention.window_balance: weighs the exact window"),
+            std::string::npos);
+  a.far_field = attention::FarField::features;
+  a.exact_window = 0;
+  EXPECT_NE(testing::error_of([&] { attention::validate(a, 64); }).find("attention.window_balance"), std::string::npos);
+}
+
+// attention.window_balance gives an exact-window layer a parameter b (one per query head,
+// feature_map.window_balance, 0 at the start) that its forward and decoding apply as the far
+// bias above; a layer without the key has none.
+TEST(ExactWindow, TheWindowBalanceIsAParameterOfTheLayer) {
+  attention::AttentionConfig a;
+  a.kind = attention::Kind::performer;
+  a.num_features = 8;
+  a.exact_window = 4;
+  const nn::AttentionShape shape{4, 2, 6, 0, DType::f64, 0};
+  EXPECT_TRUE(attention::make_factory(a)(shape)->named_parameters().empty());
+  a.window_balance = true;
+  std::unique_ptr<nn::AttentionKernel> kernel = attention::make_factory(a)(shape);
+  auto params = kernel->named_parameters();
+  ASSERT_EQ(params.size(), 1u);
+  EXPECT_EQ(params[0].first, "window_balance");
+  EXPECT_EQ(params[0].second->shape(), Shape({4}));
+  EXPECT_EQ(max(abs(*params[0].second)).item(), 0.0);
+  const Tensor q = Tensor::randn({1, 15, 4, 6}, 12, 0, DType::f64), k = Tensor::randn({1, 15, 2, 6}, 12, 1, DType::f64),
+               v = Tensor::randn({1, 15, 2, 6}, 12, 2, DType::f64);
+  a.window_balance = false;
+  const Tensor unbalanced = attention::make_factory(a)(shape)->forward(q, k, v);
+  expect_close(kernel->forward(q, k, v), unbalanced, 1e-12, 1e-12, "balance 0");
+  params[0].second->copy_(Tensor::from_vector<double>({0.5, -1.0, 2.0, 0.0}, {4}));
+  const Tensor balanced = kernel->forward(q, k, v);
+  EXPECT_GT(max(abs(sub(balanced, unbalanced))).item(), 1e-3);
+  std::unique_ptr<nn::DecodeState> state;
+  expect_close(kernel->decode(q, k, v, state), balanced, 1e-11, 1e-11, "balanced decode");
+  EXPECT_NE(testing::error_of([&] { kernel->export_form(); }).find("window balance"), std::string::npos);
 }
 
 }  // namespace

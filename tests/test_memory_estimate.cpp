@@ -46,7 +46,8 @@ TEST(MemoryEstimate, ParameterShapesAreTheModelsForEveryKind) {
                                 R"({"kind": "lfk", "num_features": 6})",
                                 R"({"kind": "darkformer", "darkformer": {"rank": 4}})",
                                 R"({"kind": "darkformer", "darkformer": {"scope": "layer"}})",
-                                R"({"kind": "performer", "layers": {"1": {"kind": "lfk"}}})"}) {
+                                R"({"kind": "performer", "layers": {"1": {"kind": "lfk"}}})",
+                                R"({"kind": "darkformer", "exact_window": 4, "window_balance": true})"}) {
     json doc = json::parse(R"({"model": {"d_model": 32, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2,
                                           "tie_embeddings": false},
                                "data": {"seq_len": 8}, "training": {"steps": 10}, "schedule": {"warmup_steps": 0}})");

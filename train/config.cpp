@@ -433,6 +433,10 @@ std::vector<Field> make_schema() {
              "exact-window layers: the keys beyond the window get the kind's random features (features), or no "
              "weight (none = window only: sliding-window attention over the W nearest keys with the kind's exact "
              "kernel, in training, evaluation and decoding)"),
+      boolean(DARK_CONFIG_MEMBER(attention.window_balance),
+              "exact-window layers: a learned balance per query head between the window and the features (LoLCATs' "
+              "window factor): the far keys' weights times exp(b), b a parameter (feature_map.window_balance) "
+              "starting at 0; not exported by export-hf"),
       choice(DARK_CONFIG_MEMBER(attention.darkformer.scope),
              "DARKFormer: head = one learned M per (layer, key/value head); layer = one M per layer, shared by "
              "its heads"),
@@ -859,6 +863,7 @@ attention::AttentionConfig attention_for_layer(const RunConfig& config, int laye
     a.proposal = attention::Proposal::isotropic;
     a.exact_window = 0;
     a.far_field = attention::FarField::features;
+    a.window_balance = false;
   }
   return a;
 }

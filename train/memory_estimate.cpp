@@ -149,6 +149,7 @@ std::vector<ParameterShape> parameter_shapes(const RunConfig& config) {
     } else if (a.kind == attention::Kind::lfk) {
       out.push_back({p + "self_attn.feature_map.W", m.n_kv_heads * a.num_features * hd});
     }
+    if (a.window_balance) out.push_back({p + "self_attn.feature_map.window_balance", m.n_heads});
     out.push_back({p + "post_attention_layernorm.weight", d});
     if (gemma) out.push_back({p + "pre_feedforward_layernorm.weight", d});
     out.push_back({p + "mlp.gate_proj.weight", f * d});
