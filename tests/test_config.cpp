@@ -219,7 +219,7 @@ TEST(Config, UnknownKeysSuggestTheClosest) {
   EXPECT_EQ(parse_error(R"({"attention": {"features": 3}})"),
             "config: attention.features: unknown key (attention has: kind, num_features, draw, "
             "redraw_interval, eps, mode, proposal, chunk_size, calibration_batches, windowed_layers, exact_window, "
-            "far_field, darkformer, lfk, "
+            "far_field, window_balance, darkformer, lfk, "
             "layers)");
   EXPECT_EQ(
       parse_error(R"({"xyzzy": 1})"),
