@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <set>
@@ -22,7 +24,10 @@
 #include "tests/test_util.h"
 #include "train/config.h"
 #include "train/evaluate.h"
+#include "train/experiments/report.h"
+#include "train/experiments/sweep.h"
 #include "train/mqar_eval.h"
+#include "train/trainer.h"
 
 namespace dark::mqar_test {
 namespace {
@@ -343,6 +348,89 @@ TEST(MqarEvaluate, DistanceBuckets) {
   EXPECT_EQ(train::mqar_distance_bucket(4096), 8);
   EXPECT_EQ(train::mqar_distance_bucket(4097), 9);
   EXPECT_EQ(train::mqar_distance_buckets()[3], "65-128");
+}
+
+namespace fs = std::filesystem;
+
+json read_json(const fs::path& p) {
+  std::ifstream in(p);
+  return json::parse(in);
+}
+
+// A tiny MQAR run: no corpus, nothing but the config.
+json mqar_run_config(const testing::TempDir& tmp, const std::string& run) {
+  return json::parse(str(R"({
+    "model": {"d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64},
+    "data": {"task": "mqar", "seq_len": 48, "mqar": {"pairs": [2, 6], "vocab": 40, "val_sequences": 10}},
+    "optimizer": {"lr": 0.01},
+    "schedule": {"warmup_steps": 2},
+    "training": {"steps": 6, "batch_size": 4, "eval_interval": 3, "eval_batches": 2, "checkpoint_interval": 3,
+                 "log_interval": 3},
+    "output": {"dir": ")", tmp / run, R"("},
+    "seed": 3
+  })"));
+}
+
+// A run trains from the config alone, reports MQAR at every evaluation and writes mqar.json
+// (the final evaluation's); the text sample is skipped; a resumed run continues.
+TEST(MqarRun, TrainsAndReportsRecallAtEveryEvaluation) {
+  testing::TempDir tmp;
+  const train::TrainResult r = train::train(train::parse_config(mqar_run_config(tmp, "run")), {});
+  EXPECT_EQ(r.steps, 6);
+  EXPECT_FALSE(fs::exists(tmp / "run/sample.txt"));
+  std::vector<json> evals;
+  std::ifstream in(tmp / "run/metrics.jsonl");
+  for (std::string line; std::getline(in, line);)
+    if (json j = json::parse(line); j.contains("mqar")) evals.push_back(j);
+  ASSERT_EQ(evals.size(), 2u);  // steps 3 and 6
+  const json file = read_json(tmp / "run/mqar.json");
+  EXPECT_EQ(file["task"], "mqar");
+  EXPECT_EQ(file["step"], 6);
+  EXPECT_EQ(file["queries"], 2 * 5 + 6 * 5);  // 10 sequences, half with 2 pairs, half with 6
+  EXPECT_EQ(file["queries"], evals.back()["mqar"]["queries"]);
+  EXPECT_EQ(file["correct"], evals.back()["mqar"]["correct"]);
+  EXPECT_EQ(file["by_pairs"][1]["pairs"], 6);
+  EXPECT_EQ(file["by_pairs"][1]["queries"], 30);
+  // eval_tokens counts the scored recalls of the batches read (2 batches of 4: 2+6+2+6+2+6+2+6).
+  EXPECT_EQ(evals.back()["eval_tokens"], 32);
+  // --resume continues from the final checkpoint (which carries no tokenizer) to a longer run.
+  json more = mqar_run_config(tmp, "run");
+  more["training"]["steps"] = 9;
+  const train::TrainResult resumed = train::train(train::parse_config(more), {.resume = true});
+  EXPECT_EQ(resumed.steps, 9);
+  EXPECT_EQ(read_json(tmp / "run/mqar.json")["step"], 9);
+}
+
+// A sweep's summary rows carry each point's MQAR accuracy and the report has its tables.
+TEST(MqarRun, SweepSummaryAndReport) {
+  testing::TempDir tmp;
+  json base = mqar_run_config(tmp, "unused");
+  base.erase("output");
+  testing::write_text(tmp / "base.json", base.dump(2));
+  const json sweep = {{"base", "base.json"},
+                      {"axes", {{"attention.kind", {"softmax", "performer"}}}},
+                      {"seeds", {1, 2}},
+                      {"output", tmp / "out"}};
+  testing::write_text(tmp / "sweep.json", sweep.dump(2));
+  experiments::SweepOptions options;
+  options.jobs = 2;
+  options.executable = DARKFORMER_EXE;
+  const json summary = experiments::run_sweep(experiments::plan_sweep(tmp.path() / "sweep.json"), options);
+  ASSERT_EQ(summary["points"].size(), 4u);
+  for (const json& row : summary["points"]) {
+    ASSERT_EQ(row["status"], "done") << row;
+    const json file = read_json(fs::path(row["dir"].get<std::string>()) / "mqar.json");
+    EXPECT_EQ(row["mqar"]["accuracy"], file["accuracy"]) << row;
+    EXPECT_EQ(row["mqar"]["by_pairs"]["6"], file["by_pairs"][1]["accuracy"]) << row;
+  }
+  const std::string md = [&] {
+    std::ifstream in(experiments::write_report(tmp.path() / "out").markdown);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }();
+  EXPECT_NE(md.find("## Associative recall (MQAR)"), std::string::npos) << md;
+  EXPECT_NE(md.find("| kind \\ pairs | 2 | 6 | all |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| kind \\ distance | 1-16 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| softmax | "), std::string::npos) << md;
 }
 
 }  // namespace

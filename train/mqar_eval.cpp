@@ -115,6 +115,24 @@ nlohmann::json mqar_json(const MqarReport& report) {
   return j;
 }
 
+nlohmann::json mqar_file_json(const MqarReport& report, std::int64_t step) {
+  nlohmann::json j = {{"task", "mqar"}, {"step", step}};
+  j.update(count_json(report.all));
+  j["by_pairs"] = nlohmann::json::array();
+  for (const MqarCount& c : report.by_pairs) {
+    nlohmann::json e = {{"pairs", std::stoll(c.name)}};
+    e.update(count_json(c));
+    j["by_pairs"].push_back(e);
+  }
+  j["by_distance"] = nlohmann::json::array();
+  for (const MqarCount& c : report.by_distance) {
+    nlohmann::json e = {{"distance", c.name}};
+    e.update(count_json(c));
+    j["by_distance"].push_back(e);
+  }
+  return j;
+}
+
 std::string mqar_table(const MqarReport& report, const std::string& indent) {
   std::string out;
   const auto line = [&](const std::string& label, const MqarCount& c) {

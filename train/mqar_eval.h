@@ -6,11 +6,15 @@
 // (1K-2K: 1025-2048). 33-64 ends where an exact window of 64 keys still holds the key itself;
 // from 65-128 on only what the far field carries can answer.
 //
-// JSON form (metrics.jsonl "mqar", mqar.json):
+// JSON form in metrics.jsonl ("mqar"; TensorBoard tags mqar/by_pairs/4/accuracy, ...):
 //   {"accuracy": .., "queries": .., "correct": ..,
 //    "by_pairs": {"4": {"accuracy": .., "queries": .., "correct": ..}, ...},
 //    "by_distance": {"1-16": {...}, ...}}
-// with only the distance buckets some query reached.
+// with only the distance buckets some query reached. The run folder's mqar.json, which sweep
+// reports read, keeps their order in lists:
+//   {"task": "mqar", "step": .., "accuracy": .., "queries": .., "correct": ..,
+//    "by_pairs": [{"pairs": 4, "accuracy": .., "queries": .., "correct": ..}, ...],
+//    "by_distance": [{"distance": "1-16", ...}, ...]}
 #pragma once
 #include <cstdint>
 #include <string>
@@ -46,6 +50,8 @@ const std::vector<std::string>& mqar_distance_buckets();
 MqarReport evaluate_mqar(nn::CausalLM& model, const data::MqarValidationSet& val, dist::Communicator* comm = nullptr);
 
 nlohmann::json mqar_json(const MqarReport& report);
+// mqar.json's form (above) of the report at `step`.
+nlohmann::json mqar_file_json(const MqarReport& report, std::int64_t step);
 // Lines "  pairs 16: 0.982 (491 / 500)", then the distance buckets, each line after `indent`.
 std::string mqar_table(const MqarReport& report, const std::string& indent = "  ");
 

@@ -260,7 +260,7 @@ EvalMetrics finish(TrainingRun& run, RunLog& log) {
     if (run.config.training.generate_tokens > 0)
       spdlog::info("data.task mqar: no text sample at the end (training.generate_tokens ignored: the task has no "
                    "tokenizer)");
-    if (log.mqar()) write_file_atomic(run.dir / "mqar.json", mqar_json(*log.mqar()).dump(2) + "\n");
+    if (log.mqar()) write_file_atomic(run.dir / "mqar.json", mqar_file_json(*log.mqar(), run.step).dump(2) + "\n");
     return final_eval;
   }
   if (run.config.training.generate_tokens > 0) log.sample(run.step, write_sample(run));
