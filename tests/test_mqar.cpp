@@ -26,7 +26,9 @@
 #include "train/evaluate.h"
 #include "train/experiments/report.h"
 #include "train/experiments/sweep.h"
+#include "train/formats/checkpoint.h"
 #include "train/mqar_eval.h"
+#include "train/portable_checkpoint.h"
 #include "train/trainer.h"
 
 namespace dark::mqar_test {
@@ -399,6 +401,11 @@ TEST(MqarRun, TrainsAndReportsRecallAtEveryEvaluation) {
   const train::TrainResult resumed = train::train(train::parse_config(more), {.resume = true});
   EXPECT_EQ(resumed.steps, 9);
   EXPECT_EQ(read_json(tmp / "run/mqar.json")["step"], 9);
+  // The text commands (eval, generate, passkey, copy) find no tokenizer, and say why.
+  const formats::CheckpointData ck = formats::load_checkpoint(*formats::latest_checkpoint(tmp / "run"));
+  EXPECT_EQ(ck.state["task"], "mqar");
+  testing::expect_error([&] { train::checkpoint_tokenizer(ck, train::parse_config(more), "run"); },
+                        {"run was trained on the synthetic MQAR task (data.task mqar): it has no tokenizer"});
 }
 
 // A sweep's summary rows carry each point's MQAR accuracy and the report has its tables.
