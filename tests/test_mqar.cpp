@@ -408,6 +408,28 @@ TEST(MqarRun, TrainsAndReportsRecallAtEveryEvaluation) {
                         {"run was trained on the synthetic MQAR task (data.task mqar): it has no tokenizer"});
 }
 
+// Batches are a pure function of (seed, index): a run stopped at its step-3 checkpoint and
+// resumed gives the uninterrupted run's losses, bit for bit.
+TEST(MqarRun, ResumeReproducesTheUninterruptedLosses) {
+  testing::TempDir tmp;
+  train::train(train::parse_config(mqar_run_config(tmp, "whole")), {});
+  json first = mqar_run_config(tmp, "parts");
+  first["training"]["steps"] = 3;
+  first["schedule"]["warmup_steps"] = 2;
+  train::train(train::parse_config(first), {});
+  train::train(train::parse_config(mqar_run_config(tmp, "parts")), {.resume = true});
+  const auto loss_of = [](const fs::path& run) {
+    std::map<std::int64_t, double> out;
+    std::ifstream in(run / "metrics.jsonl");
+    for (std::string line; std::getline(in, line);)
+      if (json j = json::parse(line); j.contains("loss") && !j.contains("skipped")) out[j["step"]] = j["loss"];
+    return out;
+  };
+  const std::map<std::int64_t, double> whole = loss_of(tmp / "whole"), parts = loss_of(tmp / "parts");
+  ASSERT_EQ(whole.size(), 6u);
+  EXPECT_EQ(whole, parts);
+}
+
 // A sweep's summary rows carry each point's MQAR accuracy and the report has its tables.
 TEST(MqarRun, SweepSummaryAndReport) {
   testing::TempDir tmp;
