@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "data/batches.h"
 #include "data/shard.h"
 #include "data/windows.h"
 
@@ -43,7 +44,7 @@ struct LoaderOptions {
   WindowMode windows = WindowMode::packed;  // where windows lie (see above; a run passes data.windows)
 };
 
-class TrainLoader {
+class TrainLoader : public BatchSource {
  public:
   // Throws when the shard has fewer than seq_len + 1 tokens (naming both numbers), in document
   // mode when no document holds a window (naming the longest), or with fewer windows than one
@@ -51,7 +52,7 @@ class TrainLoader {
   TrainLoader(std::shared_ptr<const TokenShard> shard, const LoaderOptions& options);
 
   // Batch `index` (>= 0): i32 tensor (batch_size, seq_len + 1) on options().device.
-  Tensor batch(std::int64_t index) const;
+  Tensor batch(std::int64_t index) const override;
   // The window indices of batch(index)'s rows (what batch() reads; for tests and logging).
   std::vector<std::int64_t> window_indices(std::int64_t index) const;
 
@@ -80,7 +81,7 @@ class TrainLoader {
 // windows (window k of n is window floor(k * available / n); all windows in order when n
 // equals available), cut into batches of batch_size rows; the last batch may have fewer rows.
 // The same windows every call, independent of any seed.
-class ValidationSet {
+class ValidationSet : public BatchSet {
  public:
   // max_windows <= 0 means every window; batches are delivered on `device`. Throws when the
   // shard has fewer than seq_len + 1 tokens, naming both numbers, and in document mode when no
@@ -89,10 +90,10 @@ class ValidationSet {
                 std::int64_t max_windows = 0, Device device = Device::cpu(), std::int32_t bos_id = -1,
                 WindowMode windows = WindowMode::packed);
 
-  std::int64_t num_batches() const;
-  std::int64_t num_windows() const { return static_cast<std::int64_t>(windows_.size()); }
+  std::int64_t num_batches() const override;
+  std::int64_t num_windows() const override { return static_cast<std::int64_t>(windows_.size()); }
   // i32 tensor (rows, seq_len + 1), rows = batch_size except possibly for the last batch.
-  Tensor batch(std::int64_t index) const;
+  Tensor batch(std::int64_t index) const override;
   const std::vector<std::int64_t>& window_indices() const { return windows_; }
   // Every window of the split, of which window_indices() are chosen.
   const WindowLayout& layout() const { return layout_; }

@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "data/corpus.h"
+#include "data/mqar.h"
 #include "data/shard.h"
 #include "data/tokenizer.h"
 #include "data/windows.h"
@@ -43,6 +44,11 @@ inline constexpr int kDataFormatVersion = 1;
 //   never      off
 enum class BosRule { automatic, always, never };
 
+// data.task: what a run trains on. text: windows of a tokenized corpus (everything below);
+// mqar: the synthetic associative-recall task of mqar.h (no corpus, no tokenizer: ids are
+// the task's own vocabulary, data.mqar).
+enum class DataTask { text, mqar };
+
 // The data section of a run config, owned here; the run config's schema binds its rows to the
 // members above the line ("data.seq_len" is seq_len). The ones below it are not config keys.
 struct DataConfig {
@@ -58,6 +64,8 @@ struct DataConfig {
   int val_windows = 64;                 // validation windows per evaluation (the loaders')
   BosRule bos = BosRule::automatic;     // bos at every window start (see BosRule)
   WindowMode windows = WindowMode::document;  // where the loaders cut windows (windows.h; prepare() does not read it)
+  DataTask task = DataTask::text;       // text, or the synthetic MQAR task (prepare() does not read it)
+  MqarConfig mqar;                      // data.task mqar: the task's settings (mqar.h)
   // ----
   std::string invalid_utf8 = "error";   // invalid UTF-8 in an input file: "error" or "replace" (U+FFFD)
   std::int64_t tokenizer_max_lines = 1000000;  // lines sampled from the train split to train SentencePiece
@@ -98,6 +106,11 @@ bool bos_at_window_start(const DataConfig& cfg);
 }  // namespace dark::data
 
 namespace dark {
+template <>
+struct EnumNames<data::DataTask> {
+  static constexpr std::array<std::pair<data::DataTask, std::string_view>, 2> table{
+      {{data::DataTask::text, "text"}, {data::DataTask::mqar, "mqar"}}};
+};
 template <>
 struct EnumNames<data::BosRule> {
   static constexpr std::array<std::pair<data::BosRule, std::string_view>, 3> table{

@@ -177,8 +177,21 @@ Tensor CausalLM::final_hidden(const Tensor& ids, const Tensor& key_mask) {
   return hidden_states(ids, {0, Tensor()}, key_mask).normed_by(model.norm).normed;
 }
 
+Tensor unscored_as_ids(const Tensor& tokens) {
+  // -(id + 1) -> id: -1 - x, where x < 0. Built where the tokens are (no host round trip).
+  const Tensor zero = Tensor::full({}, 0, tokens.dtype(), tokens.device());
+  const Tensor minus_one = Tensor::full({}, -1, tokens.dtype(), tokens.device());
+  return where(lt(tokens, zero), sub(minus_one, tokens), tokens);
+}
+
+Tensor scored_targets(const Tensor& tokens) {
+  const Tensor zero = Tensor::full({}, 0, tokens.dtype(), tokens.device());
+  return where(lt(tokens, zero), Tensor::full({}, -100, tokens.dtype(), tokens.device()), tokens);
+}
+
 Tensor CausalLM::embed(const Tensor& ids) {
-  const Tensor h = model.embed_tokens.forward(ids);
+  // An input marked unscored (-(id + 1), see model.h) is the token id all the same.
+  const Tensor h = model.embed_tokens.forward(unscored_as_ids(ids));
   // Gemma scales the (tied) embedding up on the way in, by sqrt(d_model); the head reads the
   // table unscaled.
   if (config_.family != ModelFamily::gemma3) return h;
@@ -235,7 +248,9 @@ Tensor CausalLM::loss(const Tensor& tokens, const DropoutKey& dropout, const Ten
              " must have the tokens' shape ", tokens.describe());
   const std::int64_t B = tokens.size(0), T = tokens.size(1) - 1;
   const Tensor inputs = core::slice(tokens, 1, 0, T).contiguous();
-  Tensor targets = core::reshape(core::slice(tokens, 1, 1, T + 1).contiguous(), {B * T});
+  // Targets marked unscored (-(id + 1)) get cross_entropy's ignore index: the mean runs over
+  // the scored ones alone.
+  Tensor targets = scored_targets(core::reshape(core::slice(tokens, 1, 1, T + 1).contiguous(), {B * T}));
   Tensor key_mask;
   if (padding.defined()) {
     key_mask = core::slice(padding, 1, 0, T).contiguous();

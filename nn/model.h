@@ -139,6 +139,19 @@ struct DropoutKey {
 // Where step `step`'s dropout streams start: layer i's two sites use this plus 2 i + 1 and 2 i + 2.
 std::uint64_t dropout_stream_offset(std::uint64_t step);
 
+// Scored targets, in band. A batch of token ids (B, T + 1) may mark an entry as "token id,
+// but its prediction is not scored" by storing -(id + 1) (negative, so never a real id):
+// synthetic tasks such as MQAR (data/mqar.h) score only some positions (the recalled values)
+// and mark the rest. The convention rides in the batch itself, so the loaders, the training
+// step, its CUDA graph and data parallelism carry it without a second tensor; a mask tensor
+// would have had to go through each of them. Where the model reads ids (embed: forward,
+// loss, decoding) a marked entry is its id; as a target of loss() it is ignored; evaluate()
+// leaves it out of every mean. Text batches have no negative entries, so nothing changes for them.
+// unscored_as_ids: the ids of such a tensor (x < 0 -> -1 - x). scored_targets: the same
+// tensor with marked entries replaced by cross_entropy's ignore index -100.
+Tensor unscored_as_ids(const Tensor& tokens);
+Tensor scored_targets(const Tensor& tokens);
+
 class CausalLM : public Module {
  public:
   CausalLM(const ModelConfig& config, const AttentionFactory& factory);
@@ -147,7 +160,8 @@ class CausalLM : public Module {
   Tensor forward(const Tensor& ids, std::uint64_t step = 0, const Tensor& key_mask = Tensor());
   // tokens: (B, T + 1) int: mean next-token cross-entropy of positions 0..T-1. padding:
   // undefined, or (B, T + 1) with zeros at padded tokens, which are masked as keys and
-  // never predicted.
+  // never predicted. An entry -(id + 1) is token `id` not scored (see unscored_as_ids): the
+  // mean runs over the scored targets only (0 when none is).
   Tensor loss(const Tensor& tokens, std::uint64_t step = 0, const Tensor& padding = Tensor());
   Tensor loss(const Tensor& tokens, const DropoutKey& dropout, const Tensor& padding = Tensor());
   // Incremental decoding (no gradient, eval semantics): ids (B, T) are the tokens after the

@@ -49,7 +49,7 @@ AblationScope::~AblationScope() {
   }
 }
 
-EvalMetrics evaluate_ablated(nn::CausalLM& model, const data::ValidationSet& val, std::int64_t max_batches,
+EvalMetrics evaluate_ablated(nn::CausalLM& model, const data::BatchSet& val, std::int64_t max_batches,
                              Ablation ablation, dist::Communicator* comm) {
   const AblationScope scope(model, ablation);
   return comm ? evaluate(model, val, max_batches, *comm) : evaluate(model, val, max_batches);

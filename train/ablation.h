@@ -49,7 +49,7 @@ class AblationScope {
 };
 
 // evaluate() under the ablation (comm null: one process).
-EvalMetrics evaluate_ablated(nn::CausalLM& model, const data::ValidationSet& val, std::int64_t max_batches,
+EvalMetrics evaluate_ablated(nn::CausalLM& model, const data::BatchSet& val, std::int64_t max_batches,
                              Ablation ablation, dist::Communicator* comm = nullptr);
 
 // An evaluation as one object of metrics.jsonl's "eval_ablation": {"loss", "perplexity",

@@ -57,7 +57,7 @@ std::vector<nn::AttentionStats> take_attention_stats(nn::CausalLM& model) {
   return out;
 }
 
-void calibrate_attention(nn::CausalLM& model, const RunConfig& config, const data::TrainLoader& loader) {
+void calibrate_attention(nn::CausalLM& model, const RunConfig& config, const data::BatchSource& loader) {
   std::vector<nn::AttentionKernel*> needing;
   int batches = 0;
   const auto kernels = model.attention_kernels();

@@ -39,7 +39,7 @@ std::vector<nn::AttentionStats> take_attention_stats(nn::CausalLM& model);
 // DARKFormer's whiten initialisation and the variance-optimal proposal measure the queries
 // and keys of the first attention.calibration_batches training batches (eval mode, no
 // gradient) before the first step of a fresh run. Does nothing when no layer needs it.
-void calibrate_attention(nn::CausalLM& model, const RunConfig& config, const data::TrainLoader& loader);
+void calibrate_attention(nn::CausalLM& model, const RunConfig& config, const data::BatchSource& loader);
 
 // The kernels' untrained state by checkpoint name ("model.layers.<i>.self_attn.feature_map.<name>"),
 // on the CPU, and back.

@@ -475,6 +475,21 @@ std::vector<Field> make_schema() {
              "where training and validation windows lie: document = inside one document each (a document's tail "
              "shorter than a window, and a shorter document, give none), packed = the documents joined end to end, "
              "windows crossing their boundaries (how every run before this key was trained)"),
+      choice(DARK_CONFIG_MEMBER(data.task),
+             "what the run trains on: text = windows of the tokenized corpus; mqar = the synthetic multi-query "
+             "associative recall task (data.mqar; no corpus or tokenizer, model.vocab_size from data.mqar.vocab)"),
+      integer_list(DARK_CONFIG_MEMBER(data.mqar.pairs), 1, 1 << 20,
+                   "MQAR: key-value pairs per sequence, each sequence one of these (training: uniformly; validation: "
+                   "equal shares); at most (data.seq_len + 1) / 4 and (data.mqar.vocab - 1) / 2"),
+      integer(DARK_CONFIG_MEMBER(data.mqar.vocab), 3,
+              "MQAR: vocabulary: 0 the filler, keys 1..(vocab - 1) / 2, values above them"),
+      number(DARK_CONFIG_MEMBER(data.mqar.power), positive(),
+             "MQAR: query slots after the pairs drawn with weight (slot + 1)^(power - 1) (Zoology's power_a; 1 = "
+             "uniform, small = queries soon after the pairs)"),
+      integer(DARK_CONFIG_MEMBER(data.mqar.val_sequences), 1,
+              "MQAR: validation sequences (fixed, equal shares of each pairs count), all read by every evaluation"),
+      integer(DARK_CONFIG_MEMBER(data.mqar.val_seed), 0, "MQAR: seed of the validation sequences (the run's seed keys "
+                                                          "the training ones)"),
 
       choice(DARK_CONFIG_MEMBER(optimizer.name), "optimizer"),
       number(DARK_CONFIG_MEMBER(optimizer.lr), positive(), "peak learning rate"),
@@ -912,6 +927,8 @@ void resolve_config(RunConfig& config, const std::string& config_stem) {
   nn::ModelConfig& m = config.model;
   m = m.resolved();
   if (m.max_seq_len == 0) m.max_seq_len = config.data.seq_len;
+  // MQAR has no tokenizer: the task's vocabulary sizes the model.
+  if (config.data.task == data::DataTask::mqar && m.vocab_size == 0) m.vocab_size = config.data.mqar.vocab;
   data::DataConfig& d = config.data;
   if (d.dir.empty()) {
     // Custom sources get a folder of their own (named by a hash of the list), so they never
@@ -936,6 +953,28 @@ void resolve_config(RunConfig& config, const std::string& config_stem) {
   if (config.output.dir.empty())
     config.output.dir = "runs/" + (config_stem.empty() ? std::string("default") : config_stem);
 }
+
+namespace {
+// data.task mqar: the task can be made at data.seq_len, the model reads its vocabulary, and
+// nothing that needs text (a tokenizer, a pretrained source, prompts) is asked for.
+void validate_mqar(const RunConfig& config) {
+  const data::MqarConfig& q = config.data.mqar;
+  if (const std::string problem = data::mqar_config_problem(q, config.data.seq_len); !problem.empty())
+    throw Error("config: " + problem);
+  if (config.model.vocab_size != 0 && config.model.vocab_size < q.vocab)
+    fail("model.vocab_size", str(config.model.vocab_size, " is smaller than data.mqar.vocab (", q.vocab,
+                                 "): leave it 0 to take the task's vocabulary"));
+  if (!config.finetune.init_from.empty())
+    fail("finetune.init_from", "data.task mqar trains from scratch on the task's own vocabulary: a pretrained "
+                               "source's token ids mean something else; leave it \"\" (or use data.task text)");
+  if (config.evaluation.passkey.trials > 0)
+    fail("evaluation.passkey.trials", "passkey retrieval prompts are text: data.task mqar has no tokenizer; set 0 "
+                                      "(MQAR reports its own recall accuracy at every evaluation)");
+  if (config.evaluation.copy.trials > 0)
+    fail("evaluation.copy.trials", "the copy task's lists are text: data.task mqar has no tokenizer; set 0 (MQAR "
+                                   "reports its own recall accuracy at every evaluation)");
+}
+}  // namespace
 
 void validate_config(const RunConfig& config) {
   // Per-field types and ranges: the same checks parsing applies, on the current values.
@@ -1002,6 +1041,7 @@ void validate_config(const RunConfig& config) {
   for (const auto& [path, trials] : {std::pair{"evaluation.passkey.trials", config.evaluation.passkey.trials},
                                      std::pair{"evaluation.copy.trials", config.evaluation.copy.trials}})
     if (trials >= (1 << 20)) fail(path, str(trials, " exceeds ", (1 << 20) - 1));
+  if (config.data.task == data::DataTask::mqar) validate_mqar(config);
   if (config.optimizer.momentum != 0.0 && config.optimizer.name != nn::OptimizerKind::sgd) {
     fail("optimizer.momentum",
          str(number_text(config.optimizer.momentum), " is only used by optimizer.name \"sgd\" (this is \"",

@@ -58,7 +58,7 @@ std::pair<Tensor, Tensor> row_losses_and_hits(nn::CausalLM& model, const Tensor&
 }
 
 // rank / world: which batches this process takes (b = rank, rank + world, ...); comm sums.
-EvalMetrics evaluate_share(nn::CausalLM& model, const data::ValidationSet& val, std::int64_t max_batches, int rank,
+EvalMetrics evaluate_share(nn::CausalLM& model, const data::BatchSet& val, std::int64_t max_batches, int rank,
                            int world, dist::Communicator* comm, std::int64_t logits_per_chunk) {
   NoGradGuard no_grad;
   const EvalMode eval_mode(model);
@@ -66,36 +66,36 @@ EvalMetrics evaluate_share(nn::CausalLM& model, const data::ValidationSet& val, 
   const std::int64_t mine = batches > rank ? (batches - rank + world - 1) / world : 0;  // this rank's batches
   const Device device = model.device();
   // Per input position: summed losses and hits (f64 on the model's device) and tokens.
-  Tensor position_loss, position_hits;
-  std::vector<double> position_tokens;
+  Tensor position_loss, position_hits, position_counts;
+  std::int64_t positions = -1;  // T, once a batch is seen
   ProgressLog progress("evaluation", "batch", "batches", mine);
   for (std::int64_t b = rank; b < batches; b += world) {
     const Tensor tokens = val.batch(b);
     const std::int64_t B = tokens.size(0), T = tokens.size(1) - 1;
-    DARK_CHECK(position_tokens.empty() || static_cast<std::int64_t>(position_tokens.size()) == T,
+    DARK_CHECK(positions < 0 || positions == T,
                "evaluate: validation batch ", b, " has windows of ", T, " positions, the earlier ones ",
-               position_tokens.size());
+               positions);
     const Tensor inputs = core::slice(tokens, 1, 0, T).contiguous();
-    const Tensor targets = core::reshape(core::slice(tokens, 1, 1, T + 1).contiguous(), {B * T});
+    const Tensor marked = core::reshape(core::slice(tokens, 1, 1, T + 1).contiguous(), {B * T});
+    // Targets marked unscored (nn/model.h, scored_targets) count nowhere: weight 0.
+    const Tensor targets = nn::unscored_as_ids(marked);
+    const Tensor scored = eq(targets, marked).to(DType::f64);
     const Tensor hidden = reshape(model.final_hidden(inputs), {B * T, model.config().d_model});
     const auto [loss, hit] = row_losses_and_hits(model, hidden, targets, logits_per_chunk);
-    const Tensor batch_loss = sum(reshape(loss, {B, T}), {0}), batch_hits = sum(reshape(hit, {B, T}), {0});
+    const Tensor batch_loss = sum(reshape(mul(loss, scored), {B, T}), {0}),
+                 batch_hits = sum(reshape(mul(hit, scored), {B, T}), {0}),
+                 batch_tokens = sum(reshape(scored, {B, T}), {0});
     position_loss = position_loss.defined() ? add(position_loss, batch_loss) : batch_loss;
     position_hits = position_hits.defined() ? add(position_hits, batch_hits) : batch_hits;
-    position_tokens.resize(T, 0.0);
-    for (double& n : position_tokens) n += static_cast<double>(B);
+    position_counts = position_counts.defined() ? add(position_counts, batch_tokens) : batch_tokens;
+    positions = T;
     progress.update((b - rank) / world + 1);
   }
   // Every rank sums the same number of positions: a rank with no batch (more ranks than
   // batches) takes the windows' length from the first batch, its sums zeros.
-  const std::int64_t T = !position_tokens.empty() ? static_cast<std::int64_t>(position_tokens.size())
-                         : batches > 0            ? val.batch(0).size(1) - 1
-                                                  : 0;
-  if (!position_loss.defined()) {
-    position_loss = position_hits = Tensor::zeros({T}, DType::f64, device);
-    position_tokens.assign(T, 0.0);
-  }
-  Tensor sums = concat({position_loss, position_hits, Tensor::from_vector(position_tokens, {T}).to(device)}, 0);
+  const std::int64_t T = positions >= 0 ? positions : batches > 0 ? val.batch(0).size(1) - 1 : 0;
+  if (!position_loss.defined()) position_loss = position_hits = position_counts = Tensor::zeros({T}, DType::f64, device);
+  Tensor sums = concat({position_loss, position_hits, position_counts}, 0);
   if (comm) comm->all_reduce(sums, dist::ReduceOp::sum);
   const std::vector<double> v = sums.to_vector<double>();
   const std::vector<double> loss_sums(v.begin(), v.begin() + T), hit_sums(v.begin() + T, v.begin() + 2 * T),
@@ -115,12 +115,12 @@ EvalMetrics evaluate_share(nn::CausalLM& model, const data::ValidationSet& val, 
 
 }  // namespace
 
-EvalMetrics evaluate(nn::CausalLM& model, const data::ValidationSet& val, std::int64_t max_batches,
+EvalMetrics evaluate(nn::CausalLM& model, const data::BatchSet& val, std::int64_t max_batches,
                      std::int64_t logits_per_chunk) {
   return evaluate_share(model, val, max_batches, 0, 1, nullptr, logits_per_chunk);
 }
 
-EvalMetrics evaluate(nn::CausalLM& model, const data::ValidationSet& val, std::int64_t max_batches,
+EvalMetrics evaluate(nn::CausalLM& model, const data::BatchSet& val, std::int64_t max_batches,
                      dist::Communicator& comm) {
   if (comm.world_size() == 1) return evaluate(model, val, max_batches);
   return evaluate_share(model, val, max_batches, comm.rank(), comm.world_size(), &comm, kEvalLogitsPerChunk);

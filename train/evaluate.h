@@ -33,9 +33,9 @@ struct EvalMetrics {
 // the head's whole weight: on Gemma 3 at 4096 tokens (a 671 MB head), chunks of 2^26 and 2^27
 // logits took about 10% more CPU time than the whole (B T, V) logits at once, 2^28 4%.
 inline constexpr std::int64_t kEvalLogitsPerChunk = std::int64_t{1} << 27;
-EvalMetrics evaluate(nn::CausalLM& model, const data::ValidationSet& val, std::int64_t max_batches,
+EvalMetrics evaluate(nn::CausalLM& model, const data::BatchSet& val, std::int64_t max_batches,
                      std::int64_t logits_per_chunk = kEvalLogitsPerChunk);
-EvalMetrics evaluate(nn::CausalLM& model, const data::ValidationSet& val, std::int64_t max_batches,
+EvalMetrics evaluate(nn::CausalLM& model, const data::BatchSet& val, std::int64_t max_batches,
                      dist::Communicator& comm);
 
 }  // namespace dark::train

@@ -36,6 +36,9 @@ std::string checkpoint_tokenizer_hash(const formats::CheckpointData& checkpoint)
 std::shared_ptr<const data::Tokenizer> checkpoint_tokenizer(const formats::CheckpointData& checkpoint, const RunConfig& config,
                                                             const std::string& label) {
   const json& state = checkpoint.state;
+  DARK_CHECK(state.value("task", "") != "mqar", label, " was trained on the synthetic MQAR task (data.task mqar): it has "
+             "no tokenizer, and commands that read or write text do not apply to it; its recall accuracy is in the run "
+             "folder's mqar.json and metrics.jsonl");
   if (!state.contains("tokenizer")) {  // an older checkpoint: its tokenizer lives with its data
     const fs::path dir = config.data.dir;
     DARK_CHECK(fs::exists(dir / "meta.json"), label, " does not carry its tokenizer (written by an older darkformer), "

@@ -20,6 +20,7 @@
 #include "train/ablation.h"
 #include "train/evaluate.h"
 #include "train/metrics/metrics_log.h"
+#include "train/mqar_eval.h"
 #include "train/progress.h"
 #include "train/recall_evaluation.h"
 #include "train/run_events.h"
@@ -96,6 +97,12 @@ class RunLog {
     json line = {{"step", run.step},         {"eval_loss", m.loss},  {"eval_perplexity", m.perplexity},
                  {"eval_accuracy", m.accuracy}, {"eval_tokens", m.tokens},
                  {"eval_by_position", metrics::by_position_json(m.by_position)}};
+    if (run.mqar_val) {  // data.task mqar: recall accuracy over the whole validation set
+      mqar_ = evaluate_mqar(*run.model, *run.mqar_val, run.comm.get());
+      spdlog::info("eval step {} | MQAR recall accuracy {:.4f} ({} / {} queries)\n{}", run.step, mqar_->all.accuracy(),
+                   mqar_->all.correct, mqar_->all.queries, mqar_table(*mqar_));
+      line["mqar"] = mqar_json(*mqar_);
+    }
     if (ablations) {
       for (const Ablation a : {Ablation::window_only, Ablation::features_only}) {
         const EvalMetrics ablated = evaluate_ablated(*run.model, *run.val, batches, a, run.comm.get());
@@ -127,6 +134,8 @@ class RunLog {
   }
 
   metrics::StabilityReport stability_report() const { return stability_.report(); }
+  // data.task mqar: the latest evaluation's recall report.
+  const std::optional<MqarReport>& mqar() const { return mqar_; }
   double last_loss() const { return last_loss_; }
 
  private:
@@ -190,6 +199,7 @@ class RunLog {
   std::int64_t first_step_;
   std::int64_t tokens_per_step_;
   Clock::time_point loop_start_;
+  std::optional<MqarReport> mqar_;
   double timed_seconds_ = 0, last_loss_ = 0;
   std::int64_t timed_steps_ = 0;
 };
@@ -245,6 +255,14 @@ EvalMetrics finish(TrainingRun& run, RunLog& log) {
   save_run(run);
   if (!run.writes()) return final_eval;
   log.write_stability(run, log.stability_report());
+  if (run.config.data.task == data::DataTask::mqar) {
+    // No tokenizer: no text sample, no text prompts. The final recall report goes beside the metrics.
+    if (run.config.training.generate_tokens > 0)
+      spdlog::info("data.task mqar: no text sample at the end (training.generate_tokens ignored: the task has no "
+                   "tokenizer)");
+    if (log.mqar()) write_file_atomic(run.dir / "mqar.json", mqar_file_json(*log.mqar(), run.step).dump(2) + "\n");
+    return final_eval;
+  }
   if (run.config.training.generate_tokens > 0) log.sample(run.step, write_sample(run));
   log.recall(run);
   return final_eval;
@@ -284,7 +302,7 @@ TrainResult train_without_memory_advice(RunConfig config, const TrainOptions& op
     return stopped;
   }
   const TrainingConfig& tc = run.config.training;
-  check_recall_evaluation(run.config, *run.data.tokenizer, run.data.window_bos_id >= 0);
+  if (run.data.tokenizer) check_recall_evaluation(run.config, *run.data.tokenizer, run.data.window_bos_id >= 0);
   RunLog log(run);
   // A finetuning run first measures where it starts: the source's weights under this run's
   // attention (the cost of the swap before any training, after the transfer if any); a run of

@@ -116,6 +116,7 @@ void log_as_rank(const dist::Communicator& comm) {
 // Prepares the data (tokenizer, shards) on one rank of each host first, so that the ranks
 // of a host do not build the same files at once; the others then find them ready.
 data::PreparedData prepare_data_once_per_host(RunConfig& config, dist::Communicator& comm) {
+  if (config.data.task == data::DataTask::mqar) return {};  // a synthetic task: nothing to prepare
   if (comm.world_size() == 1) return prepare_data_for(config);
   std::optional<data::PreparedData> prepared;
   if (comm.local_rank() == 0) prepared = prepare_data_for(config);
@@ -254,7 +255,7 @@ TrainingRun start_run(RunConfig config, bool resume) {
   // A tokenizer read from a file (a GGUF model's, a Hugging Face folder's) brings its own
   // vocabulary: the printed and saved config say that one, not data.vocab_size's default,
   // which sizes only a tokenizer trained here.
-  if (!config.data.tokenizer_model.empty()) config.data.vocab_size = run.data.tokenizer->vocab_size();
+  if (!config.data.tokenizer_model.empty() && run.data.tokenizer) config.data.vocab_size = run.data.tokenizer->vocab_size();
   validate_config(config);
   if (origin.source) check_source_tokenizer(*origin.source, config, run.data);
   if (origin.checkpoint) {
@@ -393,8 +394,26 @@ void log_windows(const data::TrainLoader& loader, const data::ValidationSet& val
                  v.size());
 }
 
+// data.task mqar: the task's training source (keyed by the run's seed) and its fixed validation set.
+void open_mqar_streams(TrainingRun& run) {
+  const RunConfig& c = run.config;
+  const data::MqarConfig& q = c.data.mqar;
+  run.loader = std::make_unique<data::MqarTrainSource>(q, c.training.batch_size, c.data.seq_len, c.seed, run.device);
+  auto val = std::make_unique<data::MqarValidationSet>(q, c.training.batch_size, c.data.seq_len, run.device);
+  run.mqar_val = val.get();
+  run.val = std::move(val);
+  std::string pairs;
+  for (const std::int64_t m : q.pairs) pairs += (pairs.empty() ? "" : ", ") + std::to_string(m);
+  spdlog::info("data: MQAR, sequences of data.seq_len + 1 = {} tokens with {{{}}} key-value pairs, vocabulary {} ({} "
+               "keys), query gaps of power {}; {} validation sequences (seed {})",
+               c.data.seq_len + 1, pairs, q.vocab, data::mqar_keys(q.vocab), q.power, q.val_sequences, q.val_seed);
+  spdlog::info("model: {} parameters ({} layers, d_model {}, {} heads, attention {}) on {}", run.model->num_parameters(),
+               c.model.n_layers, c.model.d_model, c.model.n_heads, enum_name(c.attention.kind), run.device.to_string());
+}
+
 void open_data_streams(TrainingRun& run) {
   const RunConfig& c = run.config;
+  if (c.data.task == data::DataTask::mqar) return open_mqar_streams(run);
   data::LoaderOptions lo;
   lo.batch_size = c.training.batch_size;
   lo.seq_len = c.data.seq_len;
@@ -402,11 +421,13 @@ void open_data_streams(TrainingRun& run) {
   lo.device = run.device;
   lo.bos_id = run.data.window_bos_id;
   lo.windows = c.data.windows;
-  run.loader = std::make_unique<data::TrainLoader>(run.data.open_shard(data::Split::train), lo);
-  run.val = std::make_unique<data::ValidationSet>(run.data.open_shard(data::Split::val), c.training.batch_size,
-                                                  c.data.seq_len, c.data.val_windows, run.device,
-                                                  run.data.window_bos_id, c.data.windows);
-  log_windows(*run.loader, *run.val, c.data.val_windows);
+  auto loader = std::make_unique<data::TrainLoader>(run.data.open_shard(data::Split::train), lo);
+  auto val = std::make_unique<data::ValidationSet>(run.data.open_shard(data::Split::val), c.training.batch_size,
+                                                   c.data.seq_len, c.data.val_windows, run.device,
+                                                   run.data.window_bos_id, c.data.windows);
+  log_windows(*loader, *val, c.data.val_windows);
+  run.loader = std::move(loader);
+  run.val = std::move(val);
   spdlog::info("model: {} parameters ({} layers, d_model {}, {} heads, attention {}) on {}; data: {} train tokens, {} val "
                "windows{}",
                run.model->num_parameters(), c.model.n_layers, c.model.d_model, c.model.n_heads,
@@ -434,7 +455,10 @@ void save_run(TrainingRun& run) {
   ck.model = parameters_on_cpu(*run.model);
   ck.attention = attention_state_map(*run.model);
   ck.state = trainer_state(run);
-  record_run_files(ck, *run.data.tokenizer, run.data.dir, run.data.window_bos_id >= 0);  // usable without the data folder
+  if (run.data.tokenizer)
+    record_run_files(ck, *run.data.tokenizer, run.data.dir, run.data.window_bos_id >= 0);  // usable without the data folder
+  else
+    ck.state["task"] = std::string(enum_name(run.config.data.task));  // MQAR: no tokenizer, no data folder
   const fs::path where = formats::save_checkpoint(run.dir, ck, run.config.training.keep_checkpoints);
   spdlog::info("checkpoint {}", where.string());
 }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "data/loader.h"
+#include "data/mqar.h"
 #include "data/prepare.h"
 #include "nn/model.h"
 #include "nn/optim.h"
@@ -33,13 +34,14 @@ struct TrainingRun {
   std::filesystem::path dir;                 // output.dir
   Device device;                             // training.device, resolved (cuda:<local rank> on several GPUs)
   std::unique_ptr<dist::Communicator> comm;  // this process's rank; `single` for a plain process
-  data::PreparedData data;
+  data::PreparedData data;                   // data.task text; under mqar empty (no tokenizer, no shards)
   std::unique_ptr<nn::CausalLM> model;       // on `device`, frozen parameters included
   std::unique_ptr<nn::ParameterBuffer> params;  // the trainable parameters and their gradients
   std::unique_ptr<nn::Optimizer> optimizer;
   std::unique_ptr<DataParallel> parallel;       // under mpirun, even with one rank (declared after model: destroyed first)
-  std::unique_ptr<data::TrainLoader> loader;    // delivers batches on `device`
-  std::unique_ptr<data::ValidationSet> val;
+  std::unique_ptr<data::BatchSource> loader;    // delivers batches on `device`: a TrainLoader, or data.task mqar's source
+  std::unique_ptr<data::BatchSet> val;          // a ValidationSet, or data.task mqar's MqarValidationSet
+  const data::MqarValidationSet* mqar_val = nullptr;  // data.task mqar: `val` as the task's set (its targets' pairs and distances)
   std::unique_ptr<StepGraph> step_graph;        // training.cuda_graph: the captured passes (train/step_graph.h)
   std::vector<std::int64_t> redraw_intervals;   // per layer
   std::int64_t step = 0;                        // optimizer steps taken

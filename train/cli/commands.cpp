@@ -74,6 +74,10 @@ int prepare_data_command(const CommandArgs& args) {
     return 0;
   Args a(args, specs);
   train::RunConfig config = config_from(a);
+  if (config.data.task == data::DataTask::mqar) {
+    std::printf("data.task mqar: synthetic sequences, made as the run reads them; nothing to prepare\n");
+    return 0;
+  }
   const data::PreparedData d = train::prepare_data_for(config);
   std::printf("data ready in %s: %lld train tokens, %lld val tokens, vocabulary %d (%s)\n", d.dir.c_str(),
               static_cast<long long>(d.train_tokens), static_cast<long long>(d.val_tokens), d.tokenizer->vocab_size(),

@@ -267,11 +267,58 @@ std::string copy_section(const ReportData& d, const std::vector<json>& docs) {
   return out;
 }
 
+// Accuracy by method x `list` entry (pairs counts, or distance buckets) and over all queries.
+std::string mqar_table(const ReportData& d, const std::vector<json>& docs, const char* list, const char* field,
+                       const std::string& corner) {
+  const std::vector<std::string> keys = keys_of(docs, list, field);
+  std::vector<std::pair<std::string, std::string>> columns;
+  for (const std::string& k : keys) {
+    const json key = json::parse(k);
+    columns.push_back({k, key.is_string() ? key.get<std::string>() : k});
+  }
+  columns.push_back({"all", "all"});
+  const auto cell = [list, field](const std::vector<const json*>& in, const std::string& key) {
+    std::vector<Count> counts;
+    for (const json* doc : in) {
+      const json* e = key == "all" ? doc : entry(*doc, list, field, key);
+      counts.push_back({number(e, "correct"), number(e, "queries"), e != nullptr});
+    }
+    return count_cell(counts);
+  };
+  return table(d, docs, corner, columns, cell);
+}
+
+std::string mqar_section(const ReportData& d, const std::vector<json>& docs) {
+  const std::string method = d.method_axes.size() == 1 ? axis_leaf(d.method_axes[0]) : std::string("method");
+  std::string out =
+      "## Associative recall (MQAR)\n\nFrom each point's `mqar.json` (`data.task` mqar; docs/long-context.md): at "
+      "the final evaluation, on the fixed validation sequences, the share of queries whose top-1 next token after the "
+      "query key is the key's value; correct/queries = accuracy [95% Wilson interval]." +
+      spread_note(d) + "\n\n**By number of key-value pairs**\n\n";
+  out += mqar_table(d, docs, "by_pairs", "pairs", method + " \\ pairs");
+  out += "**By query-key distance (tokens)**\n\n";
+  out += mqar_table(d, docs, "by_distance", "distance", method + " \\ distance");
+  if (d.seeded()) {
+    int identical = 0;
+    const std::string rows = paired_rows(
+        d, docs, keys_of(docs, "by_pairs", "pairs"), "pairs",
+        [](const json& doc, const std::string& key) { return number(entry(doc, "by_pairs", "pairs", key), "accuracy"); },
+        identical);
+    out += paired_table(rows, identical);
+  }
+  return out;
+}
+
 }  // namespace recall_report
 
 json recall_summary(const fs::path& point_dir) {
   const json row = {{"dir", point_dir.string()}};
-  json out = {{"passkey", nullptr}, {"copy", nullptr}};
+  json out = {{"passkey", nullptr}, {"copy", nullptr}, {"mqar", nullptr}};
+  if (const json q = recall_report::task_file(row, "mqar.json", "mqar"); q.is_object()) {
+    json by_pairs = json::object();
+    for (const json& e : q.value("by_pairs", json::array())) by_pairs[e.at("pairs").dump()] = e.value("accuracy", json());
+    out["mqar"] = {{"accuracy", q.value("accuracy", json())}, {"by_pairs", by_pairs}};
+  }
   if (const json p = recall_report::task_file(row, "passkey.json", "passkey"); p.is_object()) {
     json by_length = json::object();
     for (const json& e : p.value("by_length", json::array()))
@@ -291,10 +338,11 @@ json recall_summary(const fs::path& point_dir) {
 }
 
 std::string recall_sections(const ReportData& d) {
-  std::vector<json> passkey, copy;
+  std::vector<json> passkey, copy, mqar;
   for (const ReportPoint& p : d.points) {
     passkey.push_back(recall_report::task_file(p.row, "passkey.json", "passkey"));
     copy.push_back(recall_report::task_file(p.row, "copy.json", "copy"));
+    mqar.push_back(recall_report::task_file(p.row, "mqar.json", "mqar"));
   }
   const auto any = [](const std::vector<json>& docs) {
     return std::any_of(docs.begin(), docs.end(), [](const json& j) { return j.is_object(); });
@@ -302,6 +350,7 @@ std::string recall_sections(const ReportData& d) {
   std::string out;
   if (any(passkey)) out += recall_report::passkey_section(d, passkey);
   if (any(copy)) out += recall_report::copy_section(d, copy);
+  if (any(mqar)) out += recall_report::mqar_section(d, mqar);
   return out;
 }
 

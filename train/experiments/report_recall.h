@@ -7,6 +7,10 @@
 //   Copy task          words copied by method x list length (pooled, Wilson interval, mean ± sd
 //                      over seeds), the distance back each length gives, the repeat's token loss;
 //                      paired comparisons by seed of the words copied.
+//   Associative recall  (MQAR, data.task mqar, from mqar.json: train/mqar_eval.h) accuracy by
+//                      method x number of pairs and by method x query-key distance bucket
+//                      (pooled, Wilson interval, mean ± sd over seeds); paired comparisons by
+//                      seed of the accuracy at each number of pairs.
 // Sections appear only when some point has the file.
 #pragma once
 #include <filesystem>
@@ -18,7 +22,8 @@
 namespace dark::experiments {
 
 // {"passkey": {"accuracy", "by_length": {"512": ...}} or null, "copy": {"word_accuracy",
-// "token_accuracy", "loss", "by_words": {...}} or null}, from the point's run folder.
+// "token_accuracy", "loss", "by_words": {...}} or null, "mqar": {"accuracy", "by_pairs": {"4": ...}}
+// or null}, from the point's run folder.
 nlohmann::json recall_summary(const std::filesystem::path& point_dir);
 
 // The report's "Passkey retrieval" and "Copy task" sections ("" when no point has either file).

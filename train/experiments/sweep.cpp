@@ -454,12 +454,14 @@ std::pair<pid_t, int> wait_any(std::map<pid_t, int>& children, const std::functi
 }
 
 // Runs `darkformer prepare-data` once per distinct data folder, before the points: children
-// running at once must not build the same token shards side by side. False when a stop
-// signal came first.
+// running at once must not build the same token shards side by side (points of data.task
+// mqar have none). False when a stop signal came first.
 bool prepare_data(const SweepPlan& plan, const std::string& executable, const std::vector<std::string>& env, SweepLog& log) {
   std::set<std::string> done;
   for (const SweepPoint& p : plan.points) {
-    if (!done.insert(train::parse_config(p.config).data.dir).second) continue;
+    const train::RunConfig config = train::parse_config(p.config);
+    if (config.data.task == data::DataTask::mqar) continue;  // synthetic: no corpus to prepare
+    if (!done.insert(config.data.dir).second) continue;
     fs::create_directories(p.dir);
     write_file_atomic(p.dir / "point_config.json", p.config.dump(2) + "\n");
     const fs::path log_path = plan.dir / "prepare-data.log";

@@ -237,7 +237,7 @@ struct Fit {
 };
 
 // Each swapped layer measured on the first `batches` validation batches at the held-out draw.
-std::vector<LayerFit> measure(Fit& fit, const data::ValidationSet& val, int batches, std::int64_t rows_per_sequence) {
+std::vector<LayerFit> measure(Fit& fit, const data::BatchSet& val, int batches, std::int64_t rows_per_sequence) {
   NoGradGuard no_grad;
   set_epochs(fit.fitters, 0);
   std::vector<FitSums> sums(fit.fitters.at.size());
@@ -374,8 +374,8 @@ nlohmann::json TransferReport::to_json() const {
           {"collapsed_layers", collapsed}, {"layers", layers_json}};
 }
 
-TransferReport run_transfer(nn::CausalLM& model, const RunConfig& config, const data::TrainLoader& loader,
-                            const data::ValidationSet& val, dist::Communicator& comm, const TransferKeeping& keeping) {
+TransferReport run_transfer(nn::CausalLM& model, const RunConfig& config, const data::BatchSource& loader,
+                            const data::BatchSet& val, dist::Communicator& comm, const TransferKeeping& keeping) {
   const TransferConfig& tc = config.finetune.transfer;
   const auto start = std::chrono::steady_clock::now();
   const std::vector<int> layers = swapped_layers(model);

@@ -117,7 +117,7 @@ double window_dropout_probability(const TransferConfig& transfer, std::int64_t s
 // step come from it), the state is saved every checkpoint_interval steps and at a stop
 // signal (the report then says stopped), and removed at the end. Throws when no layer is
 // swapped or the trainable entries select no parameter of a swapped layer.
-TransferReport run_transfer(nn::CausalLM& model, const RunConfig& config, const data::TrainLoader& loader,
-                            const data::ValidationSet& val, dist::Communicator& comm, const TransferKeeping& keeping = {});
+TransferReport run_transfer(nn::CausalLM& model, const RunConfig& config, const data::BatchSource& loader,
+                            const data::BatchSet& val, dist::Communicator& comm, const TransferKeeping& keeping = {});
 
 }  // namespace dark::train
