@@ -13,19 +13,6 @@ namespace dark::train {
 
 namespace {
 
-// Leaves the model in eval mode while it lives, in its own mode after (an error included).
-class EvalMode {
- public:
-  explicit EvalMode(nn::CausalLM& model) : model_(model), was_training_(model.training()) { model.train(false); }
-  ~EvalMode() { model_.train(was_training_); }
-  EvalMode(const EvalMode&) = delete;
-  EvalMode& operator=(const EvalMode&) = delete;
-
- private:
-  nn::CausalLM& model_;
-  bool was_training_;
-};
-
 // Per row of hidden (N, d_model), as final_hidden gives them, and its target (N): the loss
 // logsumexp(logits) - logits[target] and the hit argmax(logits) == target, both f64 (N), from
 // the logits of a chunk of rows at a time. The logsumexp is cross_entropy's own per-row kernel

@@ -10,6 +10,19 @@
 
 namespace dark::train {
 
+// Leaves the model in eval mode while it lives, in its own mode after (an error included).
+class EvalMode {
+ public:
+  explicit EvalMode(nn::CausalLM& model) : model_(model), was_training_(model.training()) { model.train(false); }
+  ~EvalMode() { model_.train(was_training_); }
+  EvalMode(const EvalMode&) = delete;
+  EvalMode& operator=(const EvalMode&) = delete;
+
+ private:
+  nn::CausalLM& model_;
+  bool was_training_;
+};
+
 struct EvalMetrics {
   double loss = 0;
   double perplexity = 0;

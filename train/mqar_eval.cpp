@@ -7,25 +7,13 @@
 
 #include "autograd/grad_mode.h"
 #include "autograd/ops.h"
+#include "train/evaluate.h"
 
 namespace dark::train {
 
 namespace {
 // Upper ends of the distance buckets (the last one open).
 constexpr std::int64_t kBucketEnds[] = {16, 32, 64, 128, 256, 512, 1024, 2048, 4096};
-
-// The model in eval mode while it lives, in its own mode after.
-class MqarEvalMode {
- public:
-  explicit MqarEvalMode(nn::CausalLM& model) : model_(model), was_training_(model.training()) { model.train(false); }
-  ~MqarEvalMode() { model_.train(was_training_); }
-  MqarEvalMode(const MqarEvalMode&) = delete;
-  MqarEvalMode& operator=(const MqarEvalMode&) = delete;
-
- private:
-  nn::CausalLM& model_;
-  bool was_training_;
-};
 
 nlohmann::json count_json(const MqarCount& c) {
   return {{"accuracy", c.accuracy()}, {"queries", c.queries}, {"correct", c.correct}};
@@ -50,7 +38,7 @@ int mqar_distance_bucket(std::int64_t distance) {
 
 MqarReport evaluate_mqar(nn::CausalLM& model, const data::MqarValidationSet& val, dist::Communicator* comm) {
   NoGradGuard no_grad;
-  const MqarEvalMode eval_mode(model);
+  const EvalMode eval_mode(model);
   const std::vector<std::int64_t>& pairs = val.config().pairs;
   const std::size_t kinds = pairs.size(), buckets = mqar_distance_buckets().size();
   // Counts, queries then correct: per pairs count, then per distance bucket.
