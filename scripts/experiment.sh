@@ -102,6 +102,8 @@ esac
 
 start=$(date +%s)
 "$build"/darkformer sweep --config "$sweep" --jobs "$jobs" "$@"
-out=$(python3 -c 'import json,sys,re; t=open(sys.argv[1]).read(); t=re.sub(r"^\s*//.*$","",t,flags=re.M); print(json.loads(t).get("output",""))' "$sweep")
+# The sweep's output folder, from its config: comments (// to the end of a line, /* */) are
+# dropped outside strings, as darkformer's own reader does.
+out=$(python3 -c 'import json,sys,re; t=open(sys.argv[1]).read(); t=re.sub(r"(\"(?:\\.|[^\"\\])*\")|//[^\n]*|/\*.*?\*/", lambda m: m.group(1) or "", t, flags=re.S); print(json.loads(t).get("output",""))' "$sweep")
 "$build"/darkformer report "${out:-runs/sweeps/$name}"
 echo "experiment $name: $(( ($(date +%s) - start) / 60 )) min; report in ${out:-runs/sweeps/$name}/report.md"
