@@ -117,8 +117,9 @@ def main():
     torch.manual_seed(a.seed)
     d_ff = 64 * max(1, (a.d_model + 12) // 24)  # darkformer's default (nn/model_config.cpp): ~8 d_model / 3
     model = Model(a.vocab, a.d_model, a.layers, a.heads, d_ff)
-    decay = [p for n, p in model.named_parameters() if p.dim() == 2 and "embed" not in n]
-    no_decay = [p for n, p in model.named_parameters() if not (p.dim() == 2 and "embed" not in n)]
+    decay, no_decay = [], []
+    for n, p in model.named_parameters():  # darkformer's no_decay: the norms and the embedding
+        (decay if p.dim() == 2 and "embed" not in n else no_decay).append(p)
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.weight_decay},
                              {"params": no_decay, "weight_decay": 0.0}], lr=a.lr, betas=(0.9, 0.95), eps=1e-8)
 
