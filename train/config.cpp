@@ -540,6 +540,10 @@ std::vector<Field> make_schema() {
       choice(DARK_CONFIG_MEMBER(training.memory_check),
              "when the estimated peak memory (logged at start-up) exceeds what the machine allows: error = refuse "
              "the run before allocating the model, warn = log a warning and go on, off = do not check"),
+      boolean(DARK_CONFIG_MEMBER(training.flush_denormals),
+              "CPU: compute subnormal floats (below 1.2e-38) as zero on every thread of the run (x86 FTZ and DAZ, "
+              "AArch64 FZ), as GPUs do; x86 CPUs take 100+ cycles an operation on them, and long runs make them "
+              "(a 3-5x slower step measured); false = IEEE gradual underflow"),
 
       boolean(DARK_CONFIG_MEMBER(evaluation.ablation),
               "the final evaluation also runs two ablations of the exact-window layers: window_only (the far keys "

@@ -72,6 +72,7 @@ struct TrainingConfig {
   bool activation_checkpointing = false;   // recompute each decoder block in backward (less memory)
   bool cuda_graph = false;                 // capture forward + backward once as a CUDA graph, launch it each step
   MemoryCheck memory_check = MemoryCheck::error;  // above the machine's memory: refuse, warn or do not check
+  bool flush_denormals = true;             // CPU: subnormal floats computed as 0 (core/cpu/float_mode.h)
 };
 
 // Recall tasks run at the end of a run, after its final evaluation (train/recall_evaluation.h):

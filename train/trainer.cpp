@@ -14,6 +14,7 @@
 #include <optional>
 
 #include "autograd/grad_mode.h"
+#include "core/cpu/float_mode.h"
 #include "core/file_io.h"
 #include "nn/generate.h"
 #include "train/attention_state.h"
@@ -278,6 +279,7 @@ TrainResult train(RunConfig config, const TrainOptions& options) {
   const TrainingConfig t = config.training;
   const std::int64_t seq_len = config.data.seq_len;
   const StopSignals signals;  // from here a signal waits for the end of a step
+  const cpu::FlushDenormalsScope denormals(t.flush_denormals);  // the transfer's steps and evaluations too
   try {
     return train_without_memory_advice(std::move(config), options);
   } catch (const OutOfMemory& e) {

@@ -50,19 +50,21 @@ void check_source_tokenizer(const InitSource& source, const RunConfig& config, c
 
 // A resumed run continues the run its checkpoint belongs to: only its length, its folder, the
 // device and ranks it runs on (so also grad_accum, to keep the global batch on another number
-// of ranks, and the precision and activation checkpointing, which depend on the device) may
-// change.
+// of ranks, and the precision, activation checkpointing and subnormal flushing, which depend on
+// the device) may change.
 void check_resumable(const RunConfig& theirs, const RunConfig& ours, const fs::path& checkpoint, const fs::path& run_dir) {
   json a = to_json(theirs), b = to_json(ours);
   for (json* j : {&a, &b}) {
     for (const char* key :
-         {"steps", "device", "grad_accum", "precision", "activation_checkpointing", "cuda_graph", "memory_check"})
+         {"steps", "device", "grad_accum", "precision", "activation_checkpointing", "cuda_graph", "memory_check",
+          "flush_denormals"})
       (*j)["training"].erase(key);
     j->erase("output"), j->erase("distributed");
   }
   DARK_CHECK(a == b, "--resume: the config differs from the one checkpoint ", checkpoint.filename().string(),
              " was trained with (only training.steps, training.device, training.grad_accum, training.precision, "
-             "training.activation_checkpointing, training.cuda_graph, training.memory_check, distributed and "
+             "training.activation_checkpointing, training.cuda_graph, training.memory_check, training.flush_denormals, "
+             "distributed and "
              "output.dir may change); see ",
              (run_dir / "config.json").string());
 }
