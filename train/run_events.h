@@ -12,6 +12,9 @@
 // - the spikes and the divergence the stability analysis finds (see stability());
 // - a resumed run opens a new file with a restart at the step it continues from, which
 //   makes TensorBoard drop the earlier file's later steps (metrics.jsonl drops them too).
+// A plot never ends a run: when the file cannot be opened or a write fails (a full disk, a
+// removed mount), RunEvents logs one warning with the cause and writes no more events for the
+// rest of the run; metrics.jsonl still has every number. Checkpoints stay strict.
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -28,6 +31,10 @@ class RunEvents {
  public:
   // Opens the run's event file (rank 0 with output.tensorboard; otherwise writes nothing).
   explicit RunEvents(const TrainingRun& run);
+  // Writes to `writer` (tests: one on /dev/full).
+  explicit RunEvents(formats::EventFileWriter writer);
+  // Whether events are still being written (false: off, or given up after a failure).
+  bool writing() const { return writer_.has_value(); }
   // One metrics.jsonl line (it has "step").
   void line(const nlohmann::json& line);
   // A text at `step` (the sample).
@@ -38,6 +45,10 @@ class RunEvents {
   void stability(const metrics::StabilityReport& report);
 
  private:
+  // Runs write(writer) if there is a writer; a failure warns once and drops the writer.
+  template <class Write>
+  void write(Write&& write);
+
   std::optional<formats::EventFileWriter> writer_;
 };
 

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <boost/crc.hpp>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 
@@ -57,14 +58,22 @@ std::string event(double wall_time, std::int64_t step) {
   return e;
 }
 
-// Summary.Value: tag 1, simple_value 2 (float), tensor 8 (TensorProto), metadata 9
-// (SummaryMetadata: plugin_data 1 = PluginData: plugin_name 1, content 2).
-std::string summary_event(double wall_time, std::int64_t step, const std::string& value) {
+// Summary: value 1 (repeated Summary.Value). Summary.Value: tag 1, simple_value 2 (float),
+// tensor 8 (TensorProto), metadata 9 (SummaryMetadata: plugin_data 1 = PluginData:
+// plugin_name 1, content 2).
+std::string summary_event(double wall_time, std::int64_t step, const std::vector<std::string>& values) {
   std::string summary;
-  bytes_field(summary, 1, value);  // Summary.value (repeated; one here)
+  for (const std::string& value : values) bytes_field(summary, 1, value);
   std::string e = event(wall_time, step);
   bytes_field(e, 5, summary);
   return e;
+}
+
+std::string scalar_value(const std::string& tag, double value) {
+  std::string v;
+  bytes_field(v, 1, tag);
+  float_field(v, 2, static_cast<float>(value));
+  return v;
 }
 
 }  // namespace
@@ -91,20 +100,36 @@ EventFileWriter::EventFileWriter(const std::filesystem::path& dir) {
   // TensorBoard reads a folder's files in name order: the seconds first, then a counter so
   // that two writers of one process and second get files of their own.
   static std::atomic<int> counter{0};
-  const double now = wall_time_now();
-  path_ = dir / str("events.out.tfevents.", static_cast<std::int64_t>(now), ".", host, ".", getpid(), ".", counter++);
+  open(dir / str("events.out.tfevents.", static_cast<std::int64_t>(wall_time_now()), ".", host, ".", getpid(), ".",
+                 counter++));
+}
+
+EventFileWriter EventFileWriter::to_file(const std::filesystem::path& file) {
+  EventFileWriter w;
+  w.open(file);
+  return w;
+}
+
+void EventFileWriter::open(const std::filesystem::path& file) {
+  path_ = file;
   out_.open(path_, std::ios::binary | std::ios::trunc);
   DARK_CHECK(out_.good(), "cannot open ", path_.string(), " for writing");
-  std::string e = event(now, 0);
+  std::string e = event(wall_time_now(), 0);
   bytes_field(e, 3, "brain.Event:2");
   write_record(e);
 }
 
 void EventFileWriter::scalar(const std::string& tag, std::int64_t step, double value, double wall_time) {
-  std::string v;
-  bytes_field(v, 1, tag);
-  float_field(v, 2, static_cast<float>(value));
-  write_record(summary_event(wall_time, step, v));
+  write_record(summary_event(wall_time, step, {scalar_value(tag, value)}));
+}
+
+void EventFileWriter::scalars(const std::vector<std::pair<std::string, double>>& values, std::int64_t step,
+                              double wall_time) {
+  if (values.empty()) return;
+  std::vector<std::string> encoded;
+  encoded.reserve(values.size());
+  for (const auto& [tag, value] : values) encoded.push_back(scalar_value(tag, value));
+  write_record(summary_event(wall_time, step, encoded));
 }
 
 void EventFileWriter::text(const std::string& tag, std::int64_t step, const std::string& markdown, double wall_time) {
@@ -121,7 +146,7 @@ void EventFileWriter::text(const std::string& tag, std::int64_t step, const std:
   bytes_field(v, 1, tag);
   bytes_field(v, 8, tensor);
   bytes_field(v, 9, metadata);
-  write_record(summary_event(wall_time, step, v));
+  write_record(summary_event(wall_time, step, {v}));
 }
 
 void EventFileWriter::restart(std::int64_t step, double wall_time) {
@@ -141,7 +166,7 @@ void EventFileWriter::write_record(const std::string& data) {
   little_endian(record, masked_crc32c(data.data(), data.size()));
   out_.write(record.data(), static_cast<std::streamsize>(record.size()));
   out_.flush();
-  DARK_CHECK(out_.good(), "writing ", path_.string(), " failed");
+  DARK_CHECK(out_.good(), "writing ", path_.string(), " failed: ", std::strerror(errno));
 }
 
 }  // namespace dark::formats

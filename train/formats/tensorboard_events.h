@@ -8,6 +8,8 @@
 // fixed fields, and TensorBoard's own reader checks them (tests/tensorboard_check.py). The
 // CRC-32C is Boost.CRC's with the Castagnoli polynomial.
 //
+// Writing throws dark::Error when the file cannot be opened or a write fails (the disk is
+// full, ...); train/run_events.h turns that into a warning, since a plot must not end a run.
 // Every record is flushed as it is written, so a killed run leaves a file TensorBoard reads
 // up to its last whole record. A resumed run appends a new file that opens with a SessionLog
 // START at the step it continues from: TensorBoard then drops the earlier files' events at
@@ -18,6 +20,8 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace dark::formats {
 
@@ -30,8 +34,14 @@ class EventFileWriter {
   // Creates the folder and a new event file in it, opened with its file_version event.
   explicit EventFileWriter(const std::filesystem::path& dir);
 
+  // Writes to `file` itself, truncating it (tests: /dev/full, a disk with no room left).
+  static EventFileWriter to_file(const std::filesystem::path& file);
+
   // A scalar (TensorBoard's Scalars tab) at `step`; wall_time in seconds since the epoch.
   void scalar(const std::string& tag, std::int64_t step, double value, double wall_time);
+  // Several scalars at one step as one event (a Summary of several values): one record and one
+  // flush, where scalar() each time would make one of each per value.
+  void scalars(const std::vector<std::pair<std::string, double>>& values, std::int64_t step, double wall_time);
   // A text (the Text tab: markdown) at `step`.
   void text(const std::string& tag, std::int64_t step, const std::string& markdown, double wall_time);
   // A restart at `step` (SessionLog START): events of earlier files at steps >= step are dropped.
@@ -40,6 +50,8 @@ class EventFileWriter {
   const std::filesystem::path& path() const { return path_; }
 
  private:
+  EventFileWriter() = default;
+  void open(const std::filesystem::path& file);  // and writes the file_version event
   void write_record(const std::string& data);
 
   std::filesystem::path path_;
