@@ -18,6 +18,7 @@ packages=(
   clang libclang-rt-dev libomp-dev  # libFuzzer targets (tests/fuzz/, scripts/fuzz.sh)
   libbenchmark-dev       # bench/
   python3-numpy          # reference-value scripts
+  python3-venv           # the venvs of tests/tensorboard_check.sh and scripts/torch-venv.sh
   gnuplot-nox            # PNG plots of `darkformer report` (pngcairo terminal)
   patchelf               # scripts/gpu-bundle.sh: bundled programs find their libraries beside them
   python3.11-doc linux-doc-6.1  # the "debdocs" pretraining corpus (reStructuredText sources)

@@ -9,20 +9,29 @@
 #      killed file ends wherever the kill found it (past its latest checkpoint), the resumed
 #      file restarts after that checkpoint, and TensorBoard must see each step once, with the
 #      values metrics.jsonl keeps.
-# tensorboard comes from PyPI into an ignored venv (cache/venv-tensorboard, made once, ~30 s);
-# where PyPI cannot be reached this prints "skipped: ..." and exits 77 (ctest: skipped).
+#   Run 3 is also read through the viewer users open: a `tensorboard --logdir` server (its Rust
+#   data server, which handles a restart by its own rules) asked over its HTTP API.
+# tensorboard (pinned below) comes from PyPI into an ignored venv (cache/venv-tensorboard, made
+# once, ~30 s). A failed install is a failure; only where PyPI cannot be reached at all does
+# this print "skipped: ..." and exit 77 (ctest: skipped).
 # usage: tensorboard_check.sh DARKFORMER SOURCE_DIR
 set -euo pipefail
 darkformer="$1" src="$2"
+version=2.21.0 data_server=0.7.2  # what is checked (the viewer and its Rust data server); bump deliberately
 venv="$src/cache/venv-tensorboard"
-if ! "$venv/bin/python" -c "import tensorboard" 2> /dev/null; then
+if ! "$venv/bin/python" -c "import sys, tensorboard; sys.exit(tensorboard.__version__ != '$version')" 2> /dev/null; then
   rm -rf "$venv"
-  python3 -m venv "$venv" > /dev/null || { echo "skipped: python3 -m venv failed (python3-venv missing)"; exit 77; }
-  if ! "$venv/bin/pip" install -q tensorboard > "$venv.log" 2>&1; then
+  python3 -m venv "$venv" > /dev/null || { echo "FAILED: python3 -m venv failed (python3-venv missing: scripts/install-deps.sh)"; exit 1; }
+  if ! "$venv/bin/pip" install -q "tensorboard==$version" "tensorboard-data-server==$data_server" > "$venv.log" 2>&1; then
     cat "$venv.log"
     rm -rf "$venv"
-    echo "skipped: pip could not install tensorboard (PyPI unreachable?)"
-    exit 77
+    if ! python3 -c "import urllib.request; urllib.request.urlopen('https://pypi.org/simple/tensorboard/', timeout=20)" \
+        2> /dev/null; then
+      echo "skipped: PyPI cannot be reached, so tensorboard $version cannot be installed"
+      exit 77
+    fi
+    echo "FAILED: pip could not install tensorboard==$version although PyPI answers (log above)"
+    exit 1
   fi
 fi
 "$venv/bin/python" -c "import tensorboard; print('tensorboard', tensorboard.__version__)"
@@ -89,5 +98,6 @@ echo "killed at step $(tail -n 1 "$tmp/killed/metrics.jsonl" | grep -o '"step":[
      "$(wc -l < "$tmp/killed/metrics.jsonl"), latest checkpoint $latest); resuming to step $((latest + 40))"
 sed -i "s/\"steps\": 1000000/\"steps\": $((latest + 40))/" "$tmp/killed.json"
 "$darkformer" train --config "$tmp/killed.json" --resume > "$tmp/resumed.log" 2>&1 || { cat "$tmp/resumed.log"; exit 1; }
-"$venv/bin/python" "$src/tests/reference/check_tensorboard.py" "$tmp/killed" --sample || status=1
+"$venv/bin/python" "$src/tests/reference/check_tensorboard.py" "$tmp/killed" --sample --server "$venv/bin/tensorboard" ||
+  status=1
 exit $status
