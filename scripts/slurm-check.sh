@@ -5,23 +5,47 @@
 # submits scripts/slurm/train-cpu.sbatch with 2 tasks on a small config, waits for it, checks
 # that its 2 ranks trained exactly what one process with twice the grad_accum trains (the same
 # losses, gradient norms and evaluations in metrics.jsonl and the same final model.safetensors,
-# bit for bit; both with one thread per process), and stops the daemons it started.
+# bit for bit, by scripts/same_run.py; both with one thread per process), and stops the daemons.
 #   scripts/slurm-check.sh [BUILD_DIR]        (default build; run from anywhere)
-# Needs slurm-wlm and munge (scripts/install-deps.sh installs them, in ~10 s) and Open MPI.
-# Exit: 0 when the runs agree, 1 otherwise; 77 when Slurm is not installed.
+# Runs as whoever calls it: the daemons run as that user (SlurmUser, SlurmdUser), as Slurm
+# allows for a cluster of one user. They die with this script however it ends (a parent-death
+# signal, setpriv --pdeathsig, so also under kill -9 or CTest's timeout: tested by
+# tests/slurm_check_killed.sh), and a watchdog then removes the temporary folder. A port that
+# turns out to be taken is retried with others.
+# Needs slurm-wlm and munge (scripts/install-deps.sh installs them, in ~10 s), Open MPI and
+# setpriv (util-linux).
+# Exit: 0 when the runs agree, 1 otherwise; 77 when Slurm is not installed, or when its daemons
+# cannot run as this (non-root) user on this machine.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="$(cd "${1:-$root/build}" && pwd)"
-for tool in munged slurmctld slurmd sbatch sinfo mpirun; do
+for tool in munged slurmctld slurmd sbatch sinfo mpirun setpriv; do
   command -v "$tool" > /dev/null || [ -x "/usr/sbin/$tool" ] ||
     { echo "skipped: $tool not found (scripts/install-deps.sh installs slurm-wlm, munge and Open MPI)"; exit 77; }
 done
 export PATH="$PATH:/usr/sbin"
+user="$(id -un)"
 tmp="$(mktemp -d /tmp/darkformer-slurm.XXXXXX)"
-pids=()
+echo "slurm-check: folder $tmp, script pid $$"
+# The watchdog: once this script is gone, however it ended, remove the folder. In a session of
+# its own, so that a signal to this script's process group does not end it first.
+if [ -z "${DARK_SLURM_KEEP:-}" ]; then
+  setsid bash -c 'while kill -0 "$1" 2> /dev/null; do sleep 1; done; rm -rf "$2"' watchdog $$ "$tmp" \
+    < /dev/null > /dev/null 2>&1 &
+fi
+munge_pid="" slurm_pids=()
+# Each daemon runs in the foreground as a direct child of this script (`"${with_pdeath[@]}" CMD &`:
+# setpriv sets the signal and execs CMD in the same process), and the kernel sends it SIGKILL
+# when this script's process ends.
+with_pdeath=(setpriv --pdeathsig KILL --)
+stop_slurm() {
+  for pid in "${slurm_pids[@]}"; do kill "$pid" 2> /dev/null || true; done
+  for pid in "${slurm_pids[@]}"; do wait "$pid" 2> /dev/null || true; done
+  slurm_pids=()
+}
 cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2> /dev/null || true; done
-  for pid in "${pids[@]}"; do wait "$pid" 2> /dev/null || true; done
+  stop_slurm
+  [ -n "$munge_pid" ] && { kill "$munge_pid" 2> /dev/null || true; wait "$munge_pid" 2> /dev/null || true; }
   [ -n "${DARK_SLURM_KEEP:-}" ] && echo "kept $tmp" || rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -31,18 +55,34 @@ mkdir -p "$tmp/munge" "$tmp/state" "$tmp/spool"
 chmod 700 "$tmp/munge"
 dd if=/dev/urandom of="$tmp/munge/munge.key" bs=1024 count=1 status=none
 chmod 400 "$tmp/munge/munge.key"
-munged --force --foreground --key-file="$tmp/munge/munge.key" --socket="$tmp/munge/socket" \
+"${with_pdeath[@]}" munged --force --foreground --key-file="$tmp/munge/munge.key" --socket="$tmp/munge/socket" \
   --pid-file="$tmp/munge/pid" --log-file="$tmp/munge/log" --seed-file="$tmp/munge/seed" > "$tmp/munge/out" 2>&1 &
-pids+=($!)
+munge_pid=$!
+for _ in $(seq 1 50); do [ -S "$tmp/munge/socket" ] && break; sleep 0.1; done
 
-port=$((20000 + RANDOM % 20000))
-cat > "$tmp/slurm.conf" <<EOF
+# Two consecutive ports (controller, node daemon) that a bind finds free now.
+free_ports() {
+  python3 -c '
+import random, socket
+while True:
+    port = random.randrange(20000, 60000)
+    try:
+        for p in (port, port + 1):
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", p))
+        print(port)
+        break
+    except OSError:
+        pass'
+}
+write_conf() {  # PORT
+  cat > "$tmp/slurm.conf" <<EOF
 ClusterName=darkformer-check
 SlurmctldHost=localhost
-SlurmUser=root
-SlurmdUser=root
-SlurmctldPort=$port
-SlurmdPort=$((port + 1))
+SlurmUser=$user
+SlurmdUser=$user
+SlurmctldPort=$1
+SlurmdPort=$(($1 + 1))
 AuthType=auth/munge
 AuthInfo=socket=$tmp/munge/socket
 CredType=cred/munge
@@ -65,24 +105,39 @@ MpiDefault=none
 NodeName=darkformer-node NodeAddr=127.0.0.1 CPUs=2 State=UNKNOWN
 PartitionName=check Nodes=darkformer-node Default=YES MaxTime=INFINITE State=UP
 EOF
+}
 export SLURM_CONF="$tmp/slurm.conf"
-for _ in $(seq 1 50); do [ -S "$tmp/munge/socket" ] && break; sleep 0.1; done
-slurmctld -D -i -f "$SLURM_CONF" > "$tmp/slurmctld.out" 2>&1 &
-pids+=($!)
-slurmd -D -N darkformer-node -f "$SLURM_CONF" > "$tmp/slurmd.out" 2>&1 &
-pids+=($!)
-state=""
-for _ in $(seq 1 100); do
-  state="$(sinfo -h -o %T 2> /dev/null || true)"
+state="" port=""
+for attempt in 1 2 3 4 5; do
+  port="$(free_ports)"
+  write_conf "$port"
+  "${with_pdeath[@]}" slurmctld -D -i -f "$SLURM_CONF" > "$tmp/slurmctld.out" 2>&1 &
+  slurm_pids+=($!)
+  "${with_pdeath[@]}" slurmd -D -N darkformer-node -f "$SLURM_CONF" > "$tmp/slurmd.out" 2>&1 &
+  slurm_pids+=($!)
+  for _ in $(seq 1 100); do
+    state="$(sinfo -h -o %T 2> /dev/null || true)"
+    [ "$state" = "idle" ] && break
+    sleep 0.2
+  done
   [ "$state" = "idle" ] && break
-  sleep 0.2
+  # A port taken between the check and the daemons' bind: stop them, try others.
+  grep -qi "address already in use" "$tmp"/slurm*.log "$tmp"/slurm*.out 2> /dev/null || break
+  echo "slurm-check: port $port or $((port + 1)) was taken; trying others (attempt $attempt)"
+  stop_slurm
+  rm -rf "$tmp/state" "$tmp"/slurm*.log "$tmp"/slurm*.out "$tmp"/slurm*.pid
+  mkdir -p "$tmp/state"
 done
 if [ "$state" != "idle" ]; then
+  tail -n 20 "$tmp/slurmctld.log" "$tmp/slurmd.log" "$tmp/munge/log" 2> /dev/null || true
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "skipped: the one-node Slurm did not come up as user $user (node state '$state'; its logs above)"
+    exit 77
+  fi
   echo "FAILED: the one-node Slurm did not come up (node state '$state')"
-  tail -n 20 "$tmp/slurmctld.log" "$tmp/slurmd.log" "$tmp/munge/log" 2> /dev/null
   exit 1
 fi
-echo "slurm-check: $(sinfo --version), node darkformer-node idle (2 CPUs), controller port $port"
+echo "slurm-check: $(sinfo --version), node darkformer-node idle (2 CPUs), ports $port-$((port + 1)), user $user"
 
 # A small run (the quickstart model at 40 steps on a tiny corpus), byte tokenizer, 1 thread.
 mkdir -p "$tmp/corpus"
@@ -120,25 +175,8 @@ grep -E "^darkformer-cpu:|data parallel:|done:" "$tmp/job.out" | sed 's/^/  | /'
 OMP_NUM_THREADS=1 "$build/darkformer" train --config "$tmp/check.json" --set training.grad_accum=2 \
   --set output.dir="$tmp/one-process" > "$tmp/one.log" 2>&1 || { cat "$tmp/one.log"; exit 1; }
 
-python3 - "$tmp/slurm-2ranks" "$tmp/one-process" <<'PY'
-import hashlib, json, pathlib, sys
-TIMING = ("elapsed_s", "step_ms", "tokens_per_s", "comm_wait_ms", "peak_mem_mib")
-def lines(run):
-    out = []
-    for line in open(pathlib.Path(run) / "metrics.jsonl"):
-        row = json.loads(line)
-        for key in TIMING:
-            row.pop(key, None)
-        out.append(row)
-    return out
-def weights(run):
-    return hashlib.sha256((pathlib.Path(run) / "checkpoints/step_00000040/model.safetensors").read_bytes()).hexdigest()
-a, b = lines(sys.argv[1]), lines(sys.argv[2])
-same_lines = a == b
-same_weights = weights(sys.argv[1]) == weights(sys.argv[2])
-final = [r for r in a if "eval_loss" in r][-1]
-print(f"slurm-check: 2 ranks under Slurm vs 1 process with grad_accum 2: metrics.jsonl {len(a)} lines "
-      f"{'identical' if same_lines else 'DIFFERENT'}; final model.safetensors {'identical' if same_weights else 'DIFFERENT'}"
-      f" (final val loss {final['eval_loss']:.6f})")
-sys.exit(0 if same_lines and same_weights else 1)
-PY
+# The same bits: metrics.jsonl without what may differ between 2 ranks and one process (the
+# timings, the wait for the all-reduce, the memory), every checkpoint file, and state.json but
+# for the number of ranks, the gradient accumulation and the distributed section.
+"$root/scripts/same_run.py" --ignore comm_wait_ms --ignore peak_mem_mib --ignore world_size \
+  --ignore training.grad_accum --ignore distributed "$tmp/slurm-2ranks" "$tmp/one-process" | sed 's/^/slurm-check: /'
