@@ -24,7 +24,7 @@ class DarkformerAttention final : public RandomFeatureAttention {
   // The base's, and "matrices": how many M the layer has (1 with scope layer, else Hkv).
   Export export_form() override {
     Export e = RandomFeatureAttention::export_form();
-    e.settings["matrices"] = static_cast<double>(matrix->size(0));
+    e.settings["matrices"] = matrix->size(0);
     return e;
   }
 

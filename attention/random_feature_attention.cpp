@@ -148,18 +148,18 @@ nn::AttentionKernel::Export RandomFeatureAttention::export_form() {
              " learns a window balance (attention.window_balance): it is not part of the exported modeling file");
   Export e;
   e.settings = {{"num_features", config_.num_features},
-                {"rank", static_cast<double>(rank_)},
+                {"rank", rank_},
                 {"eps", config_.eps},
                 {"exact_window", config_.exact_window},
-                {"exact", config_.mode == Mode::exact ? 1.0 : 0.0},
-                {"feature_epoch", static_cast<double>(epoch_)},
-                {"log_weight", 0.0}};
+                {"mode", config_.mode == Mode::exact ? "exact" : "linear"},
+                {"feature_epoch", epoch_},
+                {"log_weight", false}};
   if (config_.mode == Mode::exact) return e;  // the exact kernel draws no features
   const auto [omega, log_weight] = features(shape_.dtype, Device::cpu());
   e.tensors["omega"] = omega.to(DType::f32);
   if (log_weight.defined()) {
     e.tensors["log_weight"] = log_weight.to(DType::f32);
-    e.settings["log_weight"] = 1.0;
+    e.settings["log_weight"] = true;
   }
   return e;
 }

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <memory>
 #include <optional>
 #include <string>
@@ -97,10 +98,12 @@ class AttentionKernel : public Module {
   virtual void load_extra_state(const std::map<std::string, Tensor>& /*saved*/) {}
 
   // What computing this kernel outside the framework takes (export-hf's modeling file): its
-  // settings beyond the layer's shape, and the tensors that are not parameters (the feature
-  // matrices in force for the current epoch), by name. Empty for softmax.
+  // settings beyond the layer's shape, as the JSON object that goes into the exported
+  // config's attention_layers entry (each value with its own type: integers, numbers, booleans,
+  // strings), and the tensors that are not parameters (the feature matrices in force for the
+  // current epoch), by name. Empty for softmax.
   struct Export {
-    std::map<std::string, double> settings;
+    nlohmann::json settings = nlohmann::json::object();
     std::map<std::string, Tensor> tensors;
   };
   virtual Export export_form() { return {}; }

@@ -359,6 +359,13 @@ TEST(HfExport, RandomFeatureModelsExportWithTheirModelingCodeAndFeatures) {
   EXPECT_EQ(dark.at("matrices"), 2);  // one M per key/value head
   EXPECT_EQ(dark.at("log_weight"), false);
   EXPECT_DOUBLE_EQ(dark.at("eps").get<double>(), config.attention.eps);
+  // Each setting with the type the kernel gave it (Export::settings is the JSON itself, not
+  // numbers typed again by key name in hf_export.cpp).
+  for (const char* key : {"num_features", "rank", "exact_window", "feature_epoch", "matrices"})
+    EXPECT_TRUE(dark.at(key).is_number_integer()) << key;
+  EXPECT_TRUE(dark.at("eps").is_number_float());
+  EXPECT_TRUE(dark.at("log_weight").is_boolean());
+  EXPECT_EQ(json(kernels[1]->export_form().settings).size() + 1, dark.size());  // the kernel's settings and "kind"
   EXPECT_EQ(json::parse(read_file(dir / "dark/generation_config.json")).at("use_cache"), false);
 
   const std::map<std::string, Tensor> weights = formats::load_safetensors(dir / "dark/model.safetensors").tensors;

@@ -23,27 +23,26 @@ constexpr std::int64_t kF32 = 4, kIndex = 4;  // f32 statistics and gradients; i
 
 double mib(std::int64_t bytes) { return static_cast<double>(bytes) / kMiB; }
 
-// What is counted of a block: on a GPU the allocator's whole block (round_size: up to an
-// eighth of the next power of two above 1 MiB); on the CPU only the pages a tensor writes,
-// since the peak is the resident set and the rest of a fresh block is never touched (SmolLM2's
-// 513 MiB flat buffers are 640 MiB blocks: 4 of them left 0.5 GiB counted that was never
-// resident). Set by estimate_memory for the device it estimates, before any count.
-thread_local bool count_touched_pages = false;
-
-// Bytes that `count` tensors of `elements` x `element_bytes` take (see count_touched_pages).
-std::int64_t blocks(std::int64_t count, std::int64_t elements, std::int64_t element_bytes) {
-  if (count <= 0 || elements <= 0) return 0;
-  const auto bytes = static_cast<std::size_t>(elements * element_bytes);
-  constexpr std::size_t kPage = 4096;
-  const std::size_t rounded = CachingAllocator::round_size(bytes);
-  return count * static_cast<std::int64_t>(count_touched_pages ? std::min(rounded, (bytes + kPage - 1) / kPage * kPage)
-                                                               : rounded);
-}
-
-// The shape of one run's tensors, in elements.
+// The shape of one run's tensors, in elements, and how a tensor of them is counted.
 struct Dims {
   std::int64_t B, T, N, d, f, H, kvH, hd, V;
   std::int64_t act;  // bytes per activation element: 2 in bf16 mixed precision, else 4
+  // What is counted of a block: on a GPU the allocator's whole block (round_size: up to an
+  // eighth of the next power of two above 1 MiB); on the CPU only the pages a tensor writes,
+  // since the peak is the resident set and the rest of a fresh block is never touched
+  // (SmolLM2's 513 MiB flat buffers are 640 MiB blocks: 4 of them left 0.5 GiB counted that
+  // was never resident).
+  bool touched_pages_only;
+
+  // Bytes that `count` tensors of `elements` x `element_bytes` take.
+  std::int64_t blocks(std::int64_t count, std::int64_t elements, std::int64_t element_bytes) const {
+    if (count <= 0 || elements <= 0) return 0;
+    const auto bytes = static_cast<std::size_t>(elements * element_bytes);
+    constexpr std::size_t kPage = 4096;
+    const std::size_t rounded = CachingAllocator::round_size(bytes);
+    return count * static_cast<std::int64_t>(touched_pages_only ? std::min(rounded, (bytes + kPage - 1) / kPage * kPage)
+                                                                : rounded);
+  }
 };
 
 // The attention kind's tensors kept for backward by one layer (forward), and its largest
@@ -59,8 +58,8 @@ AttentionMemory attention_memory(const attention::AttentionConfig& a, const Dims
   if (a.kind == Kind::softmax) {
     // flash_attention saves q, k, v (the RoPE outputs, counted by the block), its output and
     // the per-row log-sum-exp; backward makes dq, dk, dv and a contiguous dout.
-    out.kept = blocks(1, q, s.act) + blocks(1, s.N * s.H, kF32);
-    out.backward = blocks(2, q, s.act) + blocks(2, kv, s.act);
+    out.kept = s.blocks(1, q, s.act) + s.blocks(1, s.N * s.H, kF32);
+    out.backward = s.blocks(2, q, s.act) + s.blocks(2, kv, s.act);
     return out;
   }
   // The transformed queries and keys: performer and lfk scale them (width hd); darkformer
@@ -68,21 +67,21 @@ AttentionMemory attention_memory(const attention::AttentionConfig& a, const Dims
   // head of several kv heads.
   const std::int64_t r = a.kind == Kind::darkformer && a.darkformer.rank > 0 ? a.darkformer.rank : s.hd;
   const std::int64_t qt = s.N * s.H * r, kt = s.N * s.kvH * r;
-  out.kept = blocks(1, qt, s.act) + blocks(1, kt, s.act);
+  out.kept = s.blocks(1, qt, s.act) + s.blocks(1, kt, s.act);
   if (a.kind == Kind::darkformer && a.darkformer.scope == attention::MatrixScope::head && s.kvH > 1)
-    out.kept += blocks(1, q, s.act) + blocks(1, kv, s.act) + blocks(1, qt, s.act) + blocks(1, kt, s.act);
+    out.kept += s.blocks(1, q, s.act) + s.blocks(1, kv, s.act) + s.blocks(1, qt, s.act) + s.blocks(1, kt, s.act);
   if (a.mode == attention::Mode::exact) {
     // flash attention on the transformed (zero-padded to hd) queries and keys.
-    if (r != s.hd) out.kept += blocks(1, q, s.act) + blocks(1, kv, s.act);
-    out.kept += blocks(1, q, s.act) + blocks(1, s.N * s.H, kF32);
-    out.backward = blocks(2, q, s.act) + blocks(2, kv, s.act);
+    if (r != s.hd) out.kept += s.blocks(1, q, s.act) + s.blocks(1, kv, s.act);
+    out.kept += s.blocks(1, q, s.act) + s.blocks(1, s.N * s.H, kF32);
+    out.backward = s.blocks(2, q, s.act) + s.blocks(2, kv, s.act);
     return out;
   }
   // random_feature_attention keeps its output and the denominator; its backward makes the
   // feature logits chunk by chunk (kernel scratch, no (N, H, m) tensor) and allocates the
   // gradients of its inputs.
-  out.kept += blocks(1, q, s.act) + blocks(1, s.N * s.H, s.act);
-  out.backward = blocks(1, q, s.act) + blocks(1, qt, s.act) + blocks(1, kt, s.act) + blocks(1, kv, s.act);
+  out.kept += s.blocks(1, q, s.act) + s.blocks(1, s.N * s.H, s.act);
+  out.backward = s.blocks(1, q, s.act) + s.blocks(1, qt, s.act) + s.blocks(1, kt, s.act) + s.blocks(1, kv, s.act);
   return out;
 }
 
@@ -96,17 +95,17 @@ BlockMemory block_memory(const RunConfig& config, int layer, const Dims& s) {
   BlockMemory b;
   // Of width d: two RMSNorm outputs, q and its RoPE, o_proj, two residual adds, down; of the
   // kv width: k and its RoPE, v; of d_ff: gate, up, the GLU; the norms' per-row rstd.
-  b.kept = blocks(8, Nd, s.act) + blocks(3, Nkv, s.act) + blocks(3, Nf, s.act) + blocks(2, s.N, kF32);
+  b.kept = s.blocks(8, Nd, s.act) + s.blocks(3, Nkv, s.act) + s.blocks(3, Nf, s.act) + s.blocks(2, s.N, kF32);
   // Dropout at both sites: its output beside its input, and the kept units, 1 bit each.
-  if (config.model.dropout > 0) b.kept += blocks(2, Nd, s.act) + blocks(2, (Nd + 31) / 32, 4);
+  if (config.model.dropout > 0) b.kept += s.blocks(2, Nd, s.act) + s.blocks(2, (Nd + 31) / 32, 4);
   const AttentionMemory a = attention_memory(attention_for_layer(config, layer), s);
   b.kept += a.kept;
   // Backward of the MLP: the incoming gradient, d(glu), d(gate), d(up), the recomputed GLU
   // (written beside them), an input gradient and a weight gradient (f32: written straight into
   // the flat buffer after zero_grad, added from a temporary in later micro-batches); the
   // attention's likewise.
-  const std::int64_t mlp = blocks(2, Nd, kF32) + blocks(4, Nf, kF32) + blocks(1, s.f * s.d, kF32);
-  b.backward = std::max(mlp, blocks(2, Nd, kF32) + a.backward + blocks(1, s.d * s.d, kF32));
+  const std::int64_t mlp = s.blocks(2, Nd, kF32) + s.blocks(4, Nf, kF32) + s.blocks(1, s.f * s.d, kF32);
+  b.backward = std::max(mlp, s.blocks(2, Nd, kF32) + a.backward + s.blocks(1, s.d * s.d, kF32));
   return b;
 }
 
@@ -187,7 +186,7 @@ std::int64_t transfer_peak(const RunConfig& config, const Dims& s, const std::ve
     bool q_trains = false, k_trains = false;
     for (const ParameterShape& p : shapes) {
       if (!p.name.starts_with(prefix)) continue;
-      if (p.name.find(".feature_map.") == std::string::npos) frozen += blocks(1, p.numel, kF32);  // the source's copy
+      if (p.name.find(".feature_map.") == std::string::npos) frozen += s.blocks(1, p.numel, kF32);  // the source's copy
       if (!nn::matches_any(p.name, globs)) continue;
       trained.push_back(p.numel);
       q_trains = q_trains || p.name.find(".q_") != std::string::npos;
@@ -196,24 +195,24 @@ std::int64_t transfer_peak(const RunConfig& config, const Dims& s, const std::ve
     const bool gemma = m.family == nn::ModelFamily::gemma3;
     // Projection, QK-norm and RoPE outputs where they train; the kernel's own; the output
     // term's difference and its square.
-    kept += (q_trains ? blocks(gemma ? 3 : 2, q, s.act) : 0) + (k_trains ? blocks(gemma ? 3 : 2, kv, s.act) : 0);
+    kept += (q_trains ? s.blocks(gemma ? 3 : 2, q, s.act) : 0) + (k_trains ? s.blocks(gemma ? 3 : 2, kv, s.act) : 0);
     const AttentionMemory am = attention_memory(a, s);
-    kept += am.kept + blocks(2, q, s.act);
+    kept += am.kept + s.blocks(2, q, s.act);
     // The attention-weight term: about ten (B, Hq, rows, T) tensors, the keys' feature logits
     // and their exponentials.
     const std::int64_t features = a.mode == attention::Mode::exact ? 0 : a.num_features;
     if (tc.attention_weight > 0)
-      kept += blocks(10, rows_by_keys, s.act) + blocks(3, s.N * s.kvH * features, s.act) +
-              blocks(3, s.B * R * s.H * features, s.act);
-    layer_backward = std::max(layer_backward, am.backward + blocks(2, q, kF32) +
-                                                  (tc.attention_weight > 0 ? blocks(6, rows_by_keys, kF32) : 0));
+      kept += s.blocks(10, rows_by_keys, s.act) + s.blocks(3, s.N * s.kvH * features, s.act) +
+              s.blocks(3, s.B * R * s.H * features, s.act);
+    layer_backward = std::max(layer_backward, am.backward + s.blocks(2, q, kF32) +
+                                                  (tc.attention_weight > 0 ? s.blocks(6, rows_by_keys, kF32) : 0));
   }
   const std::int64_t flat = flat_numel(trained, 1);
-  const std::int64_t buffers = blocks(4, flat, kF32);
+  const std::int64_t buffers = s.blocks(4, flat, kF32);
   // The stream and one block's temporaries while the forward runs (freed block by block).
   std::int64_t block = 0;
   for (int i = 0; i < m.n_layers; ++i) block = std::max(block, block_memory(config, i, s).kept);
-  return frozen + buffers + kept + layer_backward + block + blocks(2, s.N * s.d, s.act);
+  return frozen + buffers + kept + layer_backward + block + s.blocks(2, s.N * s.d, s.act);
 }
 
 }  // namespace
@@ -231,10 +230,9 @@ MemoryEstimate estimate_memory(const RunConfig& config, const EstimateContext& c
   const TrainingConfig& t = config.training;
   MemoryEstimate e;
   e.device = ctx.device;
-  count_touched_pages = !ctx.device.is_cuda();
   const bool bf16 = t.precision == Precision::bf16;
   Dims s{t.batch_size, config.data.seq_len, 0, m.d_model, m.d_ff, m.n_heads, m.n_kv_heads, m.head_size(),
-         m.vocab_size, bf16 ? 2 : 4};
+         m.vocab_size, bf16 ? 2 : 4, !ctx.device.is_cuda()};
   s.N = s.B * s.T;
 
   // ---- parameters, gradients, optimizer state ----
@@ -244,12 +242,12 @@ MemoryEstimate estimate_memory(const RunConfig& config, const EstimateContext& c
   std::int64_t as_built = 0;
   for (const ParameterShape& p : parameter_shapes(config)) {
     e.numel += p.numel;
-    largest_parameter = std::max(largest_parameter, blocks(1, p.numel, kF32));
-    if (ctx.holds_source && !ctx.device.is_cuda()) e.source += blocks(1, p.numel, kF32);
-    as_built += blocks(1, p.numel, kF32);
-    e.parameters += blocks(1, p.numel, kF32);  // as built; a trainable one's block then stays cached
+    largest_parameter = std::max(largest_parameter, s.blocks(1, p.numel, kF32));
+    if (ctx.holds_source && !ctx.device.is_cuda()) e.source += s.blocks(1, p.numel, kF32);
+    as_built += s.blocks(1, p.numel, kF32);
+    e.parameters += s.blocks(1, p.numel, kF32);  // as built; a trainable one's block then stays cached
     if (!nn::matches_any(p.name, globs)) {
-      if (bf16 && p.numel > s.d) e.parameters += blocks(1, p.numel, 2);  // a frozen weight's bf16 copy on the tape
+      if (bf16 && p.numel > s.d) e.parameters += s.blocks(1, p.numel, 2);  // a frozen weight's bf16 copy on the tape
       continue;
     }
     trainable.push_back(p.numel);
@@ -257,12 +255,12 @@ MemoryEstimate estimate_memory(const RunConfig& config, const EstimateContext& c
   }
   const int world = std::max(1, ctx.world_size);
   const std::int64_t flat = flat_numel(trainable, world);
-  e.parameters += blocks(1, flat, kF32);
-  if (bf16) e.parameters += blocks(1, flat, 2);  // the step's one bf16 copy of them (ParameterBuffer::cast_values)
-  e.gradients = blocks(1, flat, kF32);
+  e.parameters += s.blocks(1, flat, kF32);
+  if (bf16) e.parameters += s.blocks(1, flat, 2);  // the step's one bf16 copy of them (ParameterBuffer::cast_values)
+  e.gradients = s.blocks(1, flat, kF32);
   const std::int64_t shard = config.distributed.zero_stage == 1 && world > 1 ? flat / world : flat;
   // The trainer's SGD keeps a momentum buffer even at momentum 0 (nn/optim.cpp).
-  e.optimizer = blocks(config.optimizer.name == nn::OptimizerKind::adamw ? 2 : 1, shard, kF32);
+  e.optimizer = s.blocks(config.optimizer.name == nn::OptimizerKind::adamw ? 2 : 1, shard, kF32);
 
   // ---- activations of one micro-batch and the backward's temporaries ----
   std::int64_t blocks_kept = 0, block_backward = 0, largest_block = 0;
@@ -274,7 +272,7 @@ MemoryEstimate estimate_memory(const RunConfig& config, const EstimateContext& c
   }
   const std::int64_t Nd = s.N * s.d;
   // Token ids and targets, the embedding output, the final norm, the loss's per-row vectors.
-  std::int64_t outside = blocks(2, s.N, kIndex) + blocks(2, Nd, s.act) + blocks(4, s.N, kF32);
+  std::int64_t outside = s.blocks(2, s.N, kIndex) + s.blocks(2, Nd, s.act) + s.blocks(4, s.N, kF32);
   // The head (linear_cross_entropy) computes its gradients in the forward, a chunk of rows at
   // a time: dhidden and the weight's gradient in f32 beside one chunk's f32 logits (and their
   // bf16 copy); its backward scales the two and casts dhidden (bf16: one more copy); the
@@ -284,13 +282,13 @@ MemoryEstimate estimate_memory(const RunConfig& config, const EstimateContext& c
   // as in limited-attention finetuning, has none).
   const bool head_trains =
       nn::matches_any(m.tie_embeddings ? "model.embed_tokens.weight" : "lm_head.weight", globs);
-  const std::int64_t head_gradients = blocks(1, Nd, kF32) + (head_trains ? blocks(1, s.V * s.d, kF32) : 0);
+  const std::int64_t head_gradients = s.blocks(1, Nd, kF32) + (head_trains ? s.blocks(1, s.V * s.d, kF32) : 0);
   const std::int64_t head_backward =
       head_gradients +
-      std::max(blocks(1, rows * s.V, kF32) + (bf16 ? blocks(1, rows * s.V, 2) : 0), bf16 ? blocks(1, Nd, 2) : 0);
+      std::max(s.blocks(1, rows * s.V, kF32) + (bf16 ? s.blocks(1, rows * s.V, 2) : 0), bf16 ? s.blocks(1, Nd, 2) : 0);
   if (t.activation_checkpointing) {
     // Only the block inputs stay; backward recomputes one block at a time.
-    e.activations = blocks(m.n_layers, Nd, s.act) + outside;
+    e.activations = s.blocks(m.n_layers, Nd, s.act) + outside;
     e.backward = std::max(head_backward, largest_block);
   } else {
     e.activations = blocks_kept + outside;
@@ -302,13 +300,13 @@ MemoryEstimate estimate_memory(const RunConfig& config, const EstimateContext& c
   // elements at a time (nn/parameter_buffer.cpp): two f64 temporaries of a pass's size.
   const std::int64_t pass = std::int64_t{1024} * nn::ParameterBuffer::kNormChunk;
   const std::int64_t norm_shard = config.distributed.zero_stage == 1 && world > 1 ? flat / world : flat;
-  e.backward += blocks(2, std::min(norm_shard, pass), 8) + (norm_shard > pass ? blocks(2, norm_shard % pass, 8) : 0);
+  e.backward += s.blocks(2, std::min(norm_shard, pass), 8) + (norm_shard > pass ? s.blocks(2, norm_shard % pass, 8) : 0);
   // (Clipping scales the flat gradients in place: ParameterBuffer::scale_grads.)
 
   // ---- data and the process itself ----
-  e.data = ctx.data_bytes + blocks(1, s.B * (s.T + 1), kIndex);
+  e.data = ctx.data_bytes + s.blocks(1, s.B * (s.T + 1), kIndex);
   e.overhead = (ctx.device.is_cuda() ? 0 : ctx.resident_bytes) + fixed_overhead_bytes(ctx.device);
-  if (ctx.device.is_cuda()) e.data = blocks(2, s.B * (s.T + 1), kIndex);  // the shards stay in host memory
+  if (ctx.device.is_cuda()) e.data = s.blocks(2, s.B * (s.T + 1), kIndex);  // the shards stay in host memory
   // Loading: the model is built (each weight drawn, then scaled into a new tensor) beside the
   // resident source, before either is freed.
   if (e.source > 0) e.loading = e.overhead + e.parameters + largest_parameter;

@@ -139,18 +139,8 @@ void add_darkformer_keys(json& hf, const nn::ModelConfig& m, const std::vector<n
   for (std::size_t layer = 0; layer < kernels.size(); ++layer) {
     if (m.family != nn::ModelFamily::gemma3) hf["layer_types"].push_back("full_attention");
     nn::AttentionKernel::Export e = kernels[layer]->export_form();
-    json spec = {{"kind", kernels[layer]->kind()}};
-    for (const auto& [key, value] : e.settings) {
-      if (key == "exact") {
-        spec["mode"] = value != 0 ? "exact" : "linear";
-      } else if (key == "log_weight") {
-        spec[key] = value != 0;
-      } else if (key == "eps") {
-        spec[key] = value;
-      } else {
-        spec[key] = static_cast<std::int64_t>(value);
-      }
-    }
+    json spec = e.settings;  // the kernel's own settings, typed as it wrote them
+    spec["kind"] = kernels[layer]->kind();
     layers.push_back(spec);
     for (auto& [name, t] : e.tensors) tensors[str("model.layers.", layer, ".self_attn.feature_map.", name)] = t;
   }
