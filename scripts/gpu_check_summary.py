@@ -122,6 +122,31 @@ def darkformer_row(train, precision, graph):
                  and bool(r.get("cuda_graph")) == graph and "tokens_per_s" in r), None)
 
 
+# Dense bf16 tensor-core peaks (TFLOPS, without sparsity) from NVIDIA's product datasheets, by the
+# words of the name nvidia-smi reports ("NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB"): the
+# first entry whose words all appear in the name, so the more specific entries come first.
+BF16_PEAKS = (
+    (("H200", "NVL"), 835.0, "H200 NVL datasheet"),
+    (("H200",), 989.0, "H200 SXM datasheet: 1,979 with sparsity"),
+    (("H100", "NVL"), 835.0, "H100 NVL datasheet"),
+    (("H100", "PCIe"), 756.0, "H100 PCIe datasheet: 1,513 with sparsity"),
+    (("H100",), 989.0, "H100 SXM datasheet: 1,979 with sparsity"),
+    (("A100",), 312.0, "A100 datasheet: 624 with sparsity"),
+    (("L40S",), 362.0, "L40S datasheet: 733 with sparsity"),
+    (("L4",), 121.0, "L4 datasheet: 242 with sparsity"),
+)
+
+
+def bf16_peak(gpu_name):
+    """(TFLOPS, where the number comes from) for the GPU named `gpu_name`; an unknown GPU gets H100
+    SXM's peak, and the source says so."""
+    words = set(re.split(r"[\s,\-]+", gpu_name or ""))  # gpu.json's name is nvidia-smi's "name, memory, driver"
+    for needed, tflops, source in BF16_PEAKS:
+        if set(needed) <= words:
+            return tflops, source
+    return 989.0, f"no entry for {gpu_name!r}: H100 SXM's 989 assumed"
+
+
 def bench_summary(out, peak_tflops=989.0):
     train = jsonl(f"{out}/bench/train.jsonl")
     attn = jsonl(f"{out}/bench/attention.jsonl")
@@ -403,11 +428,13 @@ def summary(out):
     tests = tests_summary(out)
     if tests:
         s["tests"] = tests
+    peak, peak_source = bf16_peak(s.get("gpu", {}).get("name"))
     if os.path.isdir(f"{out}/bench"):
-        s["bench"] = bench_summary(out)
+        s["bench"] = bench_summary(out, peak)
+        s["bench"]["mfu_peak"] = {"tflops": peak, "source": peak_source}
     with_table = os.path.isdir(f"{out}/bench") or any(st["stage"] == "bench" for st in stages)
     if with_table:
-        s["targets_table"], table = targets_table(out, stages)
+        s["targets_table"], table = targets_table(out, stages, peak)
     with open(f"{out}/summary.json", "w") as f:
         json.dump(s, f, indent=1)
 
@@ -531,6 +558,7 @@ def summary_lines(s, tests, out, fallback):
             f" over {next((v['steps'] for v in mp.values() if isinstance(v, dict)), 0)} steps")
     bench = s.get("bench")
     if bench:
+        add(f"MFU against {bench['mfu_peak']['tflops']:.0f} TFLOPS of dense bf16 ({bench['mfu_peak']['source']})")
         for name, r in bench["train"].items():
             extra = f", peak {r.get('alloc_peak_mb') or r.get('peak_mem_mib') or 0:.0f} MiB"
             if r.get("phases_ms"):

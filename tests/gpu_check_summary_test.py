@@ -183,6 +183,34 @@ def table(summary_json):
     return {r["target"]: r for r in summary_json.get("targets_table", [])}
 
 
+class MfuPeak(unittest.TestCase):
+    """The MFU's peak comes from the GPU's name (gpu.json: nvidia-smi's "name, memory, driver")."""
+
+    def test_peak_by_name(self):
+        import importlib.util
+        spec = importlib.util.spec_from_file_location("gpu_check_summary", SUMMARY)
+        summary = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(summary)
+        for name, tflops in (("NVIDIA H100 80GB HBM3, 81559 MiB, 580.82.07", 989.0),
+                             ("NVIDIA H100 PCIe, 81559 MiB, 580.82.07", 756.0),
+                             ("NVIDIA H100 NVL, 95830 MiB, 580.82.07", 835.0),
+                             ("NVIDIA H200, 143771 MiB, 580.82.07", 989.0),
+                             ("NVIDIA H200 NVL, 143771 MiB, 580.82.07", 835.0),
+                             ("NVIDIA A100-SXM4-80GB, 81920 MiB, 550.54", 312.0),
+                             ("NVIDIA L40S, 46068 MiB, 550.54", 362.0),
+                             ("NVIDIA L4, 23034 MiB, 550.54", 121.0)):
+            self.assertEqual(summary.bf16_peak(name)[0], tflops, name)
+        tflops, source = summary.bf16_peak("Tesla T4, 15360 MiB, 535.1")
+        self.assertEqual(tflops, 989.0)
+        self.assertIn("assumed", source)
+
+    def test_the_summary_says_which_peak(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            text, s = run(make_out(tmp))
+        self.assertIn("MFU against 989 TFLOPS of dense bf16 (H100 SXM datasheet", text)
+        self.assertEqual(s["bench"]["mfu_peak"]["tflops"], 989.0)
+
+
 class TargetsTable(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.TemporaryDirectory()
