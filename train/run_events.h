@@ -31,7 +31,7 @@ class RunEvents {
  public:
   // Opens the run's event file (rank 0 with output.tensorboard; otherwise writes nothing).
   explicit RunEvents(const TrainingRun& run);
-  // Writes to `writer` (tests: one on /dev/full).
+  // Writes to `writer` (tests: one whose writes are made to fail).
   explicit RunEvents(formats::EventFileWriter writer);
   // Whether events are still being written (false: off, or given up after a failure).
   bool writing() const { return writer_.has_value(); }

@@ -100,21 +100,11 @@ EventFileWriter::EventFileWriter(const std::filesystem::path& dir) {
   // TensorBoard reads a folder's files in name order: the seconds first, then a counter so
   // that two writers of one process and second get files of their own.
   static std::atomic<int> counter{0};
-  open(dir / str("events.out.tfevents.", static_cast<std::int64_t>(wall_time_now()), ".", host, ".", getpid(), ".",
-                 counter++));
-}
-
-EventFileWriter EventFileWriter::to_file(const std::filesystem::path& file) {
-  EventFileWriter w;
-  w.open(file);
-  return w;
-}
-
-void EventFileWriter::open(const std::filesystem::path& file) {
-  path_ = file;
+  const double now = wall_time_now();
+  path_ = dir / str("events.out.tfevents.", static_cast<std::int64_t>(now), ".", host, ".", getpid(), ".", counter++);
   out_.open(path_, std::ios::binary | std::ios::trunc);
   DARK_CHECK(out_.good(), "cannot open ", path_.string(), " for writing");
-  std::string e = event(wall_time_now(), 0);
+  std::string e = event(now, 0);
   bytes_field(e, 3, "brain.Event:2");
   write_record(e);
 }

@@ -34,9 +34,6 @@ class EventFileWriter {
   // Creates the folder and a new event file in it, opened with its file_version event.
   explicit EventFileWriter(const std::filesystem::path& dir);
 
-  // Writes to `file` itself, truncating it (tests: /dev/full, a disk with no room left).
-  static EventFileWriter to_file(const std::filesystem::path& file);
-
   // A scalar (TensorBoard's Scalars tab) at `step`; wall_time in seconds since the epoch.
   void scalar(const std::string& tag, std::int64_t step, double value, double wall_time);
   // Several scalars at one step as one event (a Summary of several values): one record and one
@@ -50,8 +47,6 @@ class EventFileWriter {
   const std::filesystem::path& path() const { return path_; }
 
  private:
-  EventFileWriter() = default;
-  void open(const std::filesystem::path& file);  // and writes the file_version event
   void write_record(const std::string& data);
 
   std::filesystem::path path_;
