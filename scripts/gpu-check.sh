@@ -310,6 +310,12 @@ if want flash-sm90; then
       kind=illegal-instruction what="illegal instruction, SIGILL"
     elif (( rc > 128 )); then
       kind=crash what="crash, SIG$(kill -l $((rc - 128)) 2> /dev/null || echo "NAL $((rc - 128))")"
+    elif [[ $rc == 70 ]] && grep -aq '^darkformer: fatal CUDA error: .*ended with __trap()' "$out/tests/flash-sm90.log"; then
+      # A bounded wait gave up: the kernel trapped, the context broke (a sticky error) and the
+      # process ended with the hang report (core/cuda/cuda_check.h: exit 70).
+      kind=hang what="hang, a bounded wait's report, the process ended by its sticky CUDA error"
+    elif [[ $rc == 70 ]] && grep -aq '^darkformer: fatal CUDA error: ' "$out/tests/flash-sm90.log"; then
+      kind=sticky-error what="sticky CUDA error, the process ended"
     elif [[ -n "$failed_tests" ]]; then
       kind=wrong-numbers what="wrong numbers, $(wc -l <<< "$failed_tests") failed: $(head -n 3 <<< "$failed_tests" | paste -sd ' ')"
     else

@@ -7,6 +7,9 @@
 #   segv    kill -SEGV itself (a crash), after printing an mbarrier hang report
 #   abrt    kill -ABRT itself (a crash)
 #   ill     kill -ILL itself (an illegal instruction)
+#   trap    what a hung Hopper kernel makes the library print (its bounded wait's report and the
+#           sticky error's end, core/cuda/cuda_check.h), exit 70
+#   sticky  the same end after an illegal address (no hang report), exit 70
 #   hang    sleeps past FLASH_SECONDS (timeout's TERM ends it: exit 124)
 #   stuck   ignores TERM and sleeps (timeout's KILL 5 s later: exit 137, still a timeout)
 #   pass    passes; net: passes, printing a line of the library's sm_90 self-check
@@ -63,6 +66,13 @@ if [[ "$name" == test_gpu_kernels && "$filter" == *lash* ]]; then
       kill -SEGV $$ ;;
     abrt) kill -ABRT $$ ;;
     ill) kill -ILL $$ ;;
+    trap)
+      echo "darkformer: fatal CUDA error: core/cuda/flash_attention.cu:612: CUDA call cudaStreamSynchronize(stream) failed: cudaErrorLaunchFailure (unspecified launch failure); forward_sm90_kernel<128>, K, V tiles: block (0, 0, 0) warp 8 (loading) waited over 4 s for every computing warp to finish (mbarrier done, phase parity 0): a computing warp waits forever (a lost arrival, or registers that never came) or a release is missing; the kernel ended with __trap()" >&2
+      echo "darkformer: the error is sticky: this process's CUDA context is broken and every later CUDA call would fail, so the process ends here (exit 70). Run it again; a Hopper (sm_90) flash kernel hung: DARK_FLASH_SM90=off runs the mma.sync kernels instead" >&2
+      exit 70 ;;
+    sticky)
+      echo "darkformer: fatal CUDA error: core/cuda/copy.cu:45: CUDA call cudaGetLastError() failed: cudaErrorIllegalAddress (an illegal memory access was encountered)" >&2
+      exit 70 ;;
     hang) exec sleep $((FLASH_SECONDS + 60)) ;;
     stuck) trap '' TERM; sleep $((FLASH_SECONDS + 60)); exit 0 ;;
     net)
@@ -88,6 +98,8 @@ cases="wrong 1 wrong-numbers wrong_numbers,_2_failed
 segv 1 crash crash,_SIGSEGV
 abrt 1 crash crash,_SIGABRT
 ill 1 illegal-instruction illegal_instruction,_SIGILL
+trap 1 hang hang,_a_bounded_wait's_report
+sticky 1 sticky-error sticky_CUDA_error
 hang 1 timeout timeout_after_2_s
 stuck 1 timeout timeout_after_2_s
 pass 0 - -
@@ -123,6 +135,9 @@ if kind != "-":
     assert lines[0] == want, f"{mode}: the summary's first line is {lines[0]!r}, want {want!r}"
     if mode == "wrong":
         assert flash["failed_tests"] == ["GpuFlash.ForwardMatchesCpu", "GpuFlash.BackwardMatchesCpu"], flash
+    if mode == "trap":  # the library's own hang report line is kept as a safety net's
+        assert len(flash["safety_nets"]) == 1 and "forward_sm90_kernel<128>, K, V tiles" in flash["safety_nets"][0], flash
+        assert flash["rc"] == 70, flash
     if mode == "segv":  # the hang report names the kernel (forward_sm90_kernel) and the mbarrier
         assert len(flash["safety_nets"]) == 1 and "mbarrier free" in flash["safety_nets"][0], flash
         assert flash["safety_nets"][0].startswith("flash_attention: forward_sm90_kernel<64>"), flash

@@ -8,6 +8,7 @@
 // wgmma.h), with kernels written as lambdas run per emulated thread.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstring>
 #include <numeric>
 #include <vector>
@@ -493,6 +494,41 @@ TEST(CudaEmulatorDeathTest, HostCodeThatDereferencesADevicePointerCrashes) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   const Tensor t = Tensor::zeros({1024}, DType::f32, Device::cuda(0));
   EXPECT_DEATH({ std::printf("%f\n", t.data<float>()[3]); }, "");
+}
+
+// A trap breaks the context for good, as on a GPU: the kernel's launch fails, and so does
+// every later call (here the next tensor's allocation or fill), which ends the process with
+// exit 70 (core/cuda/cuda_check.h) instead of letting it go on on a broken device. An
+// emulator fault of its own (a deadlock) leaves the context usable.
+TEST(CudaEmulatorDeathTest, ATrapBreaksTheContextForEveryLaterCall) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const std::string deadlock = error_of([&] {
+    run({1, 1, 1}, {64, 1, 1}, [&] {
+      if (current().warp == 0) sync_threads();
+      else if (current().lane < 16) sync_warp(0xffffffffu);  // waits for lanes parked at the block barrier
+      else sync_threads();
+    });
+  });
+  EXPECT_NE(deadlock.find("deadlock"), std::string::npos) << deadlock;
+  EXPECT_FALSE(context_broken());
+  EXPECT_EQ(Tensor::arange(3, DType::f32, Device::cuda(0)).to_vector<float>(), (std::vector<float>{0, 1, 2}));
+  EXPECT_EXIT(
+      {
+        const std::string fault = error_of([&] {
+          run({1, 1, 1}, {32, 1, 1}, [&] {
+            if (current().lane == 3) trap();
+          });
+        });
+        std::fprintf(stderr, "fault: %s; broken: %d\n", fault.c_str(), context_broken() ? 1 : 0);
+        (void)Tensor::zeros({16}, DType::f32, Device::cuda(0)).to_vector<float>();
+        std::fprintf(stderr, "a call after the trap succeeded\n");
+        std::exit(0);
+      },
+      ::testing::ExitedWithCode(70),
+      "fault: CUDA emulator: [^\n]*__trap\\(\\); broken: 1\n"
+      "darkformer: fatal CUDA error: [^\n]*cudaErrorLaunchFailure \\(unspecified launch failure\\)\n"
+      "darkformer: the error is sticky: this process's CUDA context is broken");
+  EXPECT_FALSE(context_broken()) << "the trap happened in this process, not in the death test's child";
 }
 
 TEST(CudaEmulator, AllocationsBeyondTheCapacityFailAsOnAGpu) {

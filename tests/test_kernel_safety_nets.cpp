@@ -4,8 +4,9 @@
 //     its register split needs (setmaxnreg would wait forever) is never launched: its
 //     configuration runs on the mma.sync kernels, with a warning naming the kernel and both
 //     counts;
-//   - a pipeline whose barrier protocol is broken (an arrival lost) ends with a CUDA error
-//     whose message names the kernel, block, warp and barrier, instead of hanging;
+//   - a pipeline whose barrier protocol is broken (an arrival lost) ends the process (the
+//     trap's sticky error) with a message that names the kernel, block, warp and barrier,
+//     instead of hanging;
 //   - Hopper results that differ from the mma.sync kernels' at a configuration's first call
 //     (its self-check) are caught: an error names the kernel, the configuration and the
 //     difference, and the process goes on with the mma.sync kernels' numbers;
@@ -18,8 +19,10 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "autograd/ops.h"
@@ -88,27 +91,52 @@ TEST(Sm90SafetyNets, AKernelWithTooFewRegistersFallsBackWithAWarning) {
   EXPECT_NE(log.find("falls back to the mma.sync kernels"), std::string::npos) << log;
 }
 
+// `text` as a POSIX extended regular expression that matches it literally (gtest's death
+// tests match the child's stderr with one).
+std::string literally(const std::string& text) {
+  std::string re;
+  for (char c : text) {
+    if (std::string_view("\\^$.|?*+()[]{}").find(c) != std::string_view::npos) re += '\\';
+    re += c;
+  }
+  return re;
+}
+
 // The lost arrival is the first of the Q tile's 128: the computing warps of the first block
 // wait for Q forever, and its loader, done loading, waits for them to finish until the hang
-// limit. On the emulator that time passes on its skipping clock (grid.h): a moment.
-TEST(Sm90SafetyNets, ABrokenBarrierProtocolEndsWithTheMessageInsteadOfHanging) {
+// limit. On the emulator that time passes on its skipping clock (grid.h): a moment. Then the
+// loader __trap()s, which on a GPU breaks the process's CUDA context for good (a sticky
+// error: every later CUDA call fails), as the emulator models it: the process ends with the
+// hang report and exit 70 (cuda_check.h), and what goes on is scripts/gpu-check.sh's
+// process-level fallback (tests/gpu_check_flash_fallback.sh, mode trap), not this process.
+TEST(Sm90SafetyNetsDeathTest, ABrokenBarrierProtocolEndsTheProcessWithTheHangReportInsteadOfHanging) {
   DARK_REQUIRE_GPU();
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // the child runs this test alone, from its start
   ASSERT_EQ(setenv("DARK_FLASH_SM90", "on", 1), 0);  // no self-check: the broken launch is the first one
   const Device gpu = Device::cuda(0);
   const Tensor q = Tensor::randn({1, 600, 2, 128}, 5, 0, DType::f32, gpu).to(DType::bf16);
   const Tensor k = Tensor::randn({1, 600, 1, 128}, 5, 1, DType::f32, gpu).to(DType::bf16);
-  cuda_emu::drop_mbarrier_arrivals(1);
-  const std::string error = error_of([&] { flash_attention(q, k, k, true, 0.1, Tensor(), 300); });
-  cuda_emu::drop_mbarrier_arrivals(0);
+  const std::string report =
+      "__trap(): cudaErrorLaunchFailure (unspecified launch failure); forward_sm90_kernel<128>, K, V tiles: block (0, "
+      "0, 0) warp 8 (loading) waited over 4 s for every computing warp to finish (mbarrier done, phase parity 0): a "
+      "computing warp waits forever";
+  const std::string advice =
+      "the error is sticky: this process's CUDA context is broken and every later CUDA call would fail, so the "
+      "process ends here (exit 70). Run it again; a Hopper (sm_90) flash kernel hung: DARK_FLASH_SM90=off";
+  EXPECT_EXIT(
+      {
+        cuda_emu::drop_mbarrier_arrivals(1);
+        try {
+          flash_attention(q, k, k, true, 0.1, Tensor(), 300);
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "the hang was thrown, the process went on: %s\n", e.what());
+        }
+        std::exit(0);
+      },
+      ::testing::ExitedWithCode(70)  /* cuda_check.h: kStickyErrorExitCode */,
+      "darkformer: fatal CUDA error: CUDA emulator: [^\n]*" + literally(report) + ".*" + literally(advice));
   unsetenv("DARK_FLASH_SM90");
-  EXPECT_NE(error.find("__trap()"), std::string::npos) << error;
-  EXPECT_NE(error.find("; forward_sm90_kernel<128>, K, V tiles: block (0, 0, 0) warp 8 (loading) waited over 4 s for "
-                       "every computing warp to finish (mbarrier done, phase parity 0): a computing warp waits forever"),
-            std::string::npos)
-      << error;
-  // The emulated GPU goes on: the next call, forward and backward, self-checked, agrees with
-  // the mma.sync kernels to bf16 rounding.
-  expect_near(attention(128, true, 300), attention_on_mma_sync(128, true, 300));
+  EXPECT_FALSE(cuda_emu::context_broken()) << "the trap happened in this process, not in the death test's child";
 }
 
 TEST(Sm90SafetyNets, ACorruptedHopperResultIsCaughtAndTheMmaSyncKernelsGoOn) {
@@ -161,12 +189,12 @@ struct RandomFeatureCall {
   std::int64_t m, r;
   std::vector<std::vector<float>> bf16, f32_rounded;
 };
-RandomFeatureCall random_feature_call(std::int64_t m, std::int64_t r) {
+RandomFeatureCall random_feature_call(std::int64_t m, std::int64_t r, std::int64_t t = 70) {
   const Device gpu = Device::cuda(0);
   auto draw = [&](const Shape& shape, std::uint64_t stream) {
     return Tensor::randn(shape, 31, stream, DType::f32, gpu).to(DType::bf16);
   };
-  const std::int64_t b = 1, t = 70, hq = 2, hkv = 1, dv = 16;
+  const std::int64_t b = 1, hq = 2, hkv = 1, dv = 16;
   const std::vector<Tensor> inputs = {draw({b, t, hq, r}, 0), draw({b, t, hkv, r}, 1), draw({b, t, hkv, dv}, 2),
                                       draw({hkv, m, r}, 3), draw({b, t, hq, dv}, 4)};
   auto run = [&](DType dtype) {
@@ -218,6 +246,29 @@ TEST(TensorCoreSafetyNets, CleanRandomFeatureKernelsPassTheSelfCheckAndRun) {
     for (std::size_t i = 0; i < call.bf16[o].size(); ++i)
       ASSERT_NEAR(call.bf16[o][i], call.f32_rounded[o][i], 5e-2 + 5e-2 * std::fabs(call.f32_rounded[o][i]))
           << "output " << o << " element " << i;
+}
+
+// A verdict holds for its length class only (the power of 4 at or above the length): a
+// configuration checked clean at 70 tokens is not checked again at 250 (class 256), so
+// products corrupted since then go through there, but it is checked again at 300 (class 1024),
+// where the corruption is caught.
+TEST(TensorCoreSafetyNets, EachLengthClassIsCheckedAtItsFirstCall) {
+  DARK_REQUIRE_GPU();
+  ::testing::internal::CaptureStdout();
+  const RandomFeatureCall clean = random_feature_call(56, 24, 70);
+  cuda_emu::corrupt_mma_products(0.5f);
+  const RandomFeatureCall same_class = random_feature_call(56, 24, 250);
+  const std::string same_class_log = ::testing::internal::GetCapturedStdout();
+  ::testing::internal::CaptureStdout();
+  const RandomFeatureCall longer = random_feature_call(56, 24, 300);
+  cuda_emu::corrupt_mma_products(0.0f);
+  const std::string longer_log = ::testing::internal::GetCapturedStdout();
+  EXPECT_EQ(same_class_log.find("self-check failed"), std::string::npos) << same_class_log;
+  EXPECT_FALSE(same_class.bf16 == same_class.f32_rounded) << "the class of 250 tokens was checked again";
+  EXPECT_TRUE(longer.bf16 == longer.f32_rounded) << "the corrupted tensor-core results were used at 300 tokens";
+  EXPECT_NE(longer_log.find("self-check failed"), std::string::npos) << longer_log;
+  EXPECT_NE(longer_log.find("random_feature_attention_forward on cuda:0, length <= 1024:"), std::string::npos)
+      << longer_log;
 }
 
 }  // namespace

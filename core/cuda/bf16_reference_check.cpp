@@ -5,11 +5,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <map>
 #include <mutex>
-#include <optional>
+#include <set>
 #include <vector>
 
+#include "core/cuda/once_verdicts.h"
 #include "core/cuda/stream.h"
 #include "core/error.h"
 
@@ -17,11 +17,6 @@ namespace dark::cuda::bf16_check {
 namespace {
 
 constexpr double kElementBound = 5e-2, kRelativeL2Bound = 2e-2;  // tests/test_gpu_kernels.cpp's bf16 bounds
-
-struct Verdict {
-  std::optional<bool> bf16;
-  bool capture_warned = false;
-};
 
 }  // namespace
 
@@ -51,8 +46,14 @@ Difference worst(const std::vector<Difference>& diffs) {
   return most;
 }
 
+std::int64_t length_class(std::int64_t length) {
+  std::int64_t c = 1;
+  while (c < length) c *= 4;
+  return c;
+}
+
 std::string ConfigKey::describe() const {
-  std::string text = op;
+  std::string text = str(op, " on cuda:", device, ", length <= ", length_class, ":");
   for (int i = 0; i < count; ++i) {
     text += ' ';
     text += std::to_string(parts[i]);
@@ -67,26 +68,26 @@ std::string describe_bounds(const Difference& d) {
 }
 
 bool use_bf16(const ConfigKey& key, const std::function<Difference()>& check) {
-  static std::mutex mutex;
-  static std::map<ConfigKey, Verdict> verdicts;
-  const std::lock_guard<std::mutex> lock(mutex);
-  Verdict& v = verdicts[key];
-  if (v.bf16) return *v.bf16;
+  static OnceVerdicts<ConfigKey> verdicts;
+  if (const std::optional<bool> verdict = verdicts.find(key)) return *verdict;
   if (current_stream() != nullptr) {  // capturing a graph: nothing may be read back now
-    if (!v.capture_warned)
+    static std::mutex mutex;
+    static std::set<ConfigKey> warned;
+    const std::lock_guard<std::mutex> lock(mutex);
+    if (warned.insert(key).second)
       spdlog::warn("{}: the bf16 kernel's self-check cannot run inside a CUDA graph capture: the captured call falls "
                    "back to the f32 kernel ({})",
                    key.op, key.describe());
-    v.capture_warned = true;
     return false;
   }
-  const Difference d = check();
-  v.bf16 = d.within;
-  if (!d.within)
-    spdlog::error("{}: self-check failed: the bf16 (tensor-core) kernel differs from the f32 kernel on the same inputs: "
-                  "{}: this process falls back to the f32 kernel for {}",
-                  key.op, describe_bounds(d), key.describe());
-  return *v.bf16;
+  return verdicts.get(key, [&] {
+    const Difference d = check();
+    if (!d.within)
+      spdlog::error("{}: self-check failed: the bf16 (tensor-core) kernel differs from the f32 kernel on the same "
+                    "inputs: {}: this process falls back to the f32 kernel for {}",
+                    key.op, describe_bounds(d), key.describe());
+    return d.within;
+  });
 }
 
 }  // namespace dark::cuda::bf16_check

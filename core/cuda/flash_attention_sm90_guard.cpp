@@ -8,12 +8,13 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <vector>
 
 #include "core/cuda/bf16_reference_check.h"
+#include "core/cuda/once_verdicts.h"
 #include "core/cuda/stream.h"
 #include "core/error.h"
 #include "core/kernels.h"
@@ -41,18 +42,6 @@ class ForcedChoice {
   ForcedChoice(const ForcedChoice&) = delete;
   ForcedChoice& operator=(const ForcedChoice&) = delete;
 };
-
-struct Verdict {
-  std::optional<bool> registers_fit;
-  std::optional<bool> agrees;  // the self-check's verdict, once run
-  bool capture_warned = false;
-};
-
-std::mutex verdicts_mutex;
-std::map<Sm90Config, Verdict>& verdicts() {
-  static std::map<Sm90Config, Verdict> all;
-  return all;
-}
 
 std::string kernel_names(const Sm90Config& c) {
   return c.backward ? str("dq_sm90_kernel<", c.kd, "> / dkv_sm90_kernel<", c.kd, ">")
@@ -148,23 +137,23 @@ bool sm90_allowed(const Sm90Config& config) {
   if (forced_choice) return *forced_choice;
   const Mode m = mode();
   if (m == Mode::off) return false;
-  const std::lock_guard<std::mutex> lock(verdicts_mutex);
-  Verdict& v = verdicts()[config];
-  if (!v.registers_fit) v.registers_fit = registers_fit(config);
-  if (!*v.registers_fit) return false;
+  // Reached once per configuration; a self-check runs GPU work, without a lock that would
+  // hold up other threads' configurations (once_verdicts.h).
+  static OnceVerdicts<Sm90Config> fits, agreements;
+  if (!fits.get(config, [&] { return registers_fit(config); })) return false;
   if (m == Mode::on) return true;
-  if (!v.agrees) {
-    if (current_stream() != nullptr) {  // capturing a graph: nothing may be read back now
-      if (!v.capture_warned)
-        spdlog::warn("flash_attention: {} is first met inside a CUDA graph capture, where the sm_90 self-check cannot "
-                     "run: the captured call falls back to the mma.sync kernels",
-                     config.describe());
-      v.capture_warned = true;
-      return false;
-    }
-    v.agrees = agrees(config);
+  if (const std::optional<bool> agreed = agreements.find(config)) return *agreed;
+  if (current_stream() != nullptr) {  // capturing a graph: nothing may be read back now
+    static std::mutex mutex;
+    static std::set<Sm90Config> warned;
+    const std::lock_guard<std::mutex> lock(mutex);
+    if (warned.insert(config).second)
+      spdlog::warn("flash_attention: {} is first met inside a CUDA graph capture, where the sm_90 self-check cannot "
+                   "run: the captured call falls back to the mma.sync kernels",
+                   config.describe());
+    return false;
   }
-  return *v.agrees;
+  return agreements.get(config, [&] { return agrees(config); });
 }
 
 }  // namespace dark::cuda::flash

@@ -4,6 +4,8 @@
 // into the device, and ends the kernel with __trap(). The host gets a CUDA error (at the next
 // synchronising call, or at once on the emulator), and the error's message carries the
 // decoded word (take_report, called by DARK_CUDA_CHECK and, on the emulator, by launch()).
+// The trap's error is sticky (the context is broken for good), so that message is the last
+// thing the process does: cuda_check.h ends it (exit 70).
 // Not device printf: vprintf is a function call, and a call in a warp-specialised kernel
 // makes ptxas ignore its setmaxnreg and serialise its wgmma products (ptxas C7507, C7510).
 // One word, one store: threads that hang at once cannot interleave their reports.

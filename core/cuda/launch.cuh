@@ -44,6 +44,11 @@ void launch(void (*kernel)(Params...), const LaunchShape& shape, Args&&... args)
     }));
   } catch (const Error& fault) {
     const std::string hang = hang::take_report();
+    // A __trap() broke the context, as it does a GPU's: the process ends as DARK_CUDA_CHECK
+    // ends it on a GPU at the next synchronising call.
+    if (const cudaError_t status = cudaPeekAtLastError(); is_sticky(status))
+      end_process_on_sticky_error(
+          str(fault.what(), ": ", cudaGetErrorName(status), " (", cudaGetErrorString(status), ")", hang));
     if (hang.empty()) throw;
     throw Error(str(fault.what(), hang));
   }

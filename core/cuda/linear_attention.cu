@@ -659,19 +659,20 @@ void random_feature_attention_backward(const Tensor& xq, const Tensor& xk, const
 void linear_attention_forward_bf16(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
                                    Tensor& out, Tensor& den, Tensor& log_norm, bool causal, double eps,
                                    std::int64_t chunk) {
-  bf16_check::run("linear_attention_forward", &linear_attention_forward<BFloat16>, &linear_attention_forward<float>,
-                  q, k, v, key_mask, out, den, log_norm, causal, eps, chunk);
+  bf16_check::run("linear_attention_forward", bf16_check::row_statistics({5, 6}), &linear_attention_forward<BFloat16>,
+                  &linear_attention_forward<float>, q, k, v, key_mask, out, den, log_norm, causal, eps, chunk);
 }
 void linear_attention_backward_bf16(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
                                     const Tensor& out, const Tensor& den, const Tensor& dout, const Tensor& dlog_norm,
                                     Tensor& dq, Tensor& dk, Tensor& dv, bool causal, std::int64_t chunk) {
-  bf16_check::run("linear_attention_backward", &linear_attention_backward<BFloat16>, &linear_attention_backward<float>,
-                  q, k, v, key_mask, out, den, dout, dlog_norm, dq, dk, dv, causal, chunk);
+  bf16_check::run("linear_attention_backward", bf16_check::row_statistics({5, 7}), &linear_attention_backward<BFloat16>,
+                  &linear_attention_backward<float>, q, k, v, key_mask, out, den, dout, dlog_norm, dq, dk, dv, causal, chunk);
 }
 void random_feature_attention_forward_bf16(const Tensor& xq, const Tensor& xk, const Tensor& v, const Tensor& omega,
                                            const Tensor& log_weight, const Tensor& key_mask, Tensor& out, Tensor& den,
                                            Tensor& log_norm, bool causal, double eps, std::int64_t chunk) {
-  bf16_check::run("random_feature_attention_forward", &random_feature_attention_forward<BFloat16>,
+  bf16_check::run("random_feature_attention_forward", bf16_check::row_statistics({7, 8}),
+                  &random_feature_attention_forward<BFloat16>,
                   &random_feature_attention_forward<float>, xq, xk, v, omega, log_weight, key_mask, out, den, log_norm,
                   causal, eps, chunk);
 }
@@ -679,7 +680,8 @@ void random_feature_attention_backward_bf16(const Tensor& xq, const Tensor& xk, 
                                             const Tensor& log_weight, const Tensor& key_mask, const Tensor& out,
                                             const Tensor& den, const Tensor& dout, const Tensor& dlog_norm, Tensor& dxq,
                                             Tensor& dxk, Tensor& dv, Tensor& domega, bool causal, std::int64_t chunk) {
-  bf16_check::run("random_feature_attention_backward", &random_feature_attention_backward<BFloat16>,
+  bf16_check::run("random_feature_attention_backward", bf16_check::row_statistics({7, 9}),
+                  &random_feature_attention_backward<BFloat16>,
                   &random_feature_attention_backward<float>, xq, xk, v, omega, log_weight, key_mask, out, den, dout,
                   dlog_norm, dxq, dxk, dv, domega, causal, chunk);
 }

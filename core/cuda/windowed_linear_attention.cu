@@ -517,14 +517,16 @@ void windowed_linear_attention_backward(const Tensor& q, const Tensor& k, const 
 void windowed_linear_attention_forward_bf16(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
                                             Tensor& out, Tensor& den, Tensor& log_norm, std::int64_t window, double eps,
                                             std::int64_t chunk) {
-  bf16_check::run("windowed_linear_attention_forward", &windowed_linear_attention_forward<BFloat16>,
+  bf16_check::run("windowed_linear_attention_forward", bf16_check::row_statistics({5, 6}),
+                  &windowed_linear_attention_forward<BFloat16>,
                   &windowed_linear_attention_forward<float>, q, k, v, key_mask, out, den, log_norm, window, eps, chunk);
 }
 void windowed_linear_attention_backward_bf16(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
                                              const Tensor& out, const Tensor& den, const Tensor& dout,
                                              const Tensor& dlog_norm, Tensor& dq, Tensor& dk, Tensor& dv,
                                              std::int64_t window, std::int64_t chunk) {
-  bf16_check::run("windowed_linear_attention_backward", &windowed_linear_attention_backward<BFloat16>,
+  bf16_check::run("windowed_linear_attention_backward", bf16_check::row_statistics({5, 7}),
+                  &windowed_linear_attention_backward<BFloat16>,
                   &windowed_linear_attention_backward<float>, q, k, v, key_mask, out, den, dout, dlog_norm, dq, dk, dv,
                   window, chunk);
 }

@@ -1,7 +1,7 @@
 // What tests may ask of the CUDA emulator (libdarkformer_cuda_emulator.so): to install it as
 // the CUDA backend of this process, whether it is, its capacity, how many device-to-host copies the
-// host has made (a test checks that a training step reads back once), and the register count
-// it reports for kernels. Exported from the
+// host has made (a test checks that a training step reads back once), the register count
+// it reports for kernels, and whether a trap broke its context. Exported from the
 // library, whose other symbols are hidden.
 #pragma once
 #include <cstddef>
@@ -36,6 +36,11 @@ DARK_EMULATOR_API std::uint64_t graph_launches();
 inline constexpr int kDefaultFunctionRegisters = 168;
 DARK_EMULATOR_API void set_function_registers(int count);
 DARK_EMULATOR_API int function_registers();
+// Whether a kernel has __trap()ped in this process: the sticky error of a GPU, which no call
+// clears; every CUDA runtime call that needs the device (memory, copies, launches,
+// synchronisation, streams, events, graphs) then returns cudaErrorLaunchFailure, and so does
+// cudaGetLastError, every time. A test that traps runs in a child process (a death test).
+DARK_EMULATOR_API bool context_broken();
 // cuBLAS products run with cuBLAS's own workspace (none set since the handle's last
 // cublasSetStream) since the process started.
 DARK_EMULATOR_API std::uint64_t gemms_on_cublas_workspace();

@@ -2,6 +2,7 @@
 #include "cuda_emulator/grid.h"
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <chrono>
 #include <cstdlib>
@@ -312,6 +313,15 @@ void run_block(Block& b, const std::function<void()>& body) {
 const ThreadContext& current() { return self().ctx; }
 
 void device_fault(const std::string& what) { throw Error(str("CUDA emulator: ", where(), ": ", what)); }
+
+namespace {
+std::atomic<bool> trapped{false};  // one device, one context: for the whole process
+}  // namespace
+void trap() {
+  trapped = true;
+  device_fault("__trap()");
+}
+bool context_broken() { return trapped; }
 
 void sync_threads() {
   EmuThread& t = self();

@@ -115,6 +115,11 @@ inline constexpr std::uint64_t kStuckSkipNanoseconds = 100'000'000;
 DARK_EMULATOR_API std::uint64_t global_timer_ns();
 // Reports a fault inside a kernel (thrown out of the launch).
 [[noreturn]] DARK_EMULATOR_API void device_fault(const std::string& what);
+// __trap(): the kernel ends with a fault, and the device's context breaks as a GPU's does
+// (context_broken(), control.h): from then on every CUDA call of the process fails with
+// cudaErrorLaunchFailure. The emulator's own fault checks (a bad warp mask, a deadlock, ...)
+// stay plain faults that later calls survive, so that its tests can go on after one.
+[[noreturn]] DARK_EMULATOR_API void trap();
 
 // What a launch the GPU would refuse returns (cudaErrorInvalidConfiguration / InvalidValue).
 enum class LaunchStatus { ok, invalid_configuration, invalid_value };

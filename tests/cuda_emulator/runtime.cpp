@@ -70,6 +70,13 @@ cudaError_t fail(cudaError_t e) {
   return e;
 }
 
+// After a kernel trapped (control.h: context_broken), every call that needs the device
+// returns the sticky error, as a GPU's broken context does.
+#define DARK_EMU_RETURN_IF_BROKEN()                                                       \
+  do {                                                                                    \
+    if (::dark::cuda_emu::context_broken()) return fail(cudaErrorLaunchFailure);          \
+  } while (0)
+
 bool valid_kind(const void* dst, const void* src, cudaMemcpyKind kind) {
   const bool dst_dev = is_device_pointer(dst), src_dev = is_device_pointer(src);
   switch (kind) {
@@ -126,6 +133,7 @@ cudaError_t refuse_in_capture(cudaError_t e) {
 }  // namespace
 
 cudaError_t dark::cuda_emu::run_or_record(cudaStream_t stream, std::function<cudaError_t()> work) {
+  DARK_EMU_RETURN_IF_BROKEN();
   {
     std::lock_guard lock(capture_mutex);
     if (capture.stream != nullptr && is_legacy(stream)) {
@@ -227,30 +235,36 @@ cudaError_t cudaRuntimeGetVersion(int* version) {
 }
 
 cudaError_t cudaMalloc(void** ptr, std::size_t bytes) {
+  DARK_EMU_RETURN_IF_BROKEN();
   *ptr = dark::cuda_emu::device_malloc(bytes);
   return *ptr ? cudaSuccess : fail(cudaErrorMemoryAllocation);
 }
 cudaError_t cudaFree(void* ptr) {
+  DARK_EMU_RETURN_IF_BROKEN();
   if (capturing()) return refuse_in_capture(cudaErrorStreamCaptureUnsupported);  // it synchronises the device
   if (ptr && !is_device_pointer(ptr)) return fail(cudaErrorInvalidDevicePointer);
   dark::cuda_emu::device_free(ptr);
   return cudaSuccess;
 }
 cudaError_t cudaMallocHost(void** ptr, std::size_t bytes) {
+  DARK_EMU_RETURN_IF_BROKEN();
   *ptr = std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
   return *ptr ? cudaSuccess : fail(cudaErrorMemoryAllocation);
 }
 cudaError_t cudaHostAlloc(void** ptr, std::size_t bytes, unsigned) { return cudaMallocHost(ptr, bytes); }
 cudaError_t cudaHostGetDevicePointer(void** device_ptr, void* host_ptr, unsigned flags) {
+  DARK_EMU_RETURN_IF_BROKEN();
   if (device_ptr == nullptr || host_ptr == nullptr || flags != 0) return fail(cudaErrorInvalidValue);
   *device_ptr = host_ptr;
   return cudaSuccess;
 }
 cudaError_t cudaFreeHost(void* ptr) {
+  DARK_EMU_RETURN_IF_BROKEN();
   std::free(ptr);
   return cudaSuccess;
 }
 cudaError_t cudaMemGetInfo(std::size_t* free_bytes, std::size_t* total_bytes) {
+  DARK_EMU_RETURN_IF_BROKEN();
   *free_bytes = dark::cuda_emu::device_free_bytes();
   *total_bytes = dark::cuda_emu::device_capacity();
   return cudaSuccess;
@@ -276,10 +290,12 @@ cudaError_t memset_now(void* ptr, int value, std::size_t bytes) {
 
 // The synchronous forms run on the legacy stream.
 cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind) {
+  DARK_EMU_RETURN_IF_BROKEN();
   if (capturing()) return refuse_in_capture(cudaErrorStreamCaptureImplicit);
   return copy_now(dst, src, bytes, kind);
 }
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind, cudaStream_t stream) {
+  DARK_EMU_RETURN_IF_BROKEN();
   if (!valid_kind(dst, src, kind)) return fail(cudaErrorInvalidMemcpyDirection);
   return dark::cuda_emu::run_or_record(stream, [=] { return copy_now(dst, src, bytes, kind); });
 }
@@ -287,46 +303,56 @@ cudaError_t cudaMemcpyPeer(void* dst, int, const void* src, int, std::size_t byt
   return cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice);
 }
 cudaError_t cudaMemset(void* ptr, int value, std::size_t bytes) {
+  DARK_EMU_RETURN_IF_BROKEN();
   if (capturing()) return refuse_in_capture(cudaErrorStreamCaptureImplicit);
   return memset_now(ptr, value, bytes);
 }
 cudaError_t cudaMemsetAsync(void* ptr, int value, std::size_t bytes, cudaStream_t stream) {
+  DARK_EMU_RETURN_IF_BROKEN();
   if (bytes != 0 && !is_device_pointer(ptr)) return fail(cudaErrorInvalidValue);
   return dark::cuda_emu::run_or_record(stream, [=] { return memset_now(ptr, value, bytes); });
 }
 
 cudaError_t cudaDeviceSynchronize() {
+  DARK_EMU_RETURN_IF_BROKEN();
   return capturing() ? refuse_in_capture(cudaErrorStreamCaptureUnsupported) : cudaSuccess;
 }
 cudaError_t cudaStreamCreate(cudaStream_t* stream) {
+  DARK_EMU_RETURN_IF_BROKEN();
   *stream = reinterpret_cast<cudaStream_t>(new Stream);
   return cudaSuccess;
 }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned) { return cudaStreamCreate(stream); }
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  DARK_EMU_RETURN_IF_BROKEN();
   if (stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread) return fail(cudaErrorInvalidResourceHandle);
   delete reinterpret_cast<Stream*>(stream);
   return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t) {
+  DARK_EMU_RETURN_IF_BROKEN();
   return capturing() ? refuse_in_capture(cudaErrorStreamCaptureUnsupported) : cudaSuccess;
 }
 cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t event, unsigned) {
+  DARK_EMU_RETURN_IF_BROKEN();
   return event ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
 }
 cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlags(event, cudaEventDefault); }
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags) {
+  DARK_EMU_RETURN_IF_BROKEN();
   auto* e = new Event;
   e->timing = (flags & cudaEventDisableTiming) == 0;
   *event = reinterpret_cast<cudaEvent_t>(e);
   return cudaSuccess;
 }
 cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  DARK_EMU_RETURN_IF_BROKEN();
   if (!event) return fail(cudaErrorInvalidResourceHandle);
   delete reinterpret_cast<Event*>(event);
   return cudaSuccess;
 }
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+  DARK_EMU_RETURN_IF_BROKEN();
   if (!event) return fail(cudaErrorInvalidResourceHandle);
   return dark::cuda_emu::run_or_record(stream, [event] {
     reinterpret_cast<Event*>(event)->at = std::chrono::steady_clock::now();
@@ -335,6 +361,7 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
 }
 
 cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode) {
+  DARK_EMU_RETURN_IF_BROKEN();
   if (is_legacy(stream)) return fail(cudaErrorStreamCaptureUnsupported);  // the legacy stream cannot be captured
   std::lock_guard lock(capture_mutex);
   if (capture.stream != nullptr) return fail(cudaErrorStreamCaptureUnsupported);  // one at a time here
@@ -342,6 +369,7 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode) {
   return cudaSuccess;
 }
 cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
+  DARK_EMU_RETURN_IF_BROKEN();
   std::lock_guard lock(capture_mutex);
   *graph = nullptr;
   if (capture.stream == nullptr || capture.stream != stream) return fail(cudaErrorInvalidValue);
@@ -353,11 +381,13 @@ cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
   return cudaSuccess;
 }
 cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long) {
+  DARK_EMU_RETURN_IF_BROKEN();
   if (!graph) return fail(cudaErrorInvalidResourceHandle);
   *exec = reinterpret_cast<cudaGraphExec_t>(new GraphExec{reinterpret_cast<Graph*>(graph)->nodes});
   return cudaSuccess;
 }
 cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
+  DARK_EMU_RETURN_IF_BROKEN();
   if (!exec) return fail(cudaErrorInvalidResourceHandle);
   const Nodes* nodes = &reinterpret_cast<GraphExec*>(exec)->nodes;
   return dark::cuda_emu::run_or_record(stream, [nodes] {
@@ -367,18 +397,27 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
   });
 }
 cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+  DARK_EMU_RETURN_IF_BROKEN();
   if (!graph) return fail(cudaErrorInvalidResourceHandle);
   delete reinterpret_cast<Graph*>(graph);
   return cudaSuccess;
 }
 cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+  DARK_EMU_RETURN_IF_BROKEN();
   if (!exec) return fail(cudaErrorInvalidResourceHandle);
   delete reinterpret_cast<GraphExec*>(exec);
   return cudaSuccess;
 }
-cudaError_t cudaEventSynchronize(cudaEvent_t event) { return event ? cudaSuccess : fail(cudaErrorInvalidResourceHandle); }
-cudaError_t cudaEventQuery(cudaEvent_t event) { return event ? cudaSuccess : fail(cudaErrorInvalidResourceHandle); }
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  DARK_EMU_RETURN_IF_BROKEN();
+  return event ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
+}
+cudaError_t cudaEventQuery(cudaEvent_t event) {
+  DARK_EMU_RETURN_IF_BROKEN();
+  return event ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
+}
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  DARK_EMU_RETURN_IF_BROKEN();
   const auto* s = reinterpret_cast<Event*>(start);
   const auto* e = reinterpret_cast<Event*>(end);
   if (!s || !e || !s->timing || !e->timing) return fail(cudaErrorInvalidResourceHandle);
@@ -386,12 +425,14 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
   return cudaSuccess;
 }
 
+// A sticky error (a trapped kernel) is never cleared.
 cudaError_t cudaGetLastError() {
+  if (dark::cuda_emu::context_broken()) return cudaErrorLaunchFailure;
   const cudaError_t e = last_error;
   last_error = cudaSuccess;
   return e;
 }
-cudaError_t cudaPeekAtLastError() { return last_error; }
+cudaError_t cudaPeekAtLastError() { return dark::cuda_emu::context_broken() ? cudaErrorLaunchFailure : last_error; }
 
 const char* cudaGetErrorName(cudaError_t error) {
   switch (error) {
@@ -411,6 +452,14 @@ const char* cudaGetErrorName(cudaError_t error) {
     case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
     case cudaErrorContextIsDestroyed: return "cudaErrorContextIsDestroyed";
     case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+    case cudaErrorInvalidPc: return "cudaErrorInvalidPc";
+    case cudaErrorInvalidAddressSpace: return "cudaErrorInvalidAddressSpace";
+    case cudaErrorMisalignedAddress: return "cudaErrorMisalignedAddress";
+    case cudaErrorIllegalInstruction: return "cudaErrorIllegalInstruction";
+    case cudaErrorHardwareStackError: return "cudaErrorHardwareStackError";
+    case cudaErrorAssert: return "cudaErrorAssert";
+    case cudaErrorLaunchTimeout: return "cudaErrorLaunchTimeout";
+    case cudaErrorECCUncorrectable: return "cudaErrorECCUncorrectable";
     case cudaErrorStreamCaptureUnsupported: return "cudaErrorStreamCaptureUnsupported";
     case cudaErrorStreamCaptureInvalidated: return "cudaErrorStreamCaptureInvalidated";
     case cudaErrorStreamCaptureImplicit: return "cudaErrorStreamCaptureImplicit";
@@ -428,6 +477,8 @@ const char* cudaGetErrorString(cudaError_t error) {
     case cudaErrorInvalidMemcpyDirection: return "invalid copy direction for memcpy";
     case cudaErrorInvalidDevice: return "invalid device ordinal";
     case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+    case cudaErrorLaunchFailure: return "unspecified launch failure";
+    case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
     case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
     case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
     case cudaErrorStreamCaptureImplicit:

@@ -177,7 +177,7 @@ inline int __ffs(int x) { return __builtin_ffs(x); }
 template <class T>
 T __ldg(const T* p) { return *p; }
 inline void __threadfence_system() { std::atomic_thread_fence(std::memory_order_seq_cst); }
-[[noreturn]] inline void __trap() { ::dark::cuda_emu::device_fault("__trap()"); }
+[[noreturn]] inline void __trap() { ::dark::cuda_emu::trap(); }
 
 // ---- the runtime API ----
 enum cudaError_t {
@@ -194,8 +194,16 @@ enum cudaError_t {
   cudaErrorInvalidDevice = 101,
   cudaErrorInvalidResourceHandle = 400,
   cudaErrorNotReady = 600,
+  cudaErrorECCUncorrectable = 214,
   cudaErrorIllegalAddress = 700,
+  cudaErrorLaunchTimeout = 702,
   cudaErrorContextIsDestroyed = 709,
+  cudaErrorAssert = 710,
+  cudaErrorHardwareStackError = 714,
+  cudaErrorIllegalInstruction = 715,
+  cudaErrorMisalignedAddress = 716,
+  cudaErrorInvalidAddressSpace = 717,
+  cudaErrorInvalidPc = 718,
   cudaErrorLaunchFailure = 719,
   cudaErrorStreamCaptureUnsupported = 900,
   cudaErrorStreamCaptureInvalidated = 901,
