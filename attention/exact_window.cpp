@@ -59,6 +59,31 @@ NormalizedAttention biased(NormalizedAttention far, const Tensor& far_bias) {
   return far;
 }
 
+// A prompt into an empty state on a global layer, in the forward's ops over all of it (the
+// near part: flash over each query's W nearest keys; the far part: the chunked op on the
+// shifted sequence), then the state the per-position loop would have reached: the last W
+// positions cached, the ones before folded into the recurrent state with one product. (A
+// loop over the positions cost a 4096-token prompt 28 s on SmolLM2, issue 63.)
+Tensor prefill_global(const Tensor& xq, const Tensor& xk, const Tensor& lq, const Tensor& lk, const Tensor& v,
+                      const ExactWindowSpec& spec, ExactWindowState& s, const Tensor& far_bias) {
+  const std::int64_t B = xq.size(0), T = xq.size(1), hq = xq.size(2), dv = v.size(3), W = spec.window, n = T - W;
+  const NormalizedAttention near = flash_attention_with_lse(pad_last_dim(xq, dv), pad_last_dim(xk, dv), v,
+                                                            /*causal=*/true, 1.0, Tensor(), spec.near());
+  NormalizedAttention far = empty_state(B, T, hq, dv, v.dtype(), v.device());
+  if (n > 0) {
+    const NormalizedAttention shifted = linear_attention_with_norm(
+        slice(lq, 1, W, T), slice(lk, 1, 0, n), slice(v, 1, 0, n), /*causal=*/true, spec.eps, spec.chunk);
+    const NormalizedAttention front = empty_state(B, W, hq, dv, v.dtype(), v.device());
+    far = {concat({front.out, shifted.out}, 1), concat({front.log_norm, shifted.log_norm}, 2)};
+    fold_positions(s.far, slice(lk, 1, 0, n), slice(v, 1, 0, n));
+  }
+  const std::int64_t first = std::max<std::int64_t>(n, 0);
+  s.keys = slice(xk, 1, first, T).contiguous();
+  s.key_logits = slice(lk, 1, first, T).contiguous();
+  s.values = slice(v, 1, first, T).contiguous();
+  return merge_attention(near, biased(far, far_bias));
+}
+
 }  // namespace
 
 Tensor exact_window_attention(const Tensor& xq, const Tensor& xk, const Tensor& v, const Tensor& omega,
@@ -115,6 +140,8 @@ Tensor exact_window_decode(const Tensor& xq_in, const Tensor& xk_in, const Tenso
   const Tensor xq = xq_in.to(acc), xk = xk_in.to(acc), lq = lq_in.to(acc), lk = lk_in.to(acc), v = v_in.to(acc);
   const std::int64_t B = xq.size(0), T = xq.size(1), hq = xq.size(2), dv = v.size(3);
   const std::int64_t near = spec.near(), keep = std::max(spec.window, spec.layer_window);
+  if (!s->keys.defined() && spec.layer_window == 0 && T > 1)
+    return prefill_global(xq, xk, lq, lk, v, spec, *s, far_bias).to(v_in.dtype());
   std::vector<Tensor> outputs;
   for (std::int64_t t = 0; t < T; ++t) {
     auto at = [t](const Tensor& x) { return slice(x, 1, t, t + 1); };
@@ -125,7 +152,7 @@ Tensor exact_window_decode(const Tensor& xq_in, const Tensor& xk_in, const Tenso
     std::int64_t held = s->keys.size(1);
     // Global layers: the key W positions back leaves the window for the running feature state.
     if (spec.layer_window == 0 && held > spec.window) {
-      fold_position(s->far, slice(s->key_logits, 1, 0, 1), slice(s->values, 1, 0, 1));
+      fold_positions(s->far, slice(s->key_logits, 1, 0, 1), slice(s->values, 1, 0, 1));
       keep_last(*s, --held);
     }
     const Tensor q = at(xq), ql = at(lq);

@@ -58,7 +58,9 @@ Tensor exact_window_attention(const Tensor& xq, const Tensor& xk, const Tensor& 
 // logits and values (w = the layer's window, 0 for global layers) and, on global layers, the
 // running feature state of the keys that left the window (attention/recurrent_state.h): O(W
 // (r + m + Dv) + m Dv) per key/value head, whatever the length. Each new position is one query
-// against both parts, merged as in the forward, with the same offsets.
+// against both parts, merged as in the forward, with the same offsets; a prompt (T > 1 into
+// an empty state) on a global layer runs the forward's ops over all of it instead and takes
+// the state from it (the same state, to rounding).
 struct ExactWindowState final : nn::DecodeState {
   Tensor keys, key_logits, values;  // (B, S, Hkv, r / m / Dv), S <= max(W, w) + 1
   std::unique_ptr<nn::DecodeState> far;  // global layers: the recurrent feature state

@@ -138,7 +138,7 @@ Tensor RandomFeatureAttention::decode(const Tensor& q, const Tensor& k, const Te
   if (shape_.window > 0)
     return windowed_linear_attention_decode(feature_logits(qt), feature_logits(kt), v, config_.eps, shape_.window,
                                             config_.chunk_size, state);
-  return linear_attention_decode(feature_logits(qt), feature_logits(kt), v, config_.eps, state);
+  return linear_attention_decode(feature_logits(qt), feature_logits(kt), v, config_.eps, config_.chunk_size, state);
 }
 
 nn::AttentionKernel::Export RandomFeatureAttention::export_form() {

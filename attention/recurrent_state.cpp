@@ -16,14 +16,14 @@ RecurrentState& recurrent(nn::DecodeState* state) {
 }
 }  // namespace
 
-void fold_position(std::unique_ptr<nn::DecodeState>& state, const Tensor& k_logits, const Tensor& v) {
+void fold_positions(std::unique_ptr<nn::DecodeState>& state, const Tensor& k_logits, const Tensor& v) {
   NoGradGuard no_grad;
   if (!state) state = std::make_unique<RecurrentState>();
   RecurrentState& s = recurrent(state.get());
-  const std::int64_t B = k_logits.size(0), hkv = k_logits.size(2), m = k_logits.size(3), dv = v.size(3);
-  const Tensor kt = reshape(k_logits, {B, hkv, 1, m});
-  const Tensor vx = concat({reshape(v, {B, hkv, 1, dv}), Tensor::ones({B, hkv, 1, 1}, v.dtype(), v.device())}, 3);
-  const Tensor kmax = max(kt, {3}, true);
+  const std::int64_t B = k_logits.size(0), n = k_logits.size(1), hkv = k_logits.size(2);
+  const Tensor kt = transpose(k_logits, 1, 2).contiguous();  // (B, Hkv, n, m)
+  const Tensor vx = concat({transpose(v, 1, 2).contiguous(), Tensor::ones({B, hkv, n, 1}, v.dtype(), v.device())}, 3);
+  const Tensor kmax = max(kt, {2, 3}, true);  // (B, Hkv, 1, 1): the running offset of one fold per position
   if (!s.state.defined()) {
     s.offset = kmax;
     s.state = matmul(exp(sub(kt, kmax)), vx, /*trans_a=*/true);
@@ -51,7 +51,7 @@ NormalizedAttention read_state(const nn::DecodeState& state, const Tensor& q_log
 }
 
 Tensor linear_attention_decode(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, double eps,
-                               std::unique_ptr<nn::DecodeState>& state_ptr) {
+                               std::int64_t chunk, std::unique_ptr<nn::DecodeState>& state_ptr) {
   NoGradGuard no_grad;
   DARK_CHECK(q_in.dim() == 4 && k_in.dim() == 4 && v_in.dim() == 4 && q_in.size(1) == k_in.size(1) &&
                  k_in.size(1) == v_in.size(1) && q_in.size(2) % k_in.size(2) == 0,
@@ -60,9 +60,14 @@ Tensor linear_attention_decode(const Tensor& q_in, const Tensor& k_in, const Ten
   if (state_ptr) recurrent(state_ptr.get());  // made by this kind
   const DType acc = v_in.dtype() == DType::f64 ? DType::f64 : DType::f32;
   const Tensor q = q_in.to(acc), k = k_in.to(acc), v = v_in.to(acc);
+  if (!state_ptr && q.size(1) > 1) {  // a prompt: the training path's chunked op, then its state at once
+    const Tensor out = linear_attention(q, k, v, /*causal=*/true, eps, chunk);
+    fold_positions(state_ptr, k, v);
+    return out.to(v_in.dtype());
+  }
   std::vector<Tensor> outputs;
   for (std::int64_t t = 0; t < q.size(1); ++t) {
-    fold_position(state_ptr, slice(k, 1, t, t + 1), slice(v, 1, t, t + 1));
+    fold_positions(state_ptr, slice(k, 1, t, t + 1), slice(v, 1, t, t + 1));
     outputs.push_back(read_state(*state_ptr, slice(q, 1, t, t + 1), eps).out);
   }
   return (outputs.size() == 1 ? outputs[0] : concat(outputs, 1)).to(v_in.dtype());

@@ -16,15 +16,17 @@ struct RecurrentState final : nn::DecodeState {
 };
 
 // q_logits (B, T, Hq, m), k_logits (B, T, Hkv, m), v (B, T, Hkv, Dv) for T new positions ->
-// (B, T, Hq, Dv) in v's dtype. bfloat16 inputs accumulate in float32.
+// (B, T, Hq, Dv) in v's dtype. bfloat16 inputs accumulate in float32. A prompt (T > 1 into
+// an empty state) runs the chunked op (`chunk` positions a chunk) and folds its keys into the
+// state with one product; later calls fold and read position by position.
 Tensor linear_attention_decode(const Tensor& q_logits, const Tensor& k_logits, const Tensor& v, double eps,
-                               std::unique_ptr<nn::DecodeState>& state);
+                               std::int64_t chunk, std::unique_ptr<nn::DecodeState>& state);
 
 // The two steps of that decoding, for callers that keep their own positions (the exact
 // window's far part, attention/exact_window.h), in the inputs' dtype (f32 or f64):
-// one position's key logits (B, 1, Hkv, m) and values (B, 1, Hkv, Dv) into the state
-// (a RecurrentState, created when null) ...
-void fold_position(std::unique_ptr<nn::DecodeState>& state, const Tensor& k_logits, const Tensor& v);
+// n positions' key logits (B, n, Hkv, m) and values (B, n, Hkv, Dv), in order, into the state
+// (a RecurrentState, created when null), with one product whatever n ...
+void fold_positions(std::unique_ptr<nn::DecodeState>& state, const Tensor& k_logits, const Tensor& v);
 // ... and the state read by one position's query logits (B, 1, Hq, m): out (B, 1, Hq, Dv) and
 // log_norm (B, Hq, 1) = qoff + o + log(den + eps), as linear_attention_with_norm's.
 NormalizedAttention read_state(const nn::DecodeState& state, const Tensor& q_logits, double eps);

@@ -376,21 +376,26 @@ TEST(ExactWindow, DecodingEqualsTheForward) {
       const Tensor lw = c.log_weight(dtype);
       const Tensor want = run_op(c, in, dtype);
       const Tensor lq = logits_of(in[0], in[3], lw), lk = logits_of(in[1], in[3], lw);
-      std::unique_ptr<nn::DecodeState> state;
-      std::vector<Tensor> steps;
-      // the first 3 positions as one call (a prompt), then one at a time
-      for (std::int64_t t0 = 0; t0 < c.t;) {
-        const std::int64_t t1 = t0 == 0 ? 3 : t0 + 1;
-        auto at = [&](const Tensor& x) { return slice(x, 1, t0, t1); };
-        steps.push_back(attention::exact_window_decode(at(in[0]), at(in[1]), at(lq), at(lk), at(in[2]), c.spec(), state));
-        t0 = t1;
+      // A prompt of 3 positions (inside the window), or of all but the last 4 (far keys
+      // folded at once on global layers), as one call, then one position at a time.
+      for (const std::int64_t prompt : {std::int64_t{3}, c.t - 4}) {
+        std::unique_ptr<nn::DecodeState> state;
+        std::vector<Tensor> steps;
+        for (std::int64_t t0 = 0; t0 < c.t;) {
+          const std::int64_t t1 = t0 == 0 ? prompt : t0 + 1;
+          auto at = [&](const Tensor& x) { return slice(x, 1, t0, t1); };
+          steps.push_back(
+              attention::exact_window_decode(at(in[0]), at(in[1]), at(lq), at(lk), at(in[2]), c.spec(), state));
+          t0 = t1;
+        }
+        const double tol = dtype == DType::f64 ? 1e-11 : 3e-5;
+        expect_close(concat(steps, 1), want, tol, tol,
+                     "decode " + c.name() + " " + dtype_name(dtype) + " prompt " + std::to_string(prompt));
+        // The state is O(W + m Dv): never more than max(W, w) + 1 cached positions.
+        const auto* held = dynamic_cast<const attention::ExactWindowState*>(state.get());
+        ASSERT_NE(held, nullptr);
+        EXPECT_LE(held->keys.size(1), std::max(c.window, c.layer_window));
       }
-      const double tol = dtype == DType::f64 ? 1e-11 : 3e-5;
-      expect_close(concat(steps, 1), want, tol, tol, "decode " + c.name() + " " + dtype_name(dtype));
-      // The state is O(W + m Dv): never more than max(W, w) + 1 cached positions.
-      const auto* held = dynamic_cast<const attention::ExactWindowState*>(state.get());
-      ASSERT_NE(held, nullptr);
-      EXPECT_LE(held->keys.size(1), std::max(c.window, c.layer_window));
     }
 }
 
