@@ -185,6 +185,19 @@ TEST(SourceCommands, GgufFileAndHfFolderGiveTheNumbersOfTheirRunFolders) {
   EXPECT_EQ(generated_gguf.out.rfind("ka to 12 ri", 0), 0u) << generated_gguf.out;
   EXPECT_GT(generated_gguf.out.size(), std::string("ka to 12 ri\n").size());
   EXPECT_NE(generated_gguf.err.find("context 64"), std::string::npos) << generated_gguf.err;
+  EXPECT_NE(generated_gguf.err.find("; prefill "), std::string::npos) << generated_gguf.err;
+  EXPECT_NE(generated_gguf.err.find(" prompt tokens/s), then "), std::string::npos) << generated_gguf.err;
+  // --prompt-file: the same continuation, without the prompt echoed; one of the two flags.
+  dark::testing::write_text(tmp / "prompt.txt", "ka to 12 ri");
+  const Printed from_file = printed(cli::generate_command, with({"--prompt-file", tmp / "prompt.txt", "--max-tokens",
+                                                                 "8", "--temperature", "0"}, gguf));
+  EXPECT_EQ("ka to 12 ri" + from_file.out, generated_gguf.out);
+  expect_error([&] { printed(cli::generate_command, with({"--max-tokens", "2"}, gguf)); },
+               {"--prompt TEXT or --prompt-file FILE (one of them)"});
+  expect_error([&] { printed(cli::generate_command, with({"--prompt", "ka", "--prompt-file", tmp / "prompt.txt"}, gguf)); },
+               {"--prompt TEXT or --prompt-file FILE (one of them)"});
+  expect_error([&] { printed(cli::generate_command, with({"--prompt-file", tmp / "missing.txt"}, gguf)); },
+               {"missing.txt"});
   for (const auto& [name, path] : paths) {
     EXPECT_EQ(eval_line(printed(cli::eval_command, with(eval_args, path))), eval_gguf) << name;
     EXPECT_EQ(printed(cli::generate_command, with(generate_args, path)).out, generated_gguf.out) << name;

@@ -142,7 +142,10 @@ int eval_command(const CommandArgs& args) {
 
 int generate_command(const CommandArgs& args) {
   const std::vector<FlagSpec> specs = {kCheckpoint,
-                                       {"--prompt", "TEXT", "", "text to continue; required"},
+                                       {"--prompt", "TEXT", "", "text to continue (this or --prompt-file)"},
+                                       {"--prompt-file", "FILE", "",
+                                        "continue the text of FILE instead (a long context); only the continuation "
+                                        "is printed"},
                                        {"--max-tokens", "N", "64", "tokens to generate"},
                                        {"--temperature", "T", "0.8", "sampling temperature; 0 = greedy"},
                                        {"--top-k", "K", "40", "sample among the K most likely tokens; 0 = all"},
@@ -153,8 +156,9 @@ int generate_command(const CommandArgs& args) {
                                        kBos,
                                        kDeviceSet,
                                        kHelpFlag};
-  if (print_help_if_asked(args, "usage: darkformer generate --checkpoint PATH --prompt TEXT [options]\n"
-                       "Prints the prompt and its continuation on stdout; the timings (load, first token, tokens/s) on stderr.\n"
+  if (print_help_if_asked(args, "usage: darkformer generate --checkpoint PATH (--prompt TEXT | --prompt-file FILE) [options]\n"
+                       "Prints the prompt and its continuation on stdout (only the continuation for --prompt-file); the\n"
+                       "timings on stderr: load, prefill (the prompt read, to the first new token) and the decode rate.\n"
                        "PATH may also be a .gguf model or a Hugging Face model folder. The whole prompt is read: one\n"
                        "longer than the context is an error. A model that keeps a growing key/value cache (softmax)\n"
                        "continues on the last half of its context when prompt and output fill it (said on stderr);\n"
@@ -187,7 +191,10 @@ int generate_command(const CommandArgs& args) {
                    static_cast<long long>(model_context));
   }
   const std::int64_t context = nn::generation_context(*run.model, g);
-  const std::string prompt = a.require("--prompt");
+  DARK_CHECK(a.has("--prompt") != a.has("--prompt-file"), "generate: give the text to continue with --prompt TEXT or "
+             "--prompt-file FILE (one of them)");
+  const bool from_file = a.has("--prompt-file");
+  const std::string prompt = from_file ? read_file(a.require("--prompt-file")) : a.require("--prompt");
   std::vector<std::int32_t> ids = data::encode_prompt(*run.tokenizer, prompt, bos_flag(run, a));
   const auto prompt_tokens = static_cast<std::int64_t>(ids.size());
   DARK_CHECK(context == 0 || prompt_tokens <= context, "generate: the prompt has ", prompt_tokens,
@@ -197,20 +204,28 @@ int generate_command(const CommandArgs& args) {
              model_context > 0 && prompt_tokens > model_context
                  ? str(" (positions past the model's ", model_context, " are extrapolated)")
                  : std::string());
-  std::cout << prompt << std::flush;
-  double first_token = 0;
+  if (!from_file) std::cout << prompt << std::flush;
+  double first_token = 0, prefill = 0;
   int tokens = 0;
   const auto generating = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point decoding = generating;
   nn::generate(*run.model, ids, g, [&](std::int32_t id) {
-    if (tokens++ == 0) first_token = seconds_since(start);
+    if (tokens++ == 0) {
+      first_token = seconds_since(start);
+      prefill = seconds_since(generating);
+      decoding = std::chrono::steady_clock::now();
+    }
     std::cout << run.tokenizer->decode(std::vector<std::int32_t>{id}) << std::flush;
   });
   std::cout << std::endl;
-  const double took = seconds_since(generating);
+  const double took = seconds_since(generating), decode = seconds_since(decoding);
+  // Prefill: the prompt's forward and the first new token; decode: the tokens after it.
   std::fprintf(stderr, "generate: %zu prompt token(s), context %s; %d token(s) in %.2f s (%.1f tokens/s); loaded in "
-               "%.2f s, first token %.2f s after start\n",
+               "%.2f s, first token %.2f s after start; prefill %.2f s (%.0f prompt tokens/s), then %.1f tokens/s\n",
                ids.size(), context > 0 ? std::to_string(context).c_str() : "unlimited", tokens, took,
-               tokens / std::max(took, 1e-9), loaded, first_token);
+               tokens / std::max(took, 1e-9), loaded, first_token, prefill,
+               static_cast<double>(ids.size()) / std::max(prefill, 1e-9),
+               tokens > 1 ? (tokens - 1) / std::max(decode, 1e-9) : 0.0);
   return 0;
 }
 
