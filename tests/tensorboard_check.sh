@@ -93,7 +93,8 @@ for _ in $(seq 1 600); do
 done
 kill -9 "$pid" || { cat "$tmp/killed.log"; echo "FAILED: the run ended before the kill"; exit 1; }
 wait "$pid" 2> /dev/null || true
-latest=$(ls "$tmp/killed/checkpoints" | sed 's/step_0*//' | sort -n | tail -n 1)
+# Completed checkpoints only: the kill may land while one is written (step_N.tmp-PID is left).
+latest=$(ls "$tmp/killed/checkpoints" | grep -E '^step_[0-9]+$' | sed 's/step_0*//' | sort -n | tail -n 1)
 echo "killed at step $(tail -n 1 "$tmp/killed/metrics.jsonl" | grep -o '"step":[0-9]*' | cut -d: -f2) (metrics line" \
      "$(wc -l < "$tmp/killed/metrics.jsonl"), latest checkpoint $latest); resuming to step $((latest + 40))"
 sed -i "s/\"steps\": 1000000/\"steps\": $((latest + 40))/" "$tmp/killed.json"
