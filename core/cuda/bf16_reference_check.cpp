@@ -5,8 +5,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <mutex>
-#include <set>
 #include <vector>
 
 #include "core/cuda/once_verdicts.h"
@@ -71,10 +69,8 @@ bool use_bf16(const ConfigKey& key, const std::function<Difference()>& check) {
   static OnceVerdicts<ConfigKey> verdicts;
   if (const std::optional<bool> verdict = verdicts.find(key)) return *verdict;
   if (current_stream() != nullptr) {  // capturing a graph: nothing may be read back now
-    static std::mutex mutex;
-    static std::set<ConfigKey> warned;
-    const std::lock_guard<std::mutex> lock(mutex);
-    if (warned.insert(key).second)
+    static FirstTimes<ConfigKey> warned;
+    if (warned.first(key))
       spdlog::warn("{}: the bf16 kernel's self-check cannot run inside a CUDA graph capture: the captured call falls "
                    "back to the f32 kernel ({})",
                    key.op, key.describe());

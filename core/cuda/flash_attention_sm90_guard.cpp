@@ -8,9 +8,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 #include <optional>
-#include <set>
 #include <vector>
 
 #include "core/cuda/bf16_reference_check.h"
@@ -144,10 +142,8 @@ bool sm90_allowed(const Sm90Config& config) {
   if (m == Mode::on) return true;
   if (const std::optional<bool> agreed = agreements.find(config)) return *agreed;
   if (current_stream() != nullptr) {  // capturing a graph: nothing may be read back now
-    static std::mutex mutex;
-    static std::set<Sm90Config> warned;
-    const std::lock_guard<std::mutex> lock(mutex);
-    if (warned.insert(config).second)
+    static FirstTimes<Sm90Config> warned;
+    if (warned.first(config))
       spdlog::warn("flash_attention: {} is first met inside a CUDA graph capture, where the sm_90 self-check cannot "
                    "run: the captured call falls back to the mma.sync kernels",
                    config.describe());

@@ -9,6 +9,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 
 namespace dark::cuda {
 
@@ -62,6 +63,22 @@ class OnceVerdicts {
   mutable std::mutex mutex_;
   std::condition_variable decided_;
   std::map<Key, Entry> entries_;
+};
+
+// Keys met before, for a message said once per key (a check that cannot run inside a graph
+// capture says so at the key's first such call).
+template <class Key>
+class FirstTimes {
+ public:
+  // True at the first call for `key`, false after.
+  bool first(const Key& key) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return seen_.insert(key).second;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::set<Key> seen_;
 };
 
 }  // namespace dark::cuda
